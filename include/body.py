@@ -1,0 +1,113 @@
+"""The iteration body contract: pure DataFrame functions plus the metadata the aligner needs.
+
+A body never reads or writes storage itself: the runtime hands it DataFrames (static data and
+the variables restored from the last checkpoint) and writes what it returns.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+from include.errors import ConfigError
+
+if TYPE_CHECKING:  # pyspark stays out of processes that only plan, align or commit
+    from pyspark.sql import DataFrame, SparkSession
+
+
+@dataclass(frozen=True)
+class EpochContext:
+    epoch: int
+    num_partitions: int
+    params: Any  # the body's parsed parameters
+    spark: "SparkSession"
+
+
+@dataclass
+class StepResult:
+    """What one epoch of a body produces.
+
+    variables: the feedback datasets for the next epoch, one per head.
+    metrics: metric name -> (head, column): the column holds per-record contributions that the
+        tail aggregates per partition (the body's ``metric_aggregations``) and then drops.
+    """
+
+    variables: dict[str, "DataFrame"]
+    metrics: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+class IterationBody(ABC):
+    """Subclass, set the class attributes, implement the four functions."""
+
+    name: ClassVar[str]
+    # head (variable dataset) -> columns its records are partitioned by
+    heads: ClassVar[Mapping[str, tuple[str, ...]]]
+    # metric -> "sum" | "max" | "min" (how partition values combine)
+    metric_aggregations: ClassVar[Mapping[str, str]] = {}
+    # metric compared with the job's tolerance; None: no convergence test
+    convergence_metric: ClassVar[str | None] = None
+    # names of the datasets finish() returns
+    outputs: ClassVar[tuple[str, ...]] = ()
+
+    def parse_params(self, raw: Mapping[str, Any]) -> Any:
+        """Validate the body's parameters; raise ConfigError naming the bad value."""
+        if raw:
+            raise ConfigError(f"body {self.name!r} takes no parameters, got {sorted(raw)}")
+        return None
+
+    @abstractmethod
+    def load(self, raw: "DataFrame", params: Any) -> dict[str, "DataFrame"]:
+        """Validate the static input and derive what every epoch reads (cached on warm sessions)."""
+
+    @abstractmethod
+    def init(self, data: Mapping[str, "DataFrame"], ctx: EpochContext) -> dict[str, "DataFrame"]:
+        """The variables epoch 0 starts from."""
+
+    @abstractmethod
+    def step(
+        self, variables: Mapping[str, "DataFrame"], data: Mapping[str, "DataFrame"], ctx: EpochContext
+    ) -> StepResult:
+        """One epoch: variables of epoch k -> variables of epoch k+1, and metrics."""
+
+    @abstractmethod
+    def finish(
+        self, variables: Mapping[str, "DataFrame"], data: Mapping[str, "DataFrame"], ctx: EpochContext
+    ) -> dict[str, "DataFrame"]:
+        """The job's outputs, computed from the final variables."""
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        """The metadata planning and alignment need, JSON-able (stored in every plan)."""
+        return {
+            "name": cls.name,
+            "heads": {h: list(cols) for h, cols in cls.heads.items()},
+            "metric_aggregations": dict(cls.metric_aggregations),
+            "convergence_metric": cls.convergence_metric,
+            "outputs": list(cls.outputs),
+        }
+
+
+BUILTIN_BODIES = {
+    "pagerank": "spark_jobs.bodies.pagerank:PageRank",
+    "kmeans": "spark_jobs.bodies.kmeans:KMeans",
+}
+
+
+def resolve_body(name: str) -> IterationBody:
+    """A body by registered name or by ``package.module:Class``."""
+    target = BUILTIN_BODIES.get(name, name)
+    if ":" not in target:
+        raise ConfigError(
+            f"unknown iteration body {name!r}; registered: {', '.join(sorted(BUILTIN_BODIES))}, "
+            "or give 'package.module:Class'"
+        )
+    module_name, _, cls_name = target.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), cls_name)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"cannot load iteration body {name!r} ({target}): {e}") from e
+    if not (isinstance(cls, type) and issubclass(cls, IterationBody)):
+        raise ConfigError(f"{target} is not an IterationBody subclass")
+    return cls()

@@ -1,0 +1,488 @@
+"""The checkpoint log of a job: attempt-scoped staging, single-winner commits, verified restores,
+idempotent commit/abort, retention and safe garbage collection (DESIGN.md section 4).
+
+Layout under ``jobs/<job_id>/`` of the store::
+
+    attempts/<epoch>/<attempt_id>/_PLAN.json                  what the attempt was asked to do
+    attempts/<epoch>/<attempt_id>/<head>/part-<p>-<task>.parquet  feedback log (next variables)
+    attempts/<epoch>/<attempt_id>/_reports/<head>/part-<p>.json   per-partition epoch reports
+    attempts/<epoch>/<attempt_id>/outputs/<name>/part-...     staged outputs
+    checkpoints/<id>.json      manifest; its create-if-absent write IS the commit
+    retired/<id>               retention removed this checkpoint's data (its manifest stays a
+                               tombstone so that nobody can ever commit that id again)
+    aborted/<epoch>/<attempt_id>  the attempt was aborted: never adopted, its files are garbage
+    batches/<batch_id>.json    the final checkpoint of a batch (kept by retention)
+
+Nothing under ``attempts/`` is read by an epoch computation unless a committed manifest
+references it. Ordering is by checkpoint id only, never by timestamps.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from include.errors import (
+    CheckpointCorrupted,
+    CheckpointError,
+    CheckpointSuperseded,
+    ConfigError,
+    ObjectNotFound,
+)
+from include.head import AlignmentDecision, EpochReport, FileRef, JobHeadState
+from include.store import ObjectStore, join_key, sha256_hex
+
+log = logging.getLogger(__name__)
+
+MANIFEST_FORMAT = "iterations.checkpoint/1"
+JOB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
+ATTEMPT_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
+
+
+def check_job_id(job_id: str) -> str:
+    if not isinstance(job_id, str) or not JOB_ID_PATTERN.fullmatch(job_id) or ".." in job_id:
+        raise ConfigError(
+            f"invalid job_id {job_id!r}: 1-128 characters of letters, digits, '_', '-', '.', "
+            "starting with a letter or digit"
+        )
+    return job_id
+
+
+def check_attempt_id(attempt_id: str) -> str:
+    if not isinstance(attempt_id, str) or not ATTEMPT_ID_PATTERN.fullmatch(attempt_id) or ".." in attempt_id:
+        raise ConfigError(f"invalid attempt id {attempt_id!r}")
+    return attempt_id
+
+
+class JobLayout:
+    """Keys of one job's objects, relative to the store root."""
+
+    def __init__(self, job_id: str):
+        self.job_id = check_job_id(job_id)
+        self.root = f"jobs/{job_id}"
+
+    def checkpoint(self, checkpoint_id: int) -> str:
+        return f"{self.root}/checkpoints/{checkpoint_id:010d}.json"
+
+    def retired(self, checkpoint_id: int) -> str:
+        return f"{self.root}/retired/{checkpoint_id:010d}"
+
+    def attempts(self, epoch: int | None = None) -> str:
+        return f"{self.root}/attempts/" if epoch is None else f"{self.root}/attempts/{epoch:010d}/"
+
+    def attempt(self, epoch: int, attempt_id: str) -> str:
+        return f"{self.root}/attempts/{epoch:010d}/{check_attempt_id(attempt_id)}"
+
+    def plan(self, epoch: int, attempt_id: str) -> str:
+        return f"{self.attempt(epoch, attempt_id)}/_PLAN.json"
+
+    def reports(self, epoch: int, attempt_id: str) -> str:
+        return f"{self.attempt(epoch, attempt_id)}/_reports/"
+
+    def report(self, epoch: int, attempt_id: str, head: str, partition: int) -> str:
+        return f"{self.reports(epoch, attempt_id)}{head}/part-{partition:05d}.json"
+
+    def aborted(self, epoch: int, attempt_id: str) -> str:
+        return f"{self.root}/aborted/{epoch:010d}/{check_attempt_id(attempt_id)}"
+
+    def batch(self, batch_id: str) -> str:
+        return f"{self.root}/batches/{check_attempt_id(batch_id)}.json"
+
+    @staticmethod
+    def parse_id(key: str) -> int | None:
+        name = key.rsplit("/", 1)[-1].split(".", 1)[0]
+        return int(name) if name.isdigit() else None
+
+
+@dataclass(frozen=True)
+class DatasetRef:
+    """A dataset an attempt wrote: its Spark schema and its files, grouped by partition."""
+
+    schema: str  # Spark StructType as JSON
+    partitions: tuple[tuple[FileRef, ...], ...]
+
+    @property
+    def files(self) -> list[FileRef]:
+        return [f for part in self.partitions for f in part]
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows or 0 for f in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": self.schema, "partitions": [[f.to_dict() for f in p] for p in self.partitions]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "DatasetRef":
+        return cls(d["schema"], tuple(tuple(FileRef.from_dict(f) for f in p) for p in d["partitions"]))
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """A committed checkpoint. ``kind`` is ``epoch`` (state after an epoch) or ``final``
+    (the finish step's checkpoint, which references the job's outputs)."""
+
+    job_id: str
+    checkpoint_id: int
+    kind: str
+    epoch: int
+    parent_id: int | None
+    attempt_id: str
+    batch_id: str | None
+    num_partitions: int
+    body: dict[str, Any]
+    head_state: JobHeadState
+    decision: AlignmentDecision | None
+    variables: dict[str, DatasetRef]
+    outputs: dict[str, DatasetRef] = field(default_factory=dict)
+    extra_objects: tuple[FileRef, ...] = ()
+    committed_at: str = ""  # informational only: ordering is by checkpoint id
+
+    @property
+    def objects(self) -> list[FileRef]:
+        """Every object this checkpoint references (what GC must never delete)."""
+        refs = list(self.extra_objects)
+        for ds in list(self.variables.values()) + list(self.outputs.values()):
+            refs.extend(ds.files)
+        return refs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": MANIFEST_FORMAT,
+            "job_id": self.job_id,
+            "checkpoint_id": self.checkpoint_id,
+            "kind": self.kind,
+            "epoch": self.epoch,
+            "parent_id": self.parent_id,
+            "attempt_id": self.attempt_id,
+            "batch_id": self.batch_id,
+            "num_partitions": self.num_partitions,
+            "body": self.body,
+            "head_state": self.head_state.to_dict(),
+            "decision": self.decision.to_dict() if self.decision else None,
+            "variables": {k: v.to_dict() for k, v in sorted(self.variables.items())},
+            "outputs": {k: v.to_dict() for k, v in sorted(self.outputs.items())},
+            "extra_objects": [f.to_dict() for f in self.extra_objects],
+            "committed_at": self.committed_at,
+        }
+
+    def to_bytes(self) -> bytes:
+        body = self.to_dict()
+        canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        body["manifest_sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
+        return json.dumps(body, sort_keys=True, indent=1, allow_nan=False).encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str) -> "Manifest":
+        try:
+            d = json.loads(data)
+            claimed = d.pop("manifest_sha256")
+        except (ValueError, KeyError, AttributeError) as e:
+            raise CheckpointCorrupted(f"manifest {where} is not a valid manifest: {e}") from e
+        canonical = json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        if hashlib.sha256(canonical.encode()).hexdigest() != claimed:
+            raise CheckpointCorrupted(f"manifest {where} fails its own checksum: it was damaged")
+        if d.get("format") != MANIFEST_FORMAT:
+            raise CheckpointCorrupted(
+                f"manifest {where} has format {d.get('format')!r}, expected {MANIFEST_FORMAT!r}"
+            )
+        return cls(
+            job_id=d["job_id"],
+            checkpoint_id=int(d["checkpoint_id"]),
+            kind=d["kind"],
+            epoch=int(d["epoch"]),
+            parent_id=d["parent_id"],
+            attempt_id=d["attempt_id"],
+            batch_id=d.get("batch_id"),
+            num_partitions=int(d["num_partitions"]),
+            body=d["body"],
+            head_state=JobHeadState.from_dict(d["head_state"]),
+            decision=AlignmentDecision.from_dict(d["decision"]) if d.get("decision") else None,
+            variables={k: DatasetRef.from_dict(v) for k, v in d["variables"].items()},
+            outputs={k: DatasetRef.from_dict(v) for k, v in d.get("outputs", {}).items()},
+            extra_objects=tuple(FileRef.from_dict(f) for f in d.get("extra_objects", [])),
+            committed_at=d.get("committed_at", ""),
+        )
+
+
+_TOMBSTONE = b'{"retired": true}\n'
+
+
+@dataclass(frozen=True)
+class CommitOutcome:
+    checkpoint_id: int
+    attempt_id: str
+    # False when the manifest was already there from this same attempt (a retry after a lost
+    # response): the commit had landed; nothing is written twice.
+    first_write: bool
+
+
+@dataclass
+class GcReport:
+    retired: list[int] = field(default_factory=list)
+    deleted_objects: int = 0
+    kept_live_attempts: list[str] = field(default_factory=list)
+
+
+class CheckpointLog:
+    """The idempotent checkpoint API of one job (flink-ml's ``Checkpoints``, in object storage)."""
+
+    def __init__(self, store: ObjectStore, job_id: str):
+        self.store = store
+        self.layout = JobLayout(job_id)
+        self.job_id = job_id
+
+    # --- reading ------------------------------------------------------------------------
+
+    def checkpoint_ids(self) -> list[int]:
+        """Ids of committed checkpoints whose data is still kept, ascending."""
+        ids = {self.layout.parse_id(o.key) for o in self.store.list(f"{self.layout.root}/checkpoints/")}
+        retired = {self.layout.parse_id(o.key) for o in self.store.list(f"{self.layout.root}/retired/")}
+        return sorted(i for i in ids - retired if i is not None)
+
+    def latest_id(self) -> int | None:
+        ids = {self.layout.parse_id(o.key) for o in self.store.list(f"{self.layout.root}/checkpoints/")}
+        ids.discard(None)
+        return max(ids) if ids else None
+
+    def load(self, checkpoint_id: int, *, verify: str = "sizes") -> Manifest:
+        """Read a committed manifest. ``verify``: ``none``, ``sizes`` (every referenced object
+        exists with its size) or ``full`` (sizes and SHA-256 of every byte)."""
+        key = self.layout.checkpoint(checkpoint_id)
+        where = self.store.location(key)
+        try:
+            data = self.store.get(key)
+        except ObjectNotFound:
+            raise CheckpointError(f"checkpoint {checkpoint_id} of job {self.job_id} does not exist ({where})") from None
+        if data == _TOMBSTONE:
+            raise CheckpointError(
+                f"checkpoint {checkpoint_id} of job {self.job_id} was retired by retention; "
+                f"kept checkpoints: {self.checkpoint_ids()}"
+            )
+        manifest = Manifest.from_bytes(data, where)
+        if manifest.checkpoint_id != checkpoint_id or manifest.job_id != self.job_id:
+            raise CheckpointCorrupted(
+                f"manifest {where} claims job {manifest.job_id!r} checkpoint {manifest.checkpoint_id}"
+            )
+        if verify != "none":
+            self.verify(manifest, full=(verify == "full"))
+        return manifest
+
+    def latest(self, *, verify: str = "sizes") -> Manifest | None:
+        latest = self.latest_id()
+        return None if latest is None else self.load(latest, verify=verify)
+
+    def verify(self, manifest: Manifest, *, full: bool = False) -> None:
+        """Refuse a damaged checkpoint with an error naming the object and what is wrong."""
+        listed: dict[str, int] = {}
+        prefixes = {ref.key.rsplit("/", 1)[0] + "/" for ref in manifest.objects}
+        for prefix in sorted(prefixes):
+            listed.update({o.key: o.size for o in self.store.list(prefix)})
+        for ref in manifest.objects:
+            where = self.store.location(ref.key)
+            if ref.key not in listed:
+                raise CheckpointCorrupted(
+                    f"checkpoint {manifest.checkpoint_id} of job {self.job_id} is damaged: "
+                    f"{where} is missing"
+                )
+            if listed[ref.key] != ref.size:
+                raise CheckpointCorrupted(
+                    f"checkpoint {manifest.checkpoint_id} of job {self.job_id} is damaged: {where} "
+                    f"has {listed[ref.key]} bytes, the manifest says {ref.size}"
+                )
+            if full:
+                verify_bytes(self.store.get(ref.key), ref, where)
+
+    def reports(self, epoch: int, attempt_id: str) -> list[EpochReport]:
+        out = []
+        for o in self.store.list(self.layout.reports(epoch, attempt_id)):
+            if o.key.endswith(".json"):
+                out.append(EpochReport.from_json(self.store.get(o.key)))
+        return out
+
+    def attempt_ids(self, epoch: int) -> list[str]:
+        prefix = self.layout.attempts(epoch)
+        ids = {o.key[len(prefix):].split("/", 1)[0] for o in self.store.list(prefix)}
+        return sorted(ids)
+
+    def is_aborted(self, epoch: int, attempt_id: str) -> bool:
+        return self.store.exists(self.layout.aborted(epoch, attempt_id))
+
+    def read_plan(self, epoch: int, attempt_id: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.store.get(self.layout.plan(epoch, attempt_id)))
+        except ObjectNotFound:
+            return None
+
+    # --- writing ------------------------------------------------------------------------
+
+    def start_attempt(self, epoch: int, attempt_id: str, plan: Mapping[str, Any]) -> None:
+        """Record an attempt before it writes anything (the fencing record of the attempt)."""
+        key = self.layout.plan(epoch, attempt_id)
+        if not self.store.put_if_absent(key, json.dumps(plan, sort_keys=True, indent=1).encode()):
+            raise CheckpointError(f"attempt {attempt_id} of epoch {epoch} already exists ({self.store.location(key)})")
+
+    def commit(self, manifest: Manifest) -> CommitOutcome:
+        """Commit a checkpoint by one create-if-absent write of its manifest.
+
+        Exactly one attempt wins. A retry by the winner (its first response was lost) reads the
+        manifest back and succeeds without writing again; any other attempt is superseded.
+        """
+        if manifest.job_id != self.job_id:
+            raise CheckpointError(f"manifest of job {manifest.job_id!r} given to the log of {self.job_id!r}")
+        cid = manifest.checkpoint_id
+        latest = self.latest_id()
+        if latest is not None and latest >= cid:
+            return self._already_committed(manifest)
+        if manifest.parent_id != latest:
+            raise CheckpointError(
+                f"checkpoint {cid} of job {self.job_id} was planned on checkpoint "
+                f"{manifest.parent_id}, but the latest committed is {latest}: the chain would "
+                "have a gap; plan the epoch again from the latest checkpoint"
+            )
+        if manifest.parent_id is not None and manifest.parent_id >= cid:
+            raise CheckpointError(f"checkpoint id {cid} must be greater than its parent {manifest.parent_id}")
+        stamped = Manifest(**{**manifest.__dict__, "committed_at": _now()})
+        if self.store.put_if_absent(self.layout.checkpoint(cid), stamped.to_bytes()):
+            return CommitOutcome(cid, manifest.attempt_id, first_write=True)
+        return self._already_committed(manifest)
+
+    def _already_committed(self, manifest: Manifest) -> CommitOutcome:
+        cid = manifest.checkpoint_id
+        key = self.layout.checkpoint(cid)
+        try:
+            data = self.store.get(key)
+        except ObjectNotFound:
+            raise CheckpointSuperseded(
+                f"checkpoint {cid} of job {self.job_id} can no longer be committed: a later "
+                f"checkpoint ({self.latest_id()}) exists; attempt {manifest.attempt_id} is superseded"
+            ) from None
+        if data != _TOMBSTONE:
+            existing = Manifest.from_bytes(data, self.store.location(key))
+            if existing.attempt_id == manifest.attempt_id:
+                log.info("checkpoint %d of job %s was already committed by this attempt %s",
+                         cid, self.job_id, manifest.attempt_id)
+                return CommitOutcome(cid, manifest.attempt_id, first_write=False)
+            winner = existing.attempt_id
+        else:
+            winner = "an attempt whose checkpoint was since retired"
+        raise CheckpointSuperseded(
+            f"checkpoint {cid} of job {self.job_id} was committed by {winner}; attempt "
+            f"{manifest.attempt_id} is superseded and its files are garbage"
+        )
+
+    def committed_by(self, checkpoint_id: int) -> str | None:
+        try:
+            data = self.store.get(self.layout.checkpoint(checkpoint_id))
+        except ObjectNotFound:
+            return None
+        if data == _TOMBSTONE:
+            return None
+        return Manifest.from_bytes(data, self.store.location(self.layout.checkpoint(checkpoint_id))).attempt_id
+
+    def abort(self, epoch: int, attempt_id: str, reason: str = "") -> bool:
+        """Abort an attempt: mark it, then delete its files. Idempotent; a no-op (False) for the
+        attempt that committed the epoch's checkpoint."""
+        if self.committed_by(epoch) == attempt_id:
+            return False
+        self.store.put(
+            self.layout.aborted(epoch, attempt_id),
+            json.dumps({"reason": reason, "at": _now()}).encode(),
+        )
+        keys = [o.key for o in self.store.list(self.layout.attempt(epoch, attempt_id) + "/")]
+        self.store.delete(keys)
+        log.info("aborted epoch %d attempt %s (%d objects deleted)%s", epoch, attempt_id, len(keys),
+                 f": {reason}" if reason else "")
+        return True
+
+    def record_batch_final(self, batch_id: str, checkpoint_id: int) -> None:
+        self.store.put(
+            self.layout.batch(batch_id),
+            json.dumps({"batch_id": batch_id, "final_checkpoint_id": checkpoint_id}).encode(),
+        )
+
+    def batch_finals(self) -> dict[str, int]:
+        out = {}
+        for o in self.store.list(f"{self.layout.root}/batches/"):
+            d = json.loads(self.store.get(o.key))
+            out[d["batch_id"]] = int(d["final_checkpoint_id"])
+        return out
+
+    # --- retention ----------------------------------------------------------------------
+
+    def collect_garbage(self, retain_last: int) -> GcReport:
+        """Keep the last ``retain_last`` checkpoints and every batch's final checkpoint; delete
+        everything else under ``attempts/`` that no kept manifest references, except attempts
+        of epochs after the latest checkpoint (they may be running and about to commit)."""
+        if retain_last < 1:
+            raise ConfigError(f"retain_last must be >= 1, got {retain_last}")
+        report = GcReport()
+        ids = self.checkpoint_ids()
+        latest = self.latest_id()
+        if latest is None:
+            return report
+        keep = set(ids[-retain_last:]) | set(self.batch_finals().values()) | {latest}
+        keep &= set(ids)
+        referenced: set[str] = set()
+        for cid in sorted(keep):
+            referenced.update(ref.key for ref in self.load(cid, verify="none").objects)
+        for cid in ids:
+            if cid not in keep:
+                # Tombstone first: the id stays taken, so no zombie can ever commit it again.
+                self.store.put(self.layout.retired(cid), b"")
+                self.store.put(self.layout.checkpoint(cid), _TOMBSTONE)
+                report.retired.append(cid)
+        aborted = {
+            tuple(o.key.rsplit("/", 2)[-2:]) for o in self.store.list(f"{self.layout.root}/aborted/")
+        }
+        garbage = []
+        live = set()
+        prefix = self.layout.attempts()
+        for o in self.store.list(prefix):
+            if o.key in referenced:
+                continue
+            epoch_s, attempt = o.key[len(prefix):].split("/", 2)[:2]
+            if int(epoch_s) > latest and (epoch_s, attempt) not in aborted:
+                live.add(f"{int(epoch_s)}/{attempt}")
+                continue
+            garbage.append(o.key)
+        self.store.delete(garbage)
+        report.deleted_objects = len(garbage)
+        report.kept_live_attempts = sorted(live)
+        if report.retired or garbage:
+            log.info("gc of job %s: retired checkpoints %s, deleted %d objects, live attempts %s",
+                     self.job_id, report.retired, len(garbage), report.kept_live_attempts or "none")
+        return report
+
+
+def verify_bytes(data: bytes, ref: FileRef, where: str) -> None:
+    if len(data) != ref.size:
+        raise CheckpointCorrupted(f"{where} has {len(data)} bytes, the manifest says {ref.size}")
+    digest = sha256_hex(data)
+    if digest != ref.sha256:
+        raise CheckpointCorrupted(
+            f"{where} fails its checksum (sha256 {digest[:12]}…, manifest says {ref.sha256[:12]}…): "
+            "the checkpoint is damaged"
+        )
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+__all__ = [
+    "CheckpointLog",
+    "CommitOutcome",
+    "DatasetRef",
+    "GcReport",
+    "JobLayout",
+    "Manifest",
+    "check_job_id",
+    "verify_bytes",
+    "join_key",
+]

@@ -1,0 +1,335 @@
+"""Head state, per-partition epoch reports and the global aligner.
+
+Translated from flink-ml's iteration head (``HeadOperatorState``, ``SubtaskAlignedEvent``,
+``SharedProgressAligner``): every partition of every head reports, for one attempt of an
+epoch, how many feedback records it wrote and its partial metrics; once every partition has
+reported, the aligner turns the reports into one ``(epoch, terminated)`` decision.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+from enum import Enum
+from typing import Any, Iterable, Mapping, Sequence
+
+from include.errors import AlignmentIncomplete, CheckpointError, ConfigError
+
+# How partial metrics of partitions combine into the epoch's value.
+METRIC_AGGREGATIONS = ("sum", "max", "min")
+
+
+class HeadStatus(str, Enum):
+    RUNNING = "RUNNING"  # epochs go on
+    TERMINATING = "TERMINATING"  # termination decided; only the finish step remains
+    TERMINATED = "TERMINATED"  # finished: outputs committed
+
+
+@dataclass(frozen=True)
+class FileRef:
+    """An object written by an attempt, as a manifest lists it."""
+
+    key: str
+    size: int
+    sha256: str
+    rows: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"key": self.key, "size": self.size, "sha256": self.sha256}
+        if self.rows is not None:
+            d["rows"] = self.rows
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "FileRef":
+        return cls(d["key"], int(d["size"]), d["sha256"], d.get("rows"))
+
+
+@dataclass(frozen=True)
+class EpochReport:
+    """What one partition of one head reports at the end of an epoch attempt (the tail's
+    counterpart of Flink's SubtaskAlignedEvent)."""
+
+    head: str
+    partition: int
+    epoch: int
+    attempt_id: str
+    feedback_count: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    files: tuple[FileRef, ...] = ()
+    schema: str = ""  # Spark StructType JSON of the written records
+
+    def to_json(self) -> str:
+        d = asdict(self)
+        d["files"] = [f.to_dict() for f in self.files]
+        return json.dumps(d, sort_keys=True, allow_nan=True)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> "EpochReport":
+        d = json.loads(text)
+        return cls(
+            head=d["head"],
+            partition=int(d["partition"]),
+            epoch=int(d["epoch"]),
+            attempt_id=d["attempt_id"],
+            feedback_count=int(d["feedback_count"]),
+            metrics={k: float(v) for k, v in d.get("metrics", {}).items()},
+            files=tuple(FileRef.from_dict(f) for f in d.get("files", [])),
+            schema=d.get("schema", ""),
+        )
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """Per-partition head state: where this partition stands and what it has in flight."""
+
+    latest_aligned: int = -1
+    latest_globally_aligned: int = -1
+    # Feedback records this partition holds in the log for the next epoch.
+    in_flight: int = 0
+
+
+@dataclass(frozen=True)
+class HeadState:
+    """One head (one variable dataset): feedback record totals per epoch and its partitions."""
+
+    feedback_counts: dict[int, int] = field(default_factory=dict)
+    partitions: tuple[PartitionState, ...] = ()
+
+    @property
+    def latest_aligned(self) -> int:
+        return max((p.latest_aligned for p in self.partitions), default=-1)
+
+    @property
+    def latest_globally_aligned(self) -> int:
+        return max((p.latest_globally_aligned for p in self.partitions), default=-1)
+
+
+@dataclass(frozen=True)
+class JobHeadState:
+    """The head state of a job, stored in every checkpoint and restored exactly."""
+
+    status: HeadStatus = HeadStatus.RUNNING
+    heads: dict[str, HeadState] = field(default_factory=dict)
+
+    @classmethod
+    def initial(cls, heads: Sequence[str], num_partitions: int) -> "JobHeadState":
+        return cls(
+            HeadStatus.RUNNING,
+            {h: HeadState({}, tuple(PartitionState() for _ in range(num_partitions))) for h in heads},
+        )
+
+    @property
+    def latest_globally_aligned(self) -> int:
+        return min((h.latest_globally_aligned for h in self.heads.values()), default=-1)
+
+    @property
+    def num_partitions(self) -> int:
+        sizes = {len(h.partitions) for h in self.heads.values()}
+        return sizes.pop() if len(sizes) == 1 else 0
+
+    def feedback_counts(self) -> dict[int, int]:
+        """Total feedback records per epoch, over all heads."""
+        total: dict[int, int] = {}
+        for h in self.heads.values():
+            for epoch, n in h.feedback_counts.items():
+                total[epoch] = total.get(epoch, 0) + n
+        return dict(sorted(total.items()))
+
+    def after(self, decision: "AlignmentDecision", reports: Iterable[EpochReport]) -> "JobHeadState":
+        """The state once ``decision`` is committed: epoch counted, partitions aligned."""
+        by_head: dict[str, dict[int, EpochReport]] = {}
+        for r in reports:
+            by_head.setdefault(r.head, {})[r.partition] = r
+        heads = {}
+        for name, head in self.heads.items():
+            got = by_head.get(name, {})
+            parts = tuple(
+                PartitionState(
+                    latest_aligned=decision.epoch,
+                    latest_globally_aligned=decision.epoch,
+                    in_flight=got[i].feedback_count if i in got else 0,
+                )
+                for i in range(len(head.partitions))
+            )
+            counts = dict(head.feedback_counts)
+            counts[decision.epoch] = sum(p.in_flight for p in parts)
+            heads[name] = HeadState(counts, parts)
+        status = HeadStatus.TERMINATING if decision.terminated else HeadStatus.RUNNING
+        return JobHeadState(status, heads)
+
+    def with_status(self, status: HeadStatus) -> "JobHeadState":
+        return replace(self, status=status)
+
+    def redistribute(self, num_partitions: int) -> "JobHeadState":
+        """Map the state of P partitions onto P' partitions: old partition i goes to new
+        partition i mod P'. The replay reads the feedback log with the same mapping, so each
+        new partition's ``in_flight`` is exactly the number of records it replays."""
+        if num_partitions < 1:
+            raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
+        heads = {}
+        for name, head in self.heads.items():
+            if len(head.partitions) == num_partitions:
+                heads[name] = head
+                continue
+            aligned = head.latest_aligned
+            globally = head.latest_globally_aligned
+            in_flight = [0] * num_partitions
+            for i, p in enumerate(head.partitions):
+                in_flight[i % num_partitions] += p.in_flight
+            heads[name] = HeadState(
+                dict(head.feedback_counts),
+                tuple(PartitionState(aligned, globally, n) for n in in_flight),
+            )
+        return JobHeadState(self.status, heads)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "heads": {
+                name: {
+                    "feedback_counts": {str(k): v for k, v in sorted(h.feedback_counts.items())},
+                    "partitions": [asdict(p) for p in h.partitions],
+                }
+                for name, h in sorted(self.heads.items())
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "JobHeadState":
+        return cls(
+            HeadStatus(d["status"]),
+            {
+                name: HeadState(
+                    {int(k): int(v) for k, v in h["feedback_counts"].items()},
+                    tuple(PartitionState(**p) for p in h["partitions"]),
+                )
+                for name, h in d["heads"].items()
+            },
+        )
+
+
+@dataclass(frozen=True)
+class AlignmentDecision:
+    """The global alignment of one epoch attempt (Flink's GloballyAlignedEvent)."""
+
+    epoch: int
+    attempt_id: str
+    terminated: bool
+    reason: str | None
+    feedback_count: int
+    metrics: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "AlignmentDecision":
+        return cls(
+            epoch=int(d["epoch"]),
+            attempt_id=d["attempt_id"],
+            terminated=bool(d["terminated"]),
+            reason=d.get("reason"),
+            feedback_count=int(d["feedback_count"]),
+            metrics={k: float(v) for k, v in d.get("metrics", {}).items()},
+        )
+
+
+@dataclass(frozen=True)
+class TerminationCriteria:
+    """Flink's TerminateOnMaxIterOrTol, plus termination on an empty feedback round."""
+
+    max_epochs: int
+    tolerance: float | None = None
+    convergence_metric: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_epochs, int) or self.max_epochs < 1:
+            raise ConfigError(f"max_epochs must be an integer >= 1, got {self.max_epochs!r}")
+        if self.tolerance is not None and not (
+            isinstance(self.tolerance, (int, float)) and math.isfinite(self.tolerance) and self.tolerance >= 0
+        ):
+            raise ConfigError(f"tolerance must be a finite number >= 0, got {self.tolerance!r}")
+
+
+class Aligner:
+    """Turns a complete set of per-partition reports into one decision. Moves no data."""
+
+    def __init__(
+        self,
+        heads: Mapping[str, int],
+        criteria: TerminationCriteria,
+        metric_aggregations: Mapping[str, str] | None = None,
+    ):
+        self.heads = dict(heads)
+        self.criteria = criteria
+        self.metric_aggregations = dict(metric_aggregations or {})
+        for name, agg in self.metric_aggregations.items():
+            if agg not in METRIC_AGGREGATIONS:
+                raise ConfigError(
+                    f"metric {name!r} has aggregation {agg!r}; accepted: {', '.join(METRIC_AGGREGATIONS)}"
+                )
+        metric = criteria.convergence_metric
+        if metric is not None and metric not in self.metric_aggregations:
+            raise ConfigError(
+                f"convergence metric {metric!r} is not reported; reported metrics: "
+                f"{sorted(self.metric_aggregations) or 'none'}"
+            )
+
+    def missing(self, reports: Iterable[EpochReport]) -> list[tuple[str, int]]:
+        seen = {(r.head, r.partition) for r in reports}
+        return [
+            (head, p) for head, n in sorted(self.heads.items()) for p in range(n) if (head, p) not in seen
+        ]
+
+    def align(self, epoch: int, attempt_id: str, reports: Sequence[EpochReport]) -> AlignmentDecision:
+        for r in reports:
+            if r.epoch != epoch or r.attempt_id != attempt_id:
+                raise CheckpointError(
+                    f"report of {r.head}/{r.partition} belongs to epoch {r.epoch} attempt "
+                    f"{r.attempt_id}, not to epoch {epoch} attempt {attempt_id}"
+                )
+            if r.head not in self.heads or not 0 <= r.partition < self.heads[r.head]:
+                raise CheckpointError(
+                    f"unexpected report for head {r.head!r} partition {r.partition}; "
+                    f"expected heads {self.heads}"
+                )
+        missing = self.missing(reports)
+        if missing:
+            shown = ", ".join(f"{h}/{p}" for h, p in missing[:8])
+            more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+            raise AlignmentIncomplete(
+                f"epoch {epoch} attempt {attempt_id}: no report yet from {shown}{more}"
+            )
+        feedback = sum(r.feedback_count for r in reports)
+        metrics = self.combine_metrics(reports)
+        c = self.criteria
+        reason = None
+        if feedback == 0:
+            reason = "no feedback records"
+        elif (
+            c.convergence_metric is not None
+            and c.tolerance is not None
+            and metrics.get(c.convergence_metric, math.inf) < c.tolerance
+        ):
+            reason = f"converged: {c.convergence_metric}={metrics[c.convergence_metric]:.3e} < tolerance {c.tolerance:g}"
+        elif epoch + 1 >= c.max_epochs:
+            reason = f"max epochs reached ({c.max_epochs})"
+        return AlignmentDecision(epoch, attempt_id, reason is not None, reason, feedback, metrics)
+
+    def combine_metrics(self, reports: Iterable[EpochReport]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for name, agg in self.metric_aggregations.items():
+            values = [r.metrics[name] for r in reports if name in r.metrics]
+            if not values:
+                continue
+            if any(math.isnan(v) for v in values):
+                out[name] = math.nan  # the check phase refuses it with the metric's name
+            elif agg == "sum":
+                out[name] = math.fsum(values)
+            elif agg == "max":
+                out[name] = max(values)
+            else:
+                out[name] = min(values)
+        return out

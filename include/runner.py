@@ -1,0 +1,165 @@
+"""Library API: run a batch of epochs of a body from plain Python on one warm Spark session,
+with full checkpointing, resuming from the latest committed checkpoint when there is one.
+
+    from include.config import JobConfig
+    from include.runner import IterationRunner
+
+    result = IterationRunner(JobConfig(job_id="pr", body="pagerank", input="edges.csv",
+                                       checkpoint_root=".local/store")).run()
+    ranks = result.outputs["ranks"]  # a DataFrame read back from the final checkpoint
+
+Each epoch goes through the same phases an Airflow DAG runs as separate tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from include.checkpoint import Manifest
+from include.config import JobConfig
+from include.head import AlignmentDecision, HeadStatus
+from include.runtime import DEFAULT_CHECKS, Check, DataCheckFailed, EpochPlan, IterationJob
+from include.store import ObjectStore
+
+log = logging.getLogger("iterations")
+
+
+@dataclass
+class RunResult:
+    job_id: str
+    status: HeadStatus
+    checkpoint_id: int | None
+    epochs_computed: list[int] = field(default_factory=list)
+    epochs_adopted: list[int] = field(default_factory=list)
+    restored_from: int | None = None  # checkpoint the run resumed from, None for a fresh start
+    decisions: list[AlignmentDecision] = field(default_factory=list)
+    published: dict[str, str] = field(default_factory=dict)
+    final: Manifest | None = None
+    outputs: dict[str, Any] = field(default_factory=dict)  # name -> DataFrame (when finished)
+
+
+class IterationRunner:
+    def __init__(
+        self,
+        config: JobConfig,
+        spark=None,
+        *,
+        store: ObjectStore | None = None,
+        store_options: Mapping[str, Any] | None = None,
+        checks: Sequence[Check] = DEFAULT_CHECKS,
+    ):
+        self.config = config
+        self.store_options = dict(store_options or {})
+        self.job = IterationJob(config, store, checks=checks, store_options=self.store_options)
+        self._spark = spark
+        self._executor = None
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            from spark_jobs.session import get_spark
+
+            self._spark = get_spark(f"iterations-{self.config.job_id}")
+        return self._spark
+
+    @property
+    def executor(self):
+        if self._executor is None:
+            from spark_jobs.epoch import EpochExecutor
+
+            self._executor = EpochExecutor(self.spark, self.store_options)
+        return self._executor
+
+    def _execute(self, plan: EpochPlan) -> None:
+        if plan.adopted:
+            return
+        try:
+            self.executor.run(plan, self.job.store)
+        except BaseException as e:
+            # A failed attempt never becomes state; its files are deleted now, not left to GC.
+            self.job.abort(plan, reason=f"{type(e).__name__}: {e}"[:500])
+            raise
+
+    def run(self, *, batch_id: str | None = None, max_epochs_in_batch: int | None = None) -> RunResult:
+        """Run epochs until the job terminates (then finish and publish) or the batch's epoch
+        budget is spent. Safe to call again after any failure: it resumes."""
+        job = self.job
+        state = job.state()
+        result = RunResult(
+            self.config.job_id,
+            state.status,
+            state.latest.checkpoint_id if state.latest else None,
+            restored_from=state.latest.checkpoint_id if state.latest else None,
+        )
+        if state.latest is not None:
+            log.info("job %s: restored checkpoint %d (%s, next epoch %d)", self.config.job_id,
+                     state.latest.checkpoint_id, state.status.value, state.next_epoch)
+        while state.status is HeadStatus.RUNNING:
+            if max_epochs_in_batch is not None and len(result.epochs_computed) + len(result.epochs_adopted) >= max_epochs_in_batch:
+                break
+            started = time.monotonic()
+            plan = job.plan_epoch(batch_id, state)
+            self._execute(plan)
+            decision = job.align(plan)
+            manifest = job.commit(plan, decision)
+            (result.epochs_adopted if plan.adopted else result.epochs_computed).append(plan.epoch)
+            result.decisions.append(decision)
+            metrics = " ".join(f"{k}={v:.3e}" for k, v in sorted(decision.metrics.items()))
+            log.info(
+                "job %s epoch %d: feedback=%d %s %.2fs %s%s",
+                self.config.job_id, plan.epoch, decision.feedback_count, metrics,
+                time.monotonic() - started, "adopted" if plan.adopted else "committed",
+                f" -> terminating ({decision.reason})" if decision.terminated else "",
+            )
+            state = _state_of(manifest)
+        if state.status is HeadStatus.TERMINATING:
+            plan = job.plan_finish(batch_id, state)
+            self._execute(plan)
+            final = job.commit_finish(plan)
+            state = _state_of(final)
+            log.info("job %s: final checkpoint %d committed", self.config.job_id, final.checkpoint_id)
+        if state.status is HeadStatus.TERMINATED:
+            result.final = state.latest
+            result.published = job.publish(state.latest)
+            result.outputs = self.read_outputs(state.latest)
+        result.status = state.status
+        result.checkpoint_id = state.latest.checkpoint_id if state.latest else None
+        if batch_id is not None and result.checkpoint_id is not None:
+            job.log.record_batch_final(batch_id, result.checkpoint_id)
+        return result
+
+    def read_outputs(self, manifest: Manifest) -> dict[str, Any]:
+        from spark_jobs.storeio import read_dataset
+
+        return {
+            name: read_dataset(self.spark, self.job.store, ds, manifest.num_partitions)
+            for name, ds in manifest.outputs.items()
+        }
+
+    def read_variables(self, checkpoint_id: int | None = None) -> dict[str, Any]:
+        """The variables of a committed checkpoint (the latest by default), verified."""
+        from spark_jobs.storeio import read_dataset
+
+        manifest = self.job.log.load(checkpoint_id) if checkpoint_id is not None else self.job.log.latest()
+        if manifest is None:
+            return {}
+        return {
+            name: read_dataset(self.spark, self.job.store, ds, manifest.num_partitions)
+            for name, ds in manifest.variables.items()
+        }
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.release()
+
+
+def _state_of(manifest: Manifest):
+    from include.runtime import JobState
+
+    return JobState(manifest, manifest.head_state.status, manifest.epoch + 1)
+
+
+__all__ = ["IterationRunner", "RunResult", "DataCheckFailed"]

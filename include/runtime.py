@@ -1,0 +1,413 @@
+"""The phases of an epoch, each callable on its own (from a separate process if need be):
+
+    plan   -> restore the latest checkpoint, decide what runs next, record an attempt
+    run    -> (Spark side, spark_jobs.epoch) compute the step, the tail writes log and reports
+    align  -> all partitions of all heads reported? -> (epoch, terminated)
+    check  -> validate what the attempt wrote before it can become state
+    commit -> one create-if-absent write of the manifest
+    finish -> final checkpoint with the outputs, then publication
+
+Nothing here imports Spark or Airflow: operators and the library runner both call it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import uuid
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+from include.body import resolve_body
+from include.checkpoint import CheckpointLog, DatasetRef, Manifest
+from include.config import InputSpec, JobConfig
+from include.errors import CheckpointError, IterationError
+from include.head import (
+    AlignmentDecision,
+    Aligner,
+    EpochReport,
+    FileRef,
+    HeadStatus,
+    JobHeadState,
+    TerminationCriteria,
+)
+from include.store import ObjectStore, open_store
+
+log = logging.getLogger("iterations")
+
+
+class DataCheckFailed(IterationError):
+    """A check between rounds refused what an attempt wrote; the attempt was aborted."""
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """Everything the Spark side needs to run one attempt; stored as the attempt's _PLAN.json."""
+
+    job_id: str
+    kind: str  # "epoch" or "final"
+    checkpoint_id: int  # the epoch number for epoch plans
+    attempt_id: str
+    batch_id: str | None
+    parent_id: int | None
+    body: dict[str, Any]  # IterationBody.describe() plus "params"
+    input: dict[str, Any]
+    num_partitions: int
+    store: dict[str, Any]  # store spec, no secrets
+    restore: dict[str, dict[str, Any]] | None  # parent's variables (DatasetRef dicts)
+    head_state: dict[str, Any]  # parent's head state, redistributed to num_partitions
+    max_epochs: int
+    tolerance: float | None
+    adopted: bool = False  # a complete earlier attempt is reused instead of running again
+
+    @property
+    def epoch(self) -> int:
+        return self.checkpoint_id
+
+    @property
+    def heads(self) -> dict[str, list[str]]:
+        return self.body["heads"]
+
+    def identity(self) -> dict[str, Any]:
+        """What must match for an earlier attempt to be adopted in place of a new one."""
+        d = asdict(self)
+        for k in ("attempt_id", "batch_id", "adopted", "store"):
+            d.pop(k)
+        return d
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("adopted")
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], adopted: bool = False) -> "EpochPlan":
+        return cls(**{**d, "adopted": adopted})
+
+    def aligner(self) -> Aligner:
+        criteria = TerminationCriteria(self.max_epochs, self.tolerance, self.body.get("convergence_metric"))
+        return Aligner(
+            {h: self.num_partitions for h in self.heads}, criteria, self.body.get("metric_aggregations")
+        )
+
+    def input_spec(self) -> InputSpec:
+        return InputSpec.from_dict(self.input)
+
+    def restore_datasets(self) -> dict[str, DatasetRef]:
+        return {k: DatasetRef.from_dict(v) for k, v in (self.restore or {}).items()}
+
+
+@dataclass(frozen=True)
+class JobState:
+    latest: Manifest | None
+    status: HeadStatus
+    next_epoch: int
+
+
+Check = Callable[[EpochPlan, AlignmentDecision, Sequence[EpochReport]], None]
+
+
+def check_finite_metrics(plan: EpochPlan, decision: AlignmentDecision, reports: Sequence[EpochReport]) -> None:
+    bad = {k: v for k, v in decision.metrics.items() if not math.isfinite(v)}
+    if bad:
+        raise DataCheckFailed(
+            f"epoch {plan.epoch} attempt {plan.attempt_id}: metric(s) not finite: "
+            + ", ".join(f"{k}={v}" for k, v in bad.items())
+        )
+
+
+def check_schema_stable(plan: EpochPlan, decision: AlignmentDecision, reports: Sequence[EpochReport]) -> None:
+    """The variables keep the schema they were restored with (a changed schema is a bug in a body)."""
+    for head, ds in plan.restore_datasets().items():
+        for r in reports:
+            if r.head == head and r.schema and _columns(r.schema) != _columns(ds.schema):
+                raise DataCheckFailed(
+                    f"epoch {plan.epoch}: head {head!r} changed its schema from "
+                    f"{_schema_str(ds.schema)} to {_schema_str(r.schema)}"
+                )
+
+
+def _columns(schema_json: str) -> list[tuple[str, Any]]:
+    return [(f["name"], f["type"]) for f in json.loads(schema_json).get("fields", [])]
+
+
+def _schema_str(schema_json: str) -> str:
+    fields = json.loads(schema_json).get("fields", [])
+    return "(" + ", ".join(f"{f['name']} {f['type']}" for f in fields) + ")"
+
+
+DEFAULT_CHECKS: tuple[Check, ...] = (check_finite_metrics, check_schema_stable)
+
+
+class IterationJob:
+    """One job's checkpoint log seen through the phases of an epoch."""
+
+    def __init__(
+        self,
+        config: JobConfig,
+        store: ObjectStore | None = None,
+        *,
+        checks: Sequence[Check] = DEFAULT_CHECKS,
+        store_options: Mapping[str, Any] | None = None,
+    ):
+        self.config = config
+        self.store_options = dict(store_options or {})
+        self.store = store or open_store(config.checkpoint_root, **self.store_options)
+        self.log = CheckpointLog(self.store, config.job_id)
+        self.checks = tuple(checks)
+        self._body_meta: dict[str, Any] | None = None
+
+    @property
+    def body_meta(self) -> dict[str, Any]:
+        if self._body_meta is None:
+            body = resolve_body(self.config.body)
+            meta = body.describe()
+            meta["params"] = dict(self.config.body_params)
+            body.parse_params(self.config.body_params)  # refuse bad parameters before any work
+            self._body_meta = meta
+        return self._body_meta
+
+    # --- plan -----------------------------------------------------------------------------
+
+    def state(self, *, verify: str = "sizes") -> JobState:
+        latest = self.log.latest(verify=verify)
+        if latest is None:
+            return JobState(None, HeadStatus.RUNNING, 0)
+        return JobState(latest, latest.head_state.status, latest.epoch + 1)
+
+    def _base_plan(self, kind: str, checkpoint_id: int, latest: Manifest | None, batch_id: str | None) -> EpochPlan:
+        meta = self.body_meta
+        P = self.config.num_partitions
+        if latest is None:
+            head_state = JobHeadState.initial(list(meta["heads"]), P)
+        else:
+            if sorted(latest.head_state.heads) != sorted(meta["heads"]):
+                raise CheckpointError(
+                    f"checkpoint {latest.checkpoint_id} of job {self.config.job_id} has heads "
+                    f"{sorted(latest.head_state.heads)}, body {meta['name']!r} has {sorted(meta['heads'])}"
+                )
+            head_state = latest.head_state.redistribute(P)
+        return EpochPlan(
+            job_id=self.config.job_id,
+            kind=kind,
+            checkpoint_id=checkpoint_id,
+            attempt_id="",
+            batch_id=batch_id,
+            parent_id=None if latest is None else latest.checkpoint_id,
+            body=meta,
+            input=self.config.input.to_dict(),
+            num_partitions=P,
+            store=self.store.spec(),
+            restore=None if latest is None else {k: v.to_dict() for k, v in latest.variables.items()},
+            head_state=head_state.to_dict(),
+            max_epochs=self.config.max_epochs,
+            tolerance=self.config.tolerance,
+        )
+
+    def plan_epoch(self, batch_id: str | None = None, state: JobState | None = None) -> EpochPlan:
+        """Plan the next epoch from the latest committed checkpoint and record its attempt.
+
+        A complete earlier attempt with the same plan (every partition reported; for example
+        its process died after the Spark job, before the commit) is adopted, not recomputed.
+        """
+        state = state or self.state()
+        if state.status is not HeadStatus.RUNNING:
+            raise CheckpointError(
+                f"job {self.config.job_id} is {state.status.value} at checkpoint "
+                f"{state.latest.checkpoint_id if state.latest else None}: no epoch left to plan"
+            )
+        epoch = state.next_epoch
+        base = self._base_plan("epoch", epoch, state.latest, batch_id)
+        adopted = self._adoptable(base)
+        if adopted is not None:
+            return adopted
+        return self._record(base)
+
+    def plan_finish(self, batch_id: str | None = None, state: JobState | None = None) -> EpochPlan:
+        state = state or self.state()
+        if state.status is not HeadStatus.TERMINATING or state.latest is None:
+            raise CheckpointError(
+                f"job {self.config.job_id} is {state.status.value}: finish runs once termination is "
+                "decided and before the job is terminated"
+            )
+        base = self._base_plan("final", state.latest.checkpoint_id + 1, state.latest, batch_id)
+        adopted = self._adoptable(base)
+        return adopted if adopted is not None else self._record(base)
+
+    def _record(self, base: EpochPlan) -> EpochPlan:
+        attempt_id = f"a{base.checkpoint_id}-{uuid.uuid4().hex[:12]}"
+        plan = EpochPlan.from_dict({**base.to_dict(), "attempt_id": attempt_id})
+        self.log.start_attempt(plan.checkpoint_id, attempt_id, plan.to_dict())
+        return plan
+
+    def _adoptable(self, base: EpochPlan) -> EpochPlan | None:
+        for attempt_id in reversed(self.log.attempt_ids(base.checkpoint_id)):
+            if self.log.is_aborted(base.checkpoint_id, attempt_id):
+                continue
+            recorded = self.log.read_plan(base.checkpoint_id, attempt_id)
+            if recorded is None:
+                continue
+            candidate = EpochPlan.from_dict(recorded, adopted=True)
+            if candidate.identity() != base.identity():
+                continue
+            if self._complete(candidate):
+                log.info("epoch %d: adopting complete attempt %s (its reports are all in)",
+                         candidate.epoch, attempt_id)
+                return candidate
+        return None
+
+    def _complete(self, plan: EpochPlan) -> bool:
+        if plan.kind == "final":
+            return not self._missing_outputs(plan)
+        return not plan.aligner().missing(self.log.reports(plan.checkpoint_id, plan.attempt_id))
+
+    # --- align, check, commit ---------------------------------------------------------------
+
+    def reports(self, plan: EpochPlan) -> list[EpochReport]:
+        return self.log.reports(plan.checkpoint_id, plan.attempt_id)
+
+    def align(self, plan: EpochPlan, reports: Sequence[EpochReport] | None = None) -> AlignmentDecision:
+        """Global alignment; AlignmentIncomplete while a partition has not reported."""
+        reports = self.reports(plan) if reports is None else reports
+        return plan.aligner().align(plan.epoch, plan.attempt_id, list(reports))
+
+    def check(self, plan: EpochPlan, decision: AlignmentDecision, reports: Sequence[EpochReport]) -> None:
+        """Run the checks between rounds; on failure abort the attempt and raise."""
+        for check in self.checks:
+            try:
+                check(plan, decision, reports)
+            except DataCheckFailed as e:
+                self.log.abort(plan.checkpoint_id, plan.attempt_id, reason=str(e))
+                raise
+
+    def commit(
+        self,
+        plan: EpochPlan,
+        decision: AlignmentDecision | None = None,
+        reports: Sequence[EpochReport] | None = None,
+    ) -> Manifest:
+        """Check, then commit checkpoint ``plan.epoch``; idempotent for the same attempt."""
+        if plan.kind != "epoch":
+            raise CheckpointError(f"commit() takes epoch plans; use commit_finish() for {plan.kind}")
+        reports = list(self.reports(plan) if reports is None else reports)
+        decision = decision or self.align(plan, reports)
+        self.check(plan, decision, reports)
+        head_state = JobHeadState.from_dict(plan.head_state).after(decision, reports)
+        manifest = Manifest(
+            job_id=plan.job_id,
+            checkpoint_id=plan.checkpoint_id,
+            kind="epoch",
+            epoch=plan.epoch,
+            parent_id=plan.parent_id,
+            attempt_id=plan.attempt_id,
+            batch_id=plan.batch_id,
+            num_partitions=plan.num_partitions,
+            body={"name": plan.body["name"], "params": plan.body.get("params", {})},
+            head_state=head_state,
+            decision=decision,
+            variables=_datasets(reports, plan.heads, plan.num_partitions),
+        )
+        self.log.commit(manifest)
+        self.log.collect_garbage(self.config.retain_last)
+        return manifest
+
+    def abort(self, plan: EpochPlan, reason: str = "") -> bool:
+        return self.log.abort(plan.checkpoint_id, plan.attempt_id, reason)
+
+    # --- finish ---------------------------------------------------------------------------
+
+    def _output_reports(self, plan: EpochPlan) -> list[EpochReport]:
+        prefix = f"{self.log.layout.attempt(plan.checkpoint_id, plan.attempt_id)}/_outputs/"
+        return [EpochReport.from_json(self.store.get(o.key)) for o in self.store.list(prefix) if o.key.endswith(".json")]
+
+    def _missing_outputs(self, plan: EpochPlan) -> list[str]:
+        got = {(r.head, r.partition) for r in self._output_reports(plan)}
+        return [
+            f"{name}/{p}"
+            for name in plan.body.get("outputs", [])
+            for p in range(plan.num_partitions)
+            if (name, p) not in got
+        ]
+
+    def commit_finish(self, plan: EpochPlan) -> Manifest:
+        """The final checkpoint: the last variables plus the outputs, status TERMINATED."""
+        if plan.kind != "final":
+            raise CheckpointError(f"commit_finish() takes final plans, not {plan.kind}")
+        missing = self._missing_outputs(plan)
+        if missing:
+            raise CheckpointError(
+                f"finish attempt {plan.attempt_id} of job {plan.job_id} has not written outputs {missing}"
+            )
+        reports = self._output_reports(plan)
+        head_state = JobHeadState.from_dict(plan.head_state).with_status(HeadStatus.TERMINATED)
+        manifest = Manifest(
+            job_id=plan.job_id,
+            checkpoint_id=plan.checkpoint_id,
+            kind="final",
+            epoch=plan.checkpoint_id - 1,
+            parent_id=plan.parent_id,
+            attempt_id=plan.attempt_id,
+            batch_id=plan.batch_id,
+            num_partitions=plan.num_partitions,
+            body={"name": plan.body["name"], "params": plan.body.get("params", {})},
+            head_state=head_state,
+            decision=None,
+            variables=plan.restore_datasets(),
+            outputs=_datasets(reports, plan.body.get("outputs", []), plan.num_partitions),
+        )
+        self.log.commit(manifest)
+        self.log.collect_garbage(self.config.retain_last)
+        return manifest
+
+    def publish(self, manifest: Manifest) -> dict[str, str]:
+        """Copy the outputs of the final checkpoint to ``output_path``; idempotent.
+
+        Each output is a Parquet dataset ``<output_path>/<name>/part-*.parquet`` with a
+        ``_SUCCESS`` object naming the checkpoint it came from, written last."""
+        if manifest.kind != "final":
+            raise CheckpointError(f"only a final checkpoint has outputs to publish, not checkpoint {manifest.checkpoint_id}")
+        if not self.config.output_path:
+            return {}
+        out = open_store(self.config.output_path, **self.store_options)
+        published = {}
+        for name, ds in sorted(manifest.outputs.items()):
+            marker = f"{name}/_SUCCESS"
+            stamp = {"job_id": manifest.job_id, "checkpoint_id": manifest.checkpoint_id,
+                     "attempt_id": manifest.attempt_id, "files": [f.to_dict() for f in ds.files]}
+            try:
+                if json.loads(out.get(marker)).get("checkpoint_id") == manifest.checkpoint_id:
+                    published[name] = out.location(name)
+                    continue
+            except Exception:  # absent or unreadable marker: publish (again)
+                pass
+            out.delete([marker])
+            stale = [o.key for o in out.list(f"{name}/")]
+            out.delete(stale)
+            for i, f in enumerate(ds.files):
+                out.put(f"{name}/part-{i:05d}.parquet", self.store.get(f.key))
+            out.put(marker, json.dumps(stamp, indent=1).encode())
+            published[name] = out.location(name)
+            log.info("published output %s of job %s to %s (%d files, %d rows)",
+                     name, manifest.job_id, out.location(name), len(ds.files), ds.rows)
+        return published
+
+
+def _datasets(reports: Sequence[EpochReport], names: Sequence[str], num_partitions: int) -> dict[str, DatasetRef]:
+    out = {}
+    for name in names:
+        mine = {r.partition: r for r in reports if r.head == name}
+        schema = next((r.schema for r in mine.values() if r.schema), "")
+        out[name] = DatasetRef(schema, tuple(tuple(mine[p].files) if p in mine else () for p in range(num_partitions)))
+    return out
+
+
+__all__ = [
+    "Check",
+    "DataCheckFailed",
+    "DEFAULT_CHECKS",
+    "EpochPlan",
+    "FileRef",
+    "IterationJob",
+    "JobState",
+]

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# One entry point for a newcomer and for CI.
+#   ./run.sh demo   set up everything, then run PageRank end to end on the embedded default
+#                   (local Spark, local checkpoint store under .local/)
+#   ./run.sh test   set up everything, then run the test suite
+#   ./run.sh setup  only set up (.venv with pinned requirements, Java 17 if missing)
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$(pwd)
+VENV="$ROOT/.venv"
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+
+log() { printf '[run.sh] %s\n' "$*" >&2; }
+
+ensure_java() {
+  if command -v java >/dev/null 2>&1; then
+    local major
+    major=$(java -version 2>&1 | awk -F'"' '/version/ {split($2, v, "."); print v[1]; exit}')
+    if [ -n "$major" ] && [ "$major" -ge 17 ]; then return 0; fi
+    log "java $major found; Spark 4 needs 17 or newer"
+  fi
+  log "installing Java 17 (openjdk-17-jre-headless) with apt-get"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+}
+
+ensure_venv() {
+  local stamp="$VENV/.installed"
+  local want
+  want=$(cat requirements.txt constraints.txt | sha256sum | cut -d' ' -f1)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
+  if [ ! -x "$VENV/bin/python" ]; then
+    log "creating virtual environment in .venv with $($PY --version)"
+    "$PY" -m venv "$VENV"
+  fi
+  log "installing pinned requirements (a few minutes on a fresh machine)"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q -r requirements.txt -c constraints.txt
+  # pyspark-client (required by the spark provider) shares the pyspark package directory:
+  # reinstall pyspark last so the Python files match its 4.3.0 jars.
+  "$VENV/bin/pip" install -q --no-deps --force-reinstall "$(grep -E '^pyspark==' requirements.txt)"
+  "$VENV/bin/python" -c 'import pyspark, sys; v = pyspark.__version__; sys.exit(0 if v.startswith("4.3.") else f"pyspark {v} installed, 4.3.x expected")'
+  echo "$want" > "$stamp"
+}
+
+setup() {
+  ensure_java
+  ensure_venv
+  export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+  export PYSPARK_PYTHON="$VENV/bin/python"
+  export PYSPARK_DRIVER_PYTHON="$VENV/bin/python"
+}
+
+cmd=${1:-help}
+shift || true
+case "$cmd" in
+  setup)
+    setup
+    log "ready: activate with 'source .venv/bin/activate'"
+    ;;
+  demo)
+    setup
+    exec "$VENV/bin/python" -m spark_jobs.demo "$@"
+    ;;
+  test)
+    setup
+    exec "$VENV/bin/python" -m pytest "$@"
+    ;;
+  *)
+    echo "usage: ./run.sh demo|test|setup [args...]" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,162 @@
+"""k-means (Lloyd's algorithm) as an iteration body (pure DataFrame functions).
+
+Input: points with numeric feature columns (all numeric columns except ``id`` by default, or
+the ``features`` parameter). Variables: ``centroids(cluster_id, <features...>)`` (k rows).
+
+Initialisation is k-means++ made deterministic by a seed: each round picks the point with the
+largest ``log(u) / D(x)^2`` (Efraimidis-Spirakis weighted sampling, weights D(x)^2), where
+``u`` in (0, 1) is a hash of (seed, round, the point's features): the same data and seed give
+the same centroids whatever the partitioning. A cluster that loses all its points keeps its
+centroid. Converged when no centroid moves more than the job's tolerance (Euclidean).
+Outputs: ``centroids`` and ``assignments`` (the input rows plus ``cluster_id``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Any, Mapping, Sequence
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import NumericType
+
+from include.body import EpochContext, IterationBody, StepResult
+from include.errors import ConfigError, InputDataError
+
+_MASK53 = (1 << 53) - 1
+
+
+@dataclass(frozen=True)
+class KMeansParams:
+    k: int = 3
+    seed: int = 42
+    features: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= 10_000:
+            raise ConfigError(f"k must be an integer in [1, 10000], got {self.k!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ConfigError(f"seed must be an integer, got {self.seed!r}")
+        if self.features is not None:
+            if isinstance(self.features, str) or not all(isinstance(f, str) and f for f in self.features):
+                raise ConfigError(f"features must be a list of column names, got {self.features!r}")
+            object.__setattr__(self, "features", tuple(self.features))
+
+
+def _distance2(features: Sequence[str], centroid: Sequence[float]) -> Column:
+    return reduce(lambda a, b: a + b, [(F.col(f) - F.lit(float(c))) ** 2 for f, c in zip(features, centroid)])
+
+
+def _uniform(seed: int, round_: int, features: Sequence[str]) -> Column:
+    h = F.xxhash64(F.lit(seed), F.lit(round_), *[F.col(f) for f in features])
+    return (h.bitwiseAND(F.lit(_MASK53)).cast("double") + F.lit(0.5)) / F.lit(float(1 << 53))
+
+
+class KMeans(IterationBody):
+    name = "kmeans"
+    heads = {"centroids": ("cluster_id",)}
+    metric_aggregations = {"max_shift": "max"}
+    convergence_metric = "max_shift"
+    outputs = ("centroids", "assignments")
+
+    def parse_params(self, raw: Mapping[str, Any]) -> KMeansParams:
+        unknown = set(raw) - {"k", "seed", "features"}
+        if unknown:
+            raise ConfigError(f"unknown k-means parameter(s) {sorted(unknown)}; accepted: k, seed, features")
+        return KMeansParams(**raw)
+
+    def load(self, raw: DataFrame, params: KMeansParams) -> dict[str, Any]:
+        types = {f.name: f.dataType for f in raw.schema.fields}
+        if params.features is not None:
+            missing = [f for f in params.features if f not in types]
+            if missing:
+                raise InputDataError(f"k-means feature column(s) {missing} not in the input; columns: {raw.columns}")
+            features = list(params.features)
+        else:
+            features = [n for n, t in types.items() if n != "id" and isinstance(t, NumericType)]
+            if not features:
+                raise InputDataError(f"k-means input has no numeric feature column; columns and types: "
+                                     + ", ".join(f"{n} {t.simpleString()}" for n, t in types.items()))
+        bad = {f: types[f].simpleString() for f in features if not isinstance(types[f], NumericType)}
+        if bad:
+            raise InputDataError(
+                "k-means needs numeric features; non-numeric: "
+                + ", ".join(f"{f} ({t})" for f, t in bad.items())
+            )
+        points = raw.select(*raw.columns, *[F.col(f).cast("double").alias(f"__f{i}") for i, f in enumerate(features)])
+        fcols = [f"__f{i}" for i in range(len(features))]
+        points = points.cache()
+        stats = points.agg(
+            F.count("*").alias("n"),
+            *[F.sum(F.when(F.col(c).isNull() | F.isnan(c), 1).otherwise(0)).alias(c) for c in fcols],
+        ).first()
+        if stats["n"] == 0:
+            raise InputDataError("k-means input is empty: no points")
+        nulls = [f for f, c in zip(features, fcols) if stats[c]]
+        if nulls:
+            raise InputDataError(f"k-means feature column(s) {nulls} have null or NaN values")
+        if stats["n"] < params.k:
+            raise InputDataError(f"k-means with k={params.k} needs at least {params.k} points, the input has {stats['n']}")
+        return {"points": points, "features": features, "fcols": fcols}
+
+    def initial_centroids(self, data: Mapping[str, Any], params: KMeansParams) -> list[list[float]]:
+        """Deterministic k-means++ (see the module docstring)."""
+        points, fcols = data["points"], data["fcols"]
+        chosen: list[list[float]] = []
+        for round_ in range(params.k):
+            u = _uniform(params.seed, round_, fcols)
+            if chosen:
+                d2 = F.least(*[_distance2(fcols, c) for c in chosen]) if len(chosen) > 1 else _distance2(fcols, chosen[0])
+                scored = points.select(*fcols, (F.log(u) / d2).alias("key"), d2.alias("d2")).where("d2 > 0")
+            else:
+                scored = points.select(*fcols, u.alias("key"))
+            best = scored.orderBy(F.col("key").desc(), *[F.col(c) for c in fcols]).select(*fcols).first()
+            if best is None:  # fewer distinct points than k: repeat the last one
+                chosen.append(list(chosen[-1]))
+            else:
+                chosen.append([float(best[c]) for c in fcols])
+        return chosen
+
+    def init(self, data: Mapping[str, Any], ctx: EpochContext) -> dict[str, DataFrame]:
+        centroids = self.initial_centroids(data, ctx.params)
+        rows = [(i, *c) for i, c in enumerate(centroids)]
+        schema = "cluster_id int, " + ", ".join(f"`{f}` double" for f in data["features"])
+        return {"centroids": ctx.spark.createDataFrame(rows, schema)}
+
+    def _assign(self, points: DataFrame, fcols: Sequence[str], centroids: list[list[float]]) -> Column:
+        """Index of the nearest centroid, as one expression (no join, no shuffle)."""
+        distances = [_distance2(fcols, c) for c in centroids]
+        best = F.least(*distances) if len(distances) > 1 else distances[0]
+        expr = F.lit(len(centroids) - 1)
+        for i in range(len(centroids) - 2, -1, -1):
+            expr = F.when(distances[i] == best, F.lit(i)).otherwise(expr)
+        return expr
+
+    def step(self, variables: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> StepResult:
+        features, fcols = data["features"], data["fcols"]
+        old = variables["centroids"]
+        rows = sorted(old.collect(), key=lambda r: r["cluster_id"])  # k rows
+        centroids = [[float(r[f]) for f in features] for r in rows]
+        sums = (
+            data["points"]
+            .select(self._assign(data["points"], fcols, centroids).alias("cluster_id"), *fcols)
+            .groupBy("cluster_id")
+            .agg(*[F.avg(c).alias(c) for c in fcols])
+        )
+        moved = [F.coalesce(F.col(f"n.{c}"), F.col(f"o.`{f}`")) for f, c in zip(features, fcols)]
+        shift = F.sqrt(reduce(lambda a, b: a + b, [(m - F.col(f"o.`{f}`")) ** 2 for m, f in zip(moved, features)]))
+        new = old.alias("o").join(sums.alias("n"), "cluster_id", "left").select(
+            F.col("cluster_id"), *[m.alias(f) for m, f in zip(moved, features)], shift.alias("shift")
+        )
+        return StepResult(variables={"centroids": new}, metrics={"max_shift": ("centroids", "shift")})
+
+    def finish(self, variables: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> dict[str, DataFrame]:
+        centroids_df = variables["centroids"]
+        rows = sorted(centroids_df.collect(), key=lambda r: r["cluster_id"])
+        centroids = [[float(r[f]) for f in data["features"]] for r in rows]
+        points = data["points"]
+        original = [c for c in points.columns if c not in data["fcols"]]
+        assignments = points.select(*original, self._assign(points, data["fcols"], centroids).alias("cluster_id"))
+        return {"centroids": centroids_df.orderBy("cluster_id"), "assignments": assignments}

@@ -1,0 +1,177 @@
+"""The Spark entry point for one epoch (or the finish step) of a registered iteration body.
+
+Called on a warm session (``EpochExecutor``) or spark-submitted as a script::
+
+    python -m spark_jobs.epoch --checkpoint-root ROOT --job-id JOB --checkpoint-id K --attempt-id A
+
+The plan is read from the attempt's ``_PLAN.json``; the job writes the feedback log, the
+per-partition reports (and, for the finish step, the outputs) under the attempt, and nothing
+else. Committing is not its business.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from typing import Any, Mapping
+
+from include.body import EpochContext, IterationBody, resolve_body
+from include.checkpoint import CheckpointLog
+from include.errors import CheckpointError, InputDataError
+from include.head import EpochReport
+from include.runtime import EpochPlan
+from include.store import ObjectStore, open_store
+
+log = logging.getLogger("iterations")
+
+
+class EpochExecutor:
+    """Runs attempts on one Spark session, keeping each job's static data cached between epochs."""
+
+    def __init__(self, spark, store_options: Mapping[str, Any] | None = None):
+        self.spark = spark
+        self.store_options = dict(store_options or {})
+        self._data: dict[str, tuple[dict, list]] = {}
+
+    def _load(self, body: IterationBody, plan: EpochPlan, params: Any) -> dict:
+        from spark_jobs.storeio import read_input
+
+        key = json.dumps([plan.body["name"], plan.body.get("params"), plan.input], sort_keys=True, default=str)
+        if key not in self._data:
+            raw = read_input(self.spark, plan.input_spec(), plan.num_partitions, **self.store_options)
+            data = body.load(raw, params)
+            self._data[key] = (data, [df for df in data.values() if hasattr(df, "unpersist")])
+        return self._data[key][0]
+
+    def release(self) -> None:
+        for _data, frames in self._data.values():
+            for df in frames:
+                df.unpersist()
+        self._data.clear()
+
+    def _context(self, plan: EpochPlan) -> tuple[IterationBody, Any, EpochContext]:
+        body = resolve_body(plan.body["name"])
+        params = body.parse_params(plan.body.get("params", {}))
+        self.spark.conf.set("spark.sql.shuffle.partitions", str(plan.num_partitions))
+        return body, params, EpochContext(plan.epoch, plan.num_partitions, params, self.spark)
+
+    def _variables(self, plan: EpochPlan, store: ObjectStore) -> dict | None:
+        from spark_jobs.storeio import read_dataset
+
+        if plan.restore is None:
+            return None
+        return {
+            name: read_dataset(self.spark, store, ds, plan.num_partitions)
+            for name, ds in plan.restore_datasets().items()
+        }
+
+    def run_epoch(self, plan: EpochPlan, store: ObjectStore) -> list[EpochReport]:
+        """Compute one epoch; the tail writes the feedback log and the reports."""
+        from spark_jobs.storeio import write_dataset
+
+        if plan.kind != "epoch":
+            raise CheckpointError(f"run_epoch() takes epoch plans, not {plan.kind}")
+        body, params, ctx = self._context(plan)
+        data = self._load(body, plan, params)
+        variables = self._variables(plan, store)
+        if variables is None:
+            variables = body.init(data, ctx)
+        result = body.step(variables, data, ctx)
+        missing = set(plan.heads) - set(result.variables)
+        if missing:
+            raise CheckpointError(f"body {plan.body['name']!r} returned no variables for heads {sorted(missing)}")
+        layout = CheckpointLog(store, plan.job_id).layout
+        root = layout.attempt(plan.checkpoint_id, plan.attempt_id)
+        reports: list[EpochReport] = []
+        for head, keys in plan.heads.items():
+            head_metrics = {
+                name: (col, plan.body["metric_aggregations"][name])
+                for name, (h, col) in result.metrics.items()
+                if h == head
+            }
+            reports += write_dataset(
+                result.variables[head],
+                store=store,
+                prefix=f"{root}/{head}",
+                report_prefix=f"{root}/_reports/{head}",
+                head=head,
+                epoch=plan.epoch,
+                attempt_id=plan.attempt_id,
+                num_partitions=plan.num_partitions,
+                key_columns=keys,
+                metrics=head_metrics,
+            )
+        return reports
+
+    def run_finish(self, plan: EpochPlan, store: ObjectStore) -> list[EpochReport]:
+        """Compute the outputs from the final variables and stage them under the attempt."""
+        from spark_jobs.storeio import write_dataset
+
+        if plan.kind != "final":
+            raise CheckpointError(f"run_finish() takes final plans, not {plan.kind}")
+        body, params, ctx = self._context(plan)
+        data = self._load(body, plan, params)
+        outputs = body.finish(self._variables(plan, store), data, ctx)
+        root = CheckpointLog(store, plan.job_id).layout.attempt(plan.checkpoint_id, plan.attempt_id)
+        reports: list[EpochReport] = []
+        for name in plan.body.get("outputs", []):
+            if name not in outputs:
+                raise CheckpointError(f"body {plan.body['name']!r} finish() returned no output {name!r}")
+            reports += write_dataset(
+                outputs[name],
+                store=store,
+                prefix=f"{root}/outputs/{name}",
+                report_prefix=f"{root}/_outputs/{name}",
+                head=name,
+                epoch=plan.checkpoint_id,
+                attempt_id=plan.attempt_id,
+                num_partitions=plan.num_partitions,
+            )
+        return reports
+
+    def run(self, plan: EpochPlan, store: ObjectStore) -> list[EpochReport]:
+        return self.run_finish(plan, store) if plan.kind == "final" else self.run_epoch(plan, store)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """spark-submit entry point: run one recorded attempt."""
+    parser = argparse.ArgumentParser(prog="spark_jobs.epoch", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint-root", required=True, help="local directory or s3://bucket/prefix")
+    parser.add_argument("--job-id", required=True)
+    parser.add_argument("--checkpoint-id", type=int, required=True, help="the epoch (or the final checkpoint id)")
+    parser.add_argument("--attempt-id", required=True)
+    parser.add_argument("--endpoint-url", default=None, help="S3 endpoint (MinIO, moto); default from the environment")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
+    store = open_store(args.checkpoint_root, **options)
+    recorded = CheckpointLog(store, args.job_id).read_plan(args.checkpoint_id, args.attempt_id)
+    if recorded is None:
+        raise SystemExit(
+            f"no plan for job {args.job_id} checkpoint {args.checkpoint_id} attempt {args.attempt_id} "
+            f"under {store.location()}"
+        )
+    plan = EpochPlan.from_dict(recorded)
+    from spark_jobs.session import get_spark
+
+    started = time.monotonic()
+    executor = EpochExecutor(get_spark(f"iterations-{plan.job_id}-{plan.checkpoint_id}"), options)
+    try:
+        reports = executor.run(plan, store)
+    except InputDataError as e:
+        log.error("%s", e)
+        return 2
+    log.info(
+        "job %s %s %d attempt %s: %d partition reports, %d records, %.2fs",
+        plan.job_id, plan.kind, plan.checkpoint_id, plan.attempt_id, len(reports),
+        sum(r.feedback_count for r in reports), time.monotonic() - started,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,313 @@
+"""Spark I/O against an ObjectStore, with no Hadoop S3 connector.
+
+* Writing (the tail): ``mapInArrow`` over the dataset, repartitioned into P partitions; each
+  partition writes one Parquet object through the store (local file or S3 PUT), hashes it,
+  aggregates its partial metrics and writes its epoch report. Only the small reports come
+  back to the driver.
+* Reading (the head's replay, and static inputs on S3): a Spark 4 Python data source whose
+  partitions are explicit groups of objects; each object is checked against its size and
+  SHA-256 from the manifest before it is decoded.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+from typing import Any, Iterator, Mapping, Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from include.checkpoint import DatasetRef
+from include.config import InputSpec
+from include.errors import InputDataError, IterationError
+from include.failpoints import failpoint
+from include.head import EpochReport, FileRef
+from include.store import ObjectStore, open_store
+
+# --- writing -------------------------------------------------------------------------------
+
+
+def write_dataset(
+    df: DataFrame,
+    *,
+    store: ObjectStore,
+    prefix: str,
+    report_prefix: str,
+    head: str,
+    epoch: int,
+    attempt_id: str,
+    num_partitions: int,
+    key_columns: Sequence[str] = (),
+    metrics: Mapping[str, tuple[str, str]] | None = None,
+) -> list[EpochReport]:
+    """Write ``df`` as P partitions of Parquet under ``prefix`` and one report per partition
+    under ``report_prefix``. ``metrics``: name -> (column, aggregation); metric columns are
+    aggregated per partition and not written.
+
+    A record's partition is ``pmod(hash(keys), P)`` (all columns when there are no keys),
+    computed as a column: Spark may coalesce or reuse shuffles, so its own partition ids are
+    not trusted. Each Spark task writes one file per partition it holds, records sorted by
+    key; partitions that received no record get an empty report from the driver.
+    """
+    metrics = dict(metrics or {})
+    metric_columns = {col for col, _ in metrics.values()}
+    for name, (col, _agg) in metrics.items():
+        if col not in df.columns:
+            raise IterationError(f"metric {name!r} needs column {col!r}, which {head!r} does not have: {df.columns}")
+    data_columns = [c for c in df.columns if c not in metric_columns]
+    schema_json = df.select(*data_columns).schema.json()
+    hashed = [F.col(c) for c in (key_columns or data_columns)]
+    df = (
+        df.withColumn(_PID, F.pmod(F.hash(*hashed), F.lit(num_partitions)))
+        .repartition(num_partitions, _PID)
+        .sortWithinPartitions(_PID, *key_columns)
+    )
+
+    def tail(batches: Iterator[Any]) -> Iterator[Any]:
+        import numpy as np
+        import pyarrow as pa
+        from pyspark import TaskContext
+
+        task = TaskContext.get().taskAttemptId()
+        out_schema = pa.schema([("report", pa.string())])
+        current: _PartitionWriter | None = None
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            pids = batch.column(_PID).to_numpy(zero_copy_only=False)
+            starts = [0, *(np.flatnonzero(np.diff(pids)) + 1).tolist()]
+            for i, start in enumerate(starts):
+                stop = starts[i + 1] if i + 1 < len(starts) else batch.num_rows
+                pid = int(pids[start])
+                if current is None or current.partition != pid:
+                    if current is not None:
+                        yield pa.RecordBatch.from_pylist([{"report": current.close()}], schema=out_schema)
+                    current = _PartitionWriter(store, prefix, report_prefix, head, epoch, attempt_id,
+                                               pid, task, metrics, data_columns, schema_json)
+                current.write(batch.slice(start, stop - start))
+        if current is not None:
+            yield pa.RecordBatch.from_pylist([{"report": current.close()}], schema=out_schema)
+
+    reports = {
+        r.partition: r
+        for r in (EpochReport.from_json(row.report) for row in df.mapInArrow(tail, "report string").collect())
+    }
+    for p in range(num_partitions):
+        if p not in reports:
+            empty = {name: 0.0 for name, (_c, agg) in metrics.items() if agg == "sum"}
+            reports[p] = EpochReport(head, p, epoch, attempt_id, 0, empty, (), schema_json)
+            store.put(f"{report_prefix}/part-{p:05d}.json", reports[p].to_json().encode())
+    return [reports[p] for p in range(num_partitions)]
+
+
+_PID = "__iterations_partition"
+
+
+class _PartitionWriter:
+    """Writes one partition's records to one Parquet object and reports it."""
+
+    def __init__(self, store, prefix, report_prefix, head, epoch, attempt_id, partition, task,
+                 metrics, data_columns, schema_json):
+        self.store, self.prefix, self.report_prefix = store, prefix, report_prefix
+        self.head, self.epoch, self.attempt_id = head, epoch, attempt_id
+        self.partition, self.task = partition, task
+        self.metrics, self.data_columns, self.schema_json = metrics, data_columns, schema_json
+        self.buf = io.BytesIO()
+        self.writer = None
+        self.rows = 0
+        self.partial: dict[str, float] = {}
+
+    def write(self, batch) -> None:
+        import numpy as np
+        import pyarrow.parquet as pq
+
+        for name, (col, agg) in self.metrics.items():
+            values = np.asarray(batch.column(col).to_numpy(zero_copy_only=False), dtype="float64")
+            value = float({"sum": np.sum, "max": np.max, "min": np.min}[agg](values))
+            if name not in self.partial:
+                self.partial[name] = value
+            elif agg == "sum":
+                self.partial[name] += value
+            else:
+                self.partial[name] = (max if agg == "max" else min)(self.partial[name], value, key=_nan_first)
+        data = batch.select(self.data_columns)
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.buf, data.schema, compression="snappy")
+        self.writer.write_batch(data)
+        self.rows += batch.num_rows
+
+    def close(self) -> str:
+        import hashlib
+
+        files: tuple[FileRef, ...] = ()
+        if self.writer is not None:
+            self.writer.close()
+            blob = self.buf.getvalue()
+            key = f"{self.prefix}/part-{self.partition:05d}-{self.task}.parquet"
+            self.store.put(key, blob)
+            files = (FileRef(key, len(blob), hashlib.sha256(blob).hexdigest(), self.rows),)
+        failpoint("tail.partition_written", epoch=self.epoch, partition=self.partition, head=self.head)
+        for name, (_col, agg) in self.metrics.items():
+            if agg == "sum":
+                self.partial.setdefault(name, 0.0)
+        report = EpochReport(self.head, self.partition, self.epoch, self.attempt_id, self.rows,
+                             self.partial, files, self.schema_json)
+        text = report.to_json()
+        self.store.put(f"{self.report_prefix}/part-{self.partition:05d}.json", text.encode())
+        return text
+
+
+def _nan_first(v: float) -> tuple[int, float]:
+    # max/min that let NaN win, so a NaN anywhere reaches the checks instead of hiding.
+    return (1, 0.0) if v != v else (0, v)
+
+
+# --- reading -------------------------------------------------------------------------------
+
+
+class _StoreSource(DataSource):
+    """Reads explicit groups of store objects; one group per Spark partition."""
+
+    store: ObjectStore | None = None  # set on the per-store subclass; pickled with it
+    source_name = "iterations_store"
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.source_name
+
+    def schema(self) -> str:
+        return self.options["schema"]
+
+    def reader(self, schema: StructType) -> "DataSourceReader":
+        return _StoreReader(type(self).store, self.options, schema)
+
+
+class _StoreReader(DataSourceReader):
+    def __init__(self, store: ObjectStore, options: Mapping[str, str], schema: StructType):
+        self.store = store
+        self.groups = json.loads(options["groups"])
+        self.format = options.get("format", "parquet")
+        self.csv_header = options.get("header", "true").lower() == "true"
+        self.schema_json = schema.json()
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(group) for group in self.groups]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from include.checkpoint import verify_bytes
+
+        target = to_arrow_schema(StructType.fromJson(json.loads(self.schema_json)))
+        for f in partition.value:
+            data = self.store.get(f["key"])
+            if f.get("sha256"):
+                verify_bytes(data, FileRef.from_dict(f), self.store.location(f["key"]))
+            table = _decode(data, self.format, self.csv_header)
+            missing = [n for n in target.names if n not in table.column_names]
+            if missing:
+                raise InputDataError(f"{self.store.location(f['key'])} has no column(s) {missing}")
+            table = table.select(target.names).cast(target)
+            yield from table.to_batches()
+
+
+def _decode(data: bytes, fmt: str, csv_header: bool = True):
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pjson
+    import pyarrow.parquet as pq
+
+    if fmt == "parquet":
+        return pq.read_table(io.BytesIO(data))
+    if fmt == "csv":
+        read_options = pcsv.ReadOptions(autogenerate_column_names=not csv_header)
+        return pcsv.read_csv(io.BytesIO(data), read_options=read_options)
+    if fmt == "json":
+        return pjson.read_json(io.BytesIO(data))
+    raise InputDataError(f"unsupported format {fmt!r}")
+
+
+_registered: dict[int, tuple[ObjectStore, str]] = {}
+_registered_lock = threading.Lock()
+
+
+def _source_for(spark: SparkSession, store: ObjectStore) -> str:
+    with _registered_lock:
+        key = id(store)
+        if key not in _registered or _registered[key][0] is not store:
+            name = f"iterations_store_{len(_registered)}_{os.getpid()}"
+            cls = type(f"StoreSource{len(_registered)}", (_StoreSource,), {"store": store, "source_name": name})
+            spark.dataSource.register(cls)
+            _registered[key] = (store, name)
+        return _registered[key][1]
+
+
+def read_files(
+    spark: SparkSession,
+    store: ObjectStore,
+    groups: Sequence[Sequence[Mapping[str, Any]]],
+    schema: StructType,
+    fmt: str = "parquet",
+    options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """A DataFrame with one partition per group of objects, rows in object order."""
+    reader = (
+        spark.read.format(_source_for(spark, store))
+        .schema(schema)
+        .option("schema", schema.simpleString())
+        .option("groups", json.dumps([list(g) for g in groups]))
+        .option("format", fmt)
+    )
+    for k, v in (options or {}).items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def read_dataset(spark: SparkSession, store: ObjectStore, ds: DatasetRef, num_partitions: int) -> DataFrame:
+    """Replay a committed dataset into ``num_partitions`` partitions: old partition i is read
+    by new partition i mod P', in order (the mapping JobHeadState.redistribute assumes)."""
+    groups: list[list[dict[str, Any]]] = [[] for _ in range(num_partitions)]
+    for i, part in enumerate(ds.partitions):
+        groups[i % num_partitions].extend(f.to_dict() for f in part)
+    return read_files(spark, store, groups, StructType.fromJson(json.loads(ds.schema)))
+
+
+# --- static inputs ---------------------------------------------------------------------------
+
+
+def read_input(spark: SparkSession, spec: InputSpec, num_partitions: int, **store_options: Any) -> DataFrame:
+    """Read a job's static input: local paths with Spark's own readers, S3 with the store source."""
+    options = {"header": "true", "inferSchema": "true"} if spec.format == "csv" else {}
+    options.update(spec.options)
+    if not spec.is_s3:
+        path = spec.path[len("file://"):] if spec.path.startswith("file://") else spec.path
+        if not os.path.exists(path):
+            raise InputDataError(f"input path {path} does not exist")
+        if os.path.isdir(path) and not any(
+            not n.startswith((".", "_")) for _, _, names in os.walk(path) for n in names
+        ):
+            raise InputDataError(f"input {path} is empty: the directory holds no data files")
+        return spark.read.format(spec.format).options(**options).load(path)
+    return _read_s3_input(spark, spec, num_partitions, options, store_options)
+
+
+def _read_s3_input(spark, spec, num_partitions, options, store_options) -> DataFrame:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    bucket_url, _, key = spec.path.partition("://")[2].partition("/")
+    store = open_store(f"s3://{bucket_url}", **store_options)
+    objects = [o for o in store.list(key) if not o.key.rsplit("/", 1)[-1].startswith((".", "_")) and o.size > 0]
+    objects = [o for o in objects if o.key == key or o.key.startswith(key.rstrip("/") + "/") or not key]
+    if not objects:
+        raise InputDataError(f"input {spec.path} does not exist or holds no data files")
+    first = _decode(store.get(objects[0].key), spec.format, options.get("header", "true").lower() == "true")
+    schema = from_arrow_schema(first.schema)
+    groups: list[list[dict[str, Any]]] = [[] for _ in range(min(num_partitions, len(objects)))]
+    for i, o in enumerate(objects):
+        groups[i % len(groups)].append({"key": o.key})
+    return read_files(spark, store, groups, schema, spec.format, {"header": options.get("header", "true")})
