@@ -345,8 +345,12 @@ class CheckpointLog:
                 f"{manifest.parent_id}, but the latest committed is {latest}: the chain would "
                 "have a gap; plan the epoch again from the latest checkpoint"
             )
-        if manifest.parent_id is not None and manifest.parent_id >= cid:
-            raise CheckpointError(f"checkpoint id {cid} must be greater than its parent {manifest.parent_id}")
+        expected = 0 if manifest.parent_id is None else manifest.parent_id + 1
+        if cid != expected:
+            raise CheckpointError(
+                f"checkpoint {cid} of job {self.job_id} cannot follow checkpoint "
+                f"{manifest.parent_id}: the chain would have a gap (expected id {expected})"
+            )
         stamped = Manifest(**{**manifest.__dict__, "committed_at": _now()})
         if self.store.put_if_absent(self.layout.checkpoint(cid), stamped.to_bytes()):
             return CommitOutcome(cid, manifest.attempt_id, first_write=True)

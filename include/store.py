@@ -206,6 +206,8 @@ class LocalStore(ObjectStore):
             return None
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
+        if prefix.rstrip("/"):
+            check_key(prefix.rstrip("/"))
         base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
         start = os.path.join(self.root, *base.split("/")) if base else self.root
         out: list[ObjectInfo] = []
@@ -352,7 +354,7 @@ class S3Store(ObjectStore):
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def location(self, key: str = "") -> str:
-        full = self._key(key) if key else self.prefix
+        full = "/".join(p for p in (self.prefix, key) if p)
         where = f" at {self.endpoint_url}" if self.endpoint_url else ""
         return f"s3://{self.bucket}/{full}{where}"
 
@@ -467,6 +469,8 @@ class S3Store(ObjectStore):
         return self._call("HEAD", key, head)
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
+        if prefix.rstrip("/"):
+            check_key(prefix.rstrip("/"))
         full = f"{self.prefix}/{prefix}" if self.prefix else prefix
         strip = len(self.prefix) + 1 if self.prefix else 0
 

@@ -1,0 +1,93 @@
+"""Shared fixtures: one local Spark session per test session, a moto_server S3 endpoint over
+real HTTP, and helpers to write small inputs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing-key-id",
+    "AWS_SECRET_ACCESS_KEY": "testing-secret-key",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from spark_jobs.session import get_spark
+
+    session = get_spark("iterations-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint():
+    """A moto_server process on a free loopback port; stopped at the end of the session."""
+    port = free_port()
+    exe = shutil.which("moto_server", path=os.path.dirname(sys.executable)) or shutil.which("moto_server")
+    assert exe, "moto_server not installed (pip install 'moto[server]')"
+    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("moto_server did not start")
+    yield url
+    proc.terminate()
+    proc.wait(10)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def s3_environment():
+    """Test credentials in the environment before any Spark JVM starts, so executors see them."""
+    old = {k: os.environ.get(k) for k in S3_ENV}
+    os.environ.update(S3_ENV)
+    yield
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture
+def bucket(moto_endpoint):
+    import boto3
+
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+    return name
+
+
+def write_edges_csv(path, edges) -> str:
+    with open(path, "w") as f:
+        f.write("src,dst\n")
+        for u, v in edges:
+            f.write(f"{u},{v}\n")
+    return str(path)

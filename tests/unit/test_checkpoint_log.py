@@ -1,0 +1,207 @@
+"""The checkpoint log's invariants (DESIGN.md section 4), without Spark."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+from include.checkpoint import CheckpointLog, DatasetRef, Manifest
+from include.errors import CheckpointCorrupted, CheckpointError, CheckpointSuperseded, ConfigError
+from include.head import AlignmentDecision, FileRef, HeadStatus, JobHeadState
+from include.store import LocalStore, sha256_hex
+
+P = 2
+
+
+def write_attempt(log: CheckpointLog, epoch: int, attempt: str, parent: int | None, payload: bytes = b"data") -> Manifest:
+    """What the tail of an attempt leaves behind, and the manifest that would commit it."""
+    log.start_attempt(epoch, attempt, {"epoch": epoch})
+    parts = []
+    for p in range(P):
+        key = f"{log.layout.attempt(epoch, attempt)}/ranks/part-{p:05d}-0.parquet"
+        blob = payload + bytes([p])
+        log.store.put(key, blob)
+        parts.append((FileRef(key, len(blob), sha256_hex(blob), 1),))
+    decision = AlignmentDecision(epoch, attempt, False, None, P, {})
+    return Manifest(
+        job_id=log.job_id, checkpoint_id=epoch, kind="epoch", epoch=epoch, parent_id=parent,
+        attempt_id=attempt, batch_id=None, num_partitions=P, body={"name": "test"},
+        head_state=JobHeadState.initial(["ranks"], P), decision=decision,
+        variables={"ranks": DatasetRef("{}", tuple(parts))},
+    )
+
+
+@pytest.fixture
+def log(tmp_path):
+    return CheckpointLog(LocalStore(tmp_path), "job-1")
+
+
+def test_commit_then_restore(log):
+    m = write_attempt(log, 0, "a0", None)
+    outcome = log.commit(m)
+    assert outcome.first_write and log.latest_id() == 0
+    restored = log.load(0, verify="full")
+    assert restored.attempt_id == "a0" and restored.variables == m.variables
+    assert restored.committed_at, "commit time is recorded (for people; never used for ordering)"
+
+
+def test_commit_is_idempotent_for_the_same_attempt(log):
+    m = write_attempt(log, 0, "a0", None)
+    log.commit(m)
+    again = log.commit(m)
+    assert not again.first_write and log.checkpoint_ids() == [0]
+
+
+def test_second_attempt_is_superseded(log):
+    winner = write_attempt(log, 0, "a0", None)
+    loser = write_attempt(log, 0, "b0", None)
+    log.commit(winner)
+    with pytest.raises(CheckpointSuperseded, match="committed by a0; attempt b0 is superseded"):
+        log.commit(loser)
+    assert log.load(0).attempt_id == "a0"
+
+
+def test_concurrent_commits_have_one_winner(log):
+    manifests = [write_attempt(log, 0, f"a{i}", None) for i in range(12)]
+    results, barrier = {}, threading.Barrier(12)
+
+    def commit(m):
+        barrier.wait()
+        try:
+            log.commit(m)
+            results[m.attempt_id] = "committed"
+        except CheckpointSuperseded:
+            results[m.attempt_id] = "superseded"
+
+    threads = [threading.Thread(target=commit, args=(m,)) for m in manifests]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results.values()).count("committed") == 1
+    winner = next(a for a, r in results.items() if r == "committed")
+    assert log.load(0).attempt_id == winner
+
+
+def test_lost_response_retry_reads_back(log, monkeypatch):
+    """The manifest write lands but the caller never hears it: the retry sees the key taken,
+    reads it back, finds its own attempt, and succeeds without a second write."""
+    m = write_attempt(log, 0, "a0", None)
+    real = log.store.put_if_absent
+    calls = []
+
+    def lost_reply(key, data):
+        calls.append(key)
+        real(key, data)
+        if len(calls) == 1:
+            raise ConnectionError("reply lost")
+        return real(key, data)
+
+    monkeypatch.setattr(log.store, "put_if_absent", lost_reply)
+    with pytest.raises(ConnectionError):
+        log.commit(m)
+    outcome = log.commit(m)
+    assert outcome.first_write is False and log.load(0).attempt_id == "a0"
+
+
+def test_chain_cannot_have_gaps(log):
+    log.commit(write_attempt(log, 0, "a0", None))
+    with pytest.raises(CheckpointError, match="planned on checkpoint None, but the latest committed is 0"):
+        log.commit(write_attempt(log, 1, "a1", None))
+    with pytest.raises(CheckpointError, match="the chain would have a gap"):
+        log.commit(write_attempt(log, 2, "a2", 0))
+
+
+def test_abort_is_idempotent_and_leaves_no_files(log):
+    write_attempt(log, 0, "a0", None)
+    assert log.abort(0, "a0", "test") is True
+    assert log.abort(0, "a0") is True
+    assert log.store.list(log.layout.attempt(0, "a0") + "/") == []
+    assert log.is_aborted(0, "a0")
+    log.commit(write_attempt(log, 0, "a1", None))  # an aborted attempt does not block the next
+    assert log.load(0).attempt_id == "a1"
+
+
+def test_abort_of_the_committed_attempt_is_a_no_op(log):
+    m = write_attempt(log, 0, "a0", None)
+    log.commit(m)
+    assert log.abort(0, "a0") is False
+    log.load(0, verify="full")
+
+
+def test_damaged_object_is_refused(log):
+    m = write_attempt(log, 0, "a0", None)
+    log.commit(m)
+    victim = m.variables["ranks"].partitions[1][0].key
+    log.store.put(victim, b"dat\x00\x00")  # same size, other bytes
+    log.load(0, verify="sizes")
+    with pytest.raises(CheckpointCorrupted, match=r"part-00001-0.parquet fails its checksum"):
+        log.load(0, verify="full")
+    log.store.put(victim, b"longer than before")
+    with pytest.raises(CheckpointCorrupted, match=r"part-00001-0.parquet has 18 bytes, the manifest says 5"):
+        log.load(0)
+    log.store.delete([victim])
+    with pytest.raises(CheckpointCorrupted, match=r"part-00001-0.parquet is missing"):
+        log.load(0)
+
+
+def test_damaged_manifest_is_refused(log):
+    log.commit(write_attempt(log, 0, "a0", None))
+    key = log.layout.checkpoint(0)
+    doc = json.loads(log.store.get(key))
+    doc["epoch"] = 7
+    log.store.put(key, json.dumps(doc).encode())
+    with pytest.raises(CheckpointCorrupted, match="fails its own checksum"):
+        log.load(0)
+
+
+def test_retention_keeps_last_r_and_batch_finals(log):
+    for e in range(6):
+        log.commit(write_attempt(log, e, f"a{e}", e - 1 if e else None))
+        if e == 1:
+            log.record_batch_final("batch-1", 1)
+    report = log.collect_garbage(retain_last=2)
+    assert report.retired == [0, 2, 3]
+    assert log.checkpoint_ids() == [1, 4, 5]
+    for cid in (1, 4, 5):
+        log.load(cid, verify="full")
+    with pytest.raises(CheckpointError, match="retired by retention"):
+        log.load(3)
+    # A zombie can never commit a retired id again: the key stays taken.
+    with pytest.raises(CheckpointSuperseded):
+        log.commit(write_attempt(log, 3, "zombie", 2))
+    assert log.collect_garbage(retain_last=2).retired == []
+
+
+def test_gc_spares_live_attempts_and_deletes_superseded(log):
+    log.commit(write_attempt(log, 0, "a0", None))
+    write_attempt(log, 0, "late", None)  # superseded: epoch 0 is committed
+    write_attempt(log, 1, "running", 0)  # live: may still commit checkpoint 1
+    write_attempt(log, 1, "dead", 0)
+    log.abort(1, "dead")
+    report = log.collect_garbage(retain_last=1)
+    assert report.kept_live_attempts == ["1/running"]
+    assert log.store.list(log.layout.attempt(0, "late") + "/") == []
+    assert log.store.list(log.layout.attempt(1, "running") + "/")
+    log.load(0, verify="full")
+
+
+def test_retain_last_must_be_positive(log):
+    with pytest.raises(ConfigError, match="retain_last must be >= 1, got 0"):
+        log.collect_garbage(0)
+
+
+def test_head_state_round_trips_in_the_manifest(log):
+    from include.head import EpochReport
+
+    m = write_attempt(log, 0, "a0", None)
+    reports = [EpochReport("ranks", p, 0, "a0", 3 + p) for p in range(P)]
+    state = m.head_state.after(AlignmentDecision(0, "a0", True, "x", 7, {}), reports)
+    m = Manifest(**{**m.__dict__, "head_state": state})
+    log.commit(m)
+    restored = log.load(0).head_state
+    assert restored == state
+    assert restored.status is HeadStatus.TERMINATING
+    assert restored.feedback_counts() == {0: 7}

@@ -1,0 +1,114 @@
+"""Head state and the aligner (flink-ml's HeadOperatorState and SharedProgressAligner)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from include.errors import AlignmentIncomplete, CheckpointError, ConfigError
+from include.head import (
+    AlignmentDecision,
+    Aligner,
+    EpochReport,
+    HeadStatus,
+    JobHeadState,
+    PartitionState,
+    TerminationCriteria,
+)
+
+
+def reports(epoch, counts, metric=None, head="ranks", attempt="a"):
+    return [
+        EpochReport(head, p, epoch, attempt, n, {} if metric is None else {"delta": metric[p]})
+        for p, n in enumerate(counts)
+    ]
+
+
+def aligner(max_epochs=10, tolerance=None, agg="sum"):
+    return Aligner({"ranks": 3}, TerminationCriteria(max_epochs, tolerance, "delta" if tolerance is not None else None),
+                   {"delta": agg})
+
+
+def test_incomplete_alignment_names_missing_partitions():
+    with pytest.raises(AlignmentIncomplete, match="no report yet from ranks/1, ranks/2"):
+        aligner().align(0, "a", reports(0, [5]))
+
+
+def test_reports_of_another_attempt_are_refused():
+    with pytest.raises(CheckpointError, match="belongs to epoch 0 attempt other"):
+        aligner().align(0, "a", reports(0, [1, 1, 1], attempt="other"))
+
+
+def test_running_decision_sums_feedback_and_metrics():
+    d = aligner(tolerance=0.01).align(2, "a", reports(2, [1, 2, 3], metric=[0.1, 0.2, 0.3]))
+    assert d == AlignmentDecision(2, "a", False, None, 6, {"delta": pytest.approx(0.6)})
+
+
+def test_terminates_when_no_feedback():
+    d = aligner().align(0, "a", reports(0, [0, 0, 0]))
+    assert d.terminated and d.reason == "no feedback records"
+
+
+def test_terminates_when_converged():
+    d = aligner(tolerance=1e-3).align(4, "a", reports(4, [1, 1, 1], metric=[1e-4, 2e-4, 3e-4]))
+    assert d.terminated and d.reason.startswith("converged: delta=6.000e-04")
+
+
+def test_terminates_at_max_epochs():
+    d = aligner(max_epochs=5).align(4, "a", reports(4, [1, 1, 1]))
+    assert d.terminated and d.reason == "max epochs reached (5)"
+    assert not aligner(max_epochs=5).align(3, "a", reports(3, [1, 1, 1])).terminated
+
+
+def test_max_metric_and_nan_propagation():
+    a = aligner(tolerance=0.5, agg="max")
+    assert a.align(0, "a", reports(0, [1, 1, 1], metric=[0.1, 0.7, 0.2])).metrics == {"delta": 0.7}
+    d = a.align(0, "a", reports(0, [1, 1, 1], metric=[0.1, math.nan, 0.2]))
+    assert math.isnan(d.metrics["delta"]) and not d.terminated
+
+
+def test_bad_criteria_are_refused():
+    with pytest.raises(ConfigError, match="max_epochs must be an integer >= 1, got 0"):
+        TerminationCriteria(0)
+    with pytest.raises(ConfigError, match="tolerance must be a finite number >= 0, got -1"):
+        TerminationCriteria(3, -1)
+    with pytest.raises(ConfigError, match="convergence metric 'nope' is not reported"):
+        Aligner({"h": 1}, TerminationCriteria(3, 0.1, "nope"), {})
+    with pytest.raises(ConfigError, match="aggregation 'avg'"):
+        Aligner({"h": 1}, TerminationCriteria(3), {"m": "avg"})
+
+
+def test_head_state_after_an_epoch():
+    state = JobHeadState.initial(["ranks"], 3)
+    assert state.latest_globally_aligned == -1 and state.feedback_counts() == {}
+    rs = reports(0, [4, 0, 2])
+    state = state.after(aligner().align(0, "a", rs), rs)
+    rs = reports(1, [1, 1, 1])
+    state = state.after(aligner().align(1, "a", rs), rs)
+    head = state.heads["ranks"]
+    assert state.feedback_counts() == {0: 6, 1: 3}
+    assert head.latest_aligned == 1 and state.latest_globally_aligned == 1
+    assert [p.in_flight for p in head.partitions] == [1, 1, 1]
+    assert state.status is HeadStatus.RUNNING
+    assert JobHeadState.from_dict(state.to_dict()) == state
+
+
+def test_termination_moves_status_to_terminating():
+    rs = reports(0, [0, 0, 0])
+    state = JobHeadState.initial(["ranks"], 3).after(aligner().align(0, "a", rs), rs)
+    assert state.status is HeadStatus.TERMINATING
+
+
+@pytest.mark.parametrize("new_p, expected", [(2, [4 + 6, 5 + 7]), (8, [4, 5, 6, 7, 0, 0, 0, 0]), (1, [22])])
+def test_redistribution_keeps_counts_exact(new_p, expected):
+    parts = tuple(PartitionState(3, 3, n) for n in (4, 5, 6, 7))
+    from include.head import HeadState
+
+    state = JobHeadState(HeadStatus.RUNNING, {"ranks": HeadState({2: 20, 3: 22}, parts)})
+    moved = state.redistribute(new_p)
+    head = moved.heads["ranks"]
+    assert [p.in_flight for p in head.partitions] == expected
+    assert head.feedback_counts == {2: 20, 3: 22}
+    assert all(p.latest_aligned == 3 and p.latest_globally_aligned == 3 for p in head.partitions)
+    assert state.redistribute(4) == state
