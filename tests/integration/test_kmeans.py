@@ -1,0 +1,68 @@
+"""k-means through the library runner equals scikit-learn's Lloyd from the same initial centroids."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from include.body import EpochContext, resolve_body
+from include.config import InputSpec, JobConfig
+from include.head import HeadStatus
+from include.runner import IterationRunner
+from spark_jobs.storeio import read_input
+
+pytestmark = pytest.mark.spark
+
+
+def blobs(path, n=400, seed=5):
+    from sklearn.datasets import make_blobs
+
+    X, _ = make_blobs(n_samples=n, centers=4, n_features=3, cluster_std=1.8, random_state=seed)
+    pd.DataFrame({"id": np.arange(n), "x": X[:, 0], "y": X[:, 1], "z": X[:, 2]}).to_parquet(path)
+    return X
+
+
+def test_matches_sklearn_from_the_same_initial_centroids(spark, tmp_path):
+    from sklearn.cluster import KMeans as SkKMeans
+
+    X = blobs(tmp_path / "points.parquet")
+    config = JobConfig(job_id="km", body="kmeans", input=str(tmp_path / "points.parquet"),
+                       checkpoint_root=str(tmp_path / "store"), body_params={"k": 4, "seed": 11},
+                       max_epochs=100, tolerance=1e-12, num_partitions=2)
+
+    body = resolve_body("kmeans")
+    params = body.parse_params(config.body_params)
+    data = body.load(read_input(spark, config.input, 2), params)
+    init = np.array(body.initial_centroids(data, params))
+    assert init.shape == (4, 3) and len({tuple(c) for c in init}) == 4
+    assert np.array_equal(init, np.array(body.initial_centroids(data, params))), "deterministic from the seed"
+
+    result = IterationRunner(config, spark).run()
+    assert result.status is HeadStatus.TERMINATED
+    assert result.decisions[-1].reason.startswith("converged")
+
+    reference = SkKMeans(n_clusters=4, init=init, n_init=1, max_iter=1000, tol=0.0, algorithm="lloyd").fit(X)
+    centroids = result.outputs["centroids"].toPandas().sort_values("cluster_id")
+    assert list(centroids["cluster_id"]) == [0, 1, 2, 3]
+    np.testing.assert_allclose(centroids[["x", "y", "z"]].to_numpy(), reference.cluster_centers_, rtol=0, atol=1e-9)
+
+    assignments = result.outputs["assignments"].toPandas().sort_values("id")
+    assert list(assignments.columns) == ["id", "x", "y", "z", "cluster_id"]
+    assert (assignments["cluster_id"].to_numpy() == reference.labels_).all()
+
+
+def test_init_is_kmeans_plus_plus_spread(spark, tmp_path):
+    """With well separated blobs, k-means++ puts one initial centroid in each blob."""
+    from sklearn.datasets import make_blobs
+
+    X, labels = make_blobs(n_samples=300, centers=[[0, 0], [50, 50], [-50, 50]], cluster_std=0.5, random_state=0)
+    pd.DataFrame({"a": X[:, 0], "b": X[:, 1]}).to_parquet(tmp_path / "p.parquet")
+    body = resolve_body("kmeans")
+    params = body.parse_params({"k": 3, "seed": 1})
+    data = body.load(read_input(spark, InputSpec(str(tmp_path / "p.parquet")), 2), params)
+    init = np.array(body.initial_centroids(data, params))
+    nearest_blob = {int(np.argmin(np.linalg.norm(np.array([[0, 0], [50, 50], [-50, 50]]) - c, axis=1))) for c in init}
+    assert nearest_blob == {0, 1, 2}
+    ctx = EpochContext(0, 2, params, spark)
+    assert body.init(data, ctx)["centroids"].count() == 3
