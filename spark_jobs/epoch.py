@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
 import time
 from typing import Any, Mapping
@@ -133,7 +134,30 @@ class EpochExecutor:
         return reports
 
     def run(self, plan: EpochPlan, store: ObjectStore) -> list[EpochReport]:
-        return self.run_finish(plan, store) if plan.kind == "final" else self.run_epoch(plan, store)
+        try:
+            return self.run_finish(plan, store) if plan.kind == "final" else self.run_epoch(plan, store)
+        except Exception as e:
+            raise_executor_error(e)
+            raise
+
+
+_EXECUTOR_ERROR = re.compile(r"include\.errors\.(\w+): (.+)")
+
+
+def raise_executor_error(error: Exception) -> None:
+    """An error of ours raised inside a Spark task reaches the driver as a PythonException with
+    a traceback; raise it again as itself so the caller sees the plain message and type."""
+    from include import errors
+
+    if isinstance(error, errors.IterationError):
+        return
+    matches = _EXECUTOR_ERROR.findall(str(error))
+    if not matches:
+        return
+    name, message = matches[-1]
+    cls = getattr(errors, name, None)
+    if isinstance(cls, type) and issubclass(cls, errors.IterationError):
+        raise (errors.StoreError(message) if cls is errors.ObjectNotFound else cls(message)) from error
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,14 +26,18 @@ def get_spark(
     if PROJECT_ROOT not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([PROJECT_ROOT, *paths])
     os.environ.setdefault(DRIVER_PID_ENV, str(os.getpid()))
+    master = master or os.environ.get("SPARK_MASTER", "local[2]")
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local session stays on loopback
     builder = (
         SparkSession.builder.appName(app_name)
-        .master(master or os.environ.get("SPARK_MASTER", "local[2]"))
+        .master(master)
         .config("spark.ui.enabled", os.environ.get("SPARK_UI_ENABLED", "false"))
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.driver.memory", os.environ.get("SPARK_DRIVER_MEMORY", "2g"))
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.python.worker.reuse", "true")
         .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
     )

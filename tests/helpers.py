@@ -34,7 +34,7 @@ def pagerank_config(tmp_path, edges_path, **kw) -> JobConfig:
     defaults = dict(
         job_id="pr",
         body="pagerank",
-        input=str(edges_path),
+        input=edges_path if isinstance(edges_path, dict) else str(edges_path),
         checkpoint_root=str(tmp_path / "store"),
         max_epochs=40,
         tolerance=1e-9,

@@ -1,0 +1,113 @@
+"""Bad input gives a clear error naming the problem, and commits no checkpoint."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from include.config import JobConfig
+from include.errors import (
+    CheckpointCorrupted,
+    ConfigError,
+    InputDataError,
+    PermanentStoreError,
+    TransientStoreError,
+)
+from include.runner import IterationRunner
+from include.runtime import IterationJob
+from include.store import RetryPolicy
+from tests.conftest import free_port
+from tests.helpers import graph_with_dangling, pagerank_config, write_edges
+
+pytestmark = pytest.mark.spark
+
+
+def assert_nothing_committed(cfg, **store_options):
+    assert IterationJob(cfg, store_options=store_options).log.latest_id() is None
+
+
+def test_missing_input_path(spark, tmp_path):
+    cfg = pagerank_config(tmp_path, tmp_path / "nope" / "edges.csv")
+    with pytest.raises(InputDataError, match=r"input path .*nope/edges.csv does not exist"):
+        IterationRunner(cfg, spark).run()
+    assert_nothing_committed(cfg)
+
+
+def test_edges_without_src_dst(spark, tmp_path):
+    (tmp_path / "edges.csv").write_text("from,to\n1,2\n2,3\n")
+    cfg = pagerank_config(tmp_path, tmp_path / "edges.csv")
+    with pytest.raises(InputDataError, match=r"needs columns src and dst; missing \['src', 'dst'\], found \['from', 'to'\]"):
+        IterationRunner(cfg, spark).run()
+    assert_nothing_committed(cfg)
+
+
+def test_empty_input(spark, tmp_path):
+    (tmp_path / "edges.csv").write_text("src,dst\n")
+    cfg = pagerank_config(tmp_path, tmp_path / "edges.csv")
+    with pytest.raises(InputDataError, match="PageRank input is empty"):
+        IterationRunner(cfg, spark).run()
+    assert_nothing_committed(cfg)
+    (tmp_path / "empty_dir").mkdir()
+    cfg = pagerank_config(tmp_path, tmp_path / "empty_dir", job_id="pr-dir")
+    with pytest.raises(InputDataError, match="empty_dir is empty"):
+        IterationRunner(cfg, spark).run()
+
+
+def test_non_numeric_features(spark, tmp_path):
+    pd.DataFrame({"x": [1.0, 2.0, 3.0], "label": ["a", "b", "c"]}).to_parquet(tmp_path / "p.parquet")
+    cfg = JobConfig(job_id="km", body="kmeans", input=str(tmp_path / "p.parquet"), checkpoint_root=str(tmp_path / "s"),
+                    body_params={"k": 2, "features": ["x", "label"]})
+    with pytest.raises(InputDataError, match=r"k-means needs numeric features; non-numeric: label \(string\)"):
+        IterationRunner(cfg, spark).run()
+    assert_nothing_committed(cfg)
+
+
+def test_bad_parameters_are_refused_before_any_work(spark, tmp_path):
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(5, 0.5))
+    with pytest.raises(ConfigError, match=r"damping must be a number in \(0, 1\), got 1.5"):
+        IterationRunner(pagerank_config(tmp_path, edges, body_params={"damping": 1.5}), spark).run()
+    with pytest.raises(ConfigError, match=r"unknown PageRank parameter\(s\) \['dampening'\]"):
+        IterationRunner(pagerank_config(tmp_path, edges, body_params={"dampening": 0.5}), spark).run()
+    with pytest.raises(ConfigError, match=r"invalid job_id '\.\./x'"):
+        pagerank_config(tmp_path, edges, job_id="../x")
+    with pytest.raises(ConfigError, match="tolerance must be a finite number >= 0"):
+        pagerank_config(tmp_path, edges, tolerance=float("nan"))
+    with pytest.raises(ConfigError, match=r"num_partitions must be an integer in \[1, 100000\], got 0"):
+        pagerank_config(tmp_path, edges, num_partitions=0)
+    with pytest.raises(ConfigError, match="unknown iteration body 'pagerankk'"):
+        IterationRunner(pagerank_config(tmp_path, edges, body="pagerankk"), spark).run()
+    assert_nothing_committed(pagerank_config(tmp_path, edges))
+
+
+def test_damaged_checkpoint_is_refused(spark, tmp_path):
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(10, 0.3))
+    cfg = pagerank_config(tmp_path, edges, max_epochs=5, tolerance=0.0)
+    IterationRunner(cfg, spark).run(max_epochs_in_batch=2)
+    job = IterationJob(cfg)
+    latest = job.state().latest
+    victim = latest.variables["ranks"].partitions[0][0].key
+    data = bytearray(job.store.get(victim))
+    data[len(data) // 2] ^= 0xFF  # flip bits, same size
+    job.store.put(victim, bytes(data))
+    with pytest.raises(CheckpointCorrupted, match=rf"{victim.rsplit('/', 1)[-1]} fails its checksum"):
+        IterationRunner(cfg, spark).run()
+    assert IterationJob(cfg).log.latest_id() == 1, "no checkpoint was committed on top of bad data"
+    with pytest.raises(CheckpointCorrupted, match="fails its checksum"):
+        job.log.load(1, verify="full")
+
+
+def test_store_that_cannot_be_reached(spark, tmp_path):
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(5, 0.5))
+    cfg = pagerank_config(tmp_path, edges, checkpoint_root="s3://some-bucket/root")
+    options = {"endpoint_url": f"http://127.0.0.1:{free_port()}", "retry": RetryPolicy(3, 0.01, 0.01),
+               "connect_timeout": 0.5}
+    with pytest.raises(TransientStoreError, match=r"s3://some-bucket/root/jobs/pr/.* at http://127.0.0.1:\d+ still failing after 3 attempts"):
+        IterationRunner(cfg, spark, store_options=options).run()
+
+
+@pytest.mark.s3
+def test_store_without_bucket(spark, tmp_path, moto_endpoint):
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(5, 0.5))
+    cfg = pagerank_config(tmp_path, edges, checkpoint_root="s3://missing-bucket-x/root")
+    with pytest.raises(PermanentStoreError, match=r"s3://missing-bucket-x/root/jobs/pr/.* failed with NoSuchBucket \(the bucket does not exist\)"):
+        IterationRunner(cfg, spark, store_options={"endpoint_url": moto_endpoint}).run()
