@@ -4,9 +4,10 @@ Syntax: ``name[@key=value...]=action`` separated by ``;``, for example::
 
     ITERATIONS_FAILPOINTS="tail.partition_written@epoch=3@partition=1=kill-driver"
 
-Actions: ``kill`` (SIGKILL this process), ``kill-driver`` (SIGKILL the process whose pid is in
-ITERATIONS_DRIVER_PID, set by the Spark session helper before the JVM starts, so executor-side
-points can kill the driver), ``raise`` (raise FailpointError).
+Actions: ``kill`` (SIGKILL this process), ``kill-driver`` (SIGKILL the driver, whose pid the
+Spark session helper puts in ITERATIONS_DRIVER_PID before the JVM starts: its whole process
+group when it leads one, as when a machine dies, else the driver and this process),
+``raise`` (raise FailpointError).
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ def failpoint(name: str, **context: object) -> None:
         if all(str(context.get(k)) == v for k, v in where.items()):
             if action == "raise":
                 raise FailpointError(f"failpoint {name} {context}")
-            pid = os.getpid()
-            if action == "kill-driver":
-                pid = int(os.environ.get(DRIVER_PID_ENV, pid))
-            os.kill(pid, signal.SIGKILL)
+            if action == "kill-driver" and DRIVER_PID_ENV in os.environ:
+                driver = int(os.environ[DRIVER_PID_ENV])
+                if os.getpgid(driver) == driver:
+                    os.killpg(driver, signal.SIGKILL)
+                os.kill(driver, signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
