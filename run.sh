@@ -13,6 +13,11 @@ command -v "$PY" >/dev/null 2>&1 || PY=python3
 
 log() { printf '[run.sh] %s\n' "$*" >&2; }
 
+# pip, minus the warnings some machines' pip configuration prints for absent local indexes.
+pip_quiet() {
+  "$VENV/bin/pip" "$@" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2)
+}
+
 ensure_java() {
   if command -v java >/dev/null 2>&1; then
     local major
@@ -37,11 +42,11 @@ ensure_venv() {
     "$PY" -m venv "$VENV"
   fi
   log "installing pinned requirements (a few minutes on a fresh machine)"
-  "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -r requirements.txt -c constraints.txt
+  pip_quiet install -q --upgrade pip
+  pip_quiet install -q -r requirements.txt -c constraints.txt
   # pyspark-client (required by the spark provider) shares the pyspark package directory:
   # reinstall pyspark last so the Python files match its 4.3.0 jars.
-  "$VENV/bin/pip" install -q --no-deps --force-reinstall "$(grep -E '^pyspark==' requirements.txt)"
+  pip_quiet install -q --no-deps --force-reinstall "$(grep -E '^pyspark==' requirements.txt)"
   "$VENV/bin/python" -c 'import pyspark, sys; v = pyspark.__version__; sys.exit(0 if v.startswith("4.3.") else f"pyspark {v} installed, 4.3.x expected")'
   echo "$want" > "$stamp"
 }

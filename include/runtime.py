@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 from include.body import resolve_body
 from include.checkpoint import CheckpointLog, DatasetRef, Manifest
 from include.config import InputSpec, JobConfig
-from include.errors import CheckpointError, IterationError
+from include.errors import CheckpointError, CheckpointSuperseded, IterationError
 from include.head import (
     AlignmentDecision,
     Aligner,
@@ -290,6 +290,9 @@ class IterationJob:
         """Check, then commit checkpoint ``plan.epoch``; idempotent for the same attempt."""
         if plan.kind != "epoch":
             raise CheckpointError(f"commit() takes epoch plans; use commit_finish() for {plan.kind}")
+        done = self._already_committed(plan)
+        if done is not None:
+            return done
         reports = list(self.reports(plan) if reports is None else reports)
         decision = decision or self.align(plan, reports)
         self.check(plan, decision, reports)
@@ -311,6 +314,21 @@ class IterationJob:
         self.log.commit(manifest)
         self.log.collect_garbage(self.config.retain_last)
         return manifest
+
+    def _already_committed(self, plan: EpochPlan) -> Manifest | None:
+        """A retry of a commit that landed (its reply was lost, its reports since collected)
+        gets the committed manifest; an attempt that lost the race is told it was superseded."""
+        latest = self.log.latest_id()
+        if latest is None or latest < plan.checkpoint_id:
+            return None
+        winner = self.log.committed_by(plan.checkpoint_id)
+        if winner == plan.attempt_id:
+            return self.log.load(plan.checkpoint_id, verify="none")
+        raise CheckpointSuperseded(
+            f"checkpoint {plan.checkpoint_id} of job {plan.job_id} was committed by "
+            f"{winner or 'an attempt whose checkpoint was since retired'}; attempt "
+            f"{plan.attempt_id} is superseded and its files are garbage"
+        )
 
     def abort(self, plan: EpochPlan, reason: str = "") -> bool:
         return self.log.abort(plan.checkpoint_id, plan.attempt_id, reason)
@@ -334,6 +352,9 @@ class IterationJob:
         """The final checkpoint: the last variables plus the outputs, status TERMINATED."""
         if plan.kind != "final":
             raise CheckpointError(f"commit_finish() takes final plans, not {plan.kind}")
+        done = self._already_committed(plan)
+        if done is not None:
+            return done
         missing = self._missing_outputs(plan)
         if missing:
             raise CheckpointError(

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true", help="keep .local/demo and resume the same job")
     p.add_argument("--workdir", default=os.path.join(PROJECT_ROOT, ".local", "demo"))
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
     if not args.resume:

@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attempt-id", required=True)
     parser.add_argument("--endpoint-url", default=None, help="S3 endpoint (MinIO, moto); default from the environment")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
 
     options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
     store = open_store(args.checkpoint_root, **options)

@@ -117,3 +117,31 @@ def test_unreachable_endpoint_names_the_store():
                     region="us-east-1", retry=FAST, connect_timeout=0.5)
     with pytest.raises(TransientStoreError, match=r"s3://some-bucket/p/k at http://127.0.0.1:\d+ still failing after 4 attempts"):
         store.get("k")
+
+
+def test_checkpoint_commit_survives_a_lost_reply(moto_endpoint, bucket):
+    """The manifest's conditional PUT lands on S3 but its reply is lost: the store retries, gets
+    412, the log reads the manifest back, finds its own attempt and reports success; a rival
+    attempt is superseded; the checkpoint verifies in full."""
+    from botocore.exceptions import ReadTimeoutError
+
+    from include.checkpoint import CheckpointLog
+    from include.errors import CheckpointSuperseded
+    from tests.unit.test_checkpoint_log import write_attempt
+
+    store = make(moto_endpoint, bucket)
+    log = CheckpointLog(store, "job-s3")
+    mine, rival = write_attempt(log, 0, "mine", None), write_attempt(log, 0, "rival", None)
+    lost = {"n": 0}
+
+    def lose_manifest_reply(http_response, parsed, model, context=None, **kwargs):
+        if context and "checkpoints/" in str(context.get("input_params", {}).get("Key", "")) and not lost["n"]:
+            lost["n"] += 1
+            raise ReadTimeoutError(endpoint_url=moto_endpoint)
+
+    store.client.meta.events.register("after-call.s3.PutObject", lose_manifest_reply)
+    outcome = log.commit(mine)
+    assert lost["n"] == 1 and outcome.first_write is False
+    assert log.load(0, verify="full").attempt_id == "mine"
+    with pytest.raises(CheckpointSuperseded, match="committed by mine; attempt rival is superseded"):
+        log.commit(rival)
