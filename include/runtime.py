@@ -296,20 +296,25 @@ class IterationJob:
         reports = list(self.reports(plan) if reports is None else reports)
         decision = decision or self.align(plan, reports)
         self.check(plan, decision, reports)
-        head_state = JobHeadState.from_dict(plan.head_state).after(decision, reports)
+        return self._commit_manifest(
+            plan,
+            epoch=plan.epoch,
+            head_state=JobHeadState.from_dict(plan.head_state).after(decision, reports),
+            decision=decision,
+            variables=_datasets(reports, plan.heads, plan.num_partitions),
+        )
+
+    def _commit_manifest(self, plan: EpochPlan, **content: Any) -> Manifest:
         manifest = Manifest(
             job_id=plan.job_id,
             checkpoint_id=plan.checkpoint_id,
-            kind="epoch",
-            epoch=plan.epoch,
+            kind=plan.kind,
             parent_id=plan.parent_id,
             attempt_id=plan.attempt_id,
             batch_id=plan.batch_id,
             num_partitions=plan.num_partitions,
             body={"name": plan.body["name"], "params": plan.body.get("params", {})},
-            head_state=head_state,
-            decision=decision,
-            variables=_datasets(reports, plan.heads, plan.num_partitions),
+            **content,
         )
         self.log.commit(manifest)
         self.log.collect_garbage(self.config.retain_last)
@@ -360,26 +365,14 @@ class IterationJob:
             raise CheckpointError(
                 f"finish attempt {plan.attempt_id} of job {plan.job_id} has not written outputs {missing}"
             )
-        reports = self._output_reports(plan)
-        head_state = JobHeadState.from_dict(plan.head_state).with_status(HeadStatus.TERMINATED)
-        manifest = Manifest(
-            job_id=plan.job_id,
-            checkpoint_id=plan.checkpoint_id,
-            kind="final",
+        return self._commit_manifest(
+            plan,
             epoch=plan.checkpoint_id - 1,
-            parent_id=plan.parent_id,
-            attempt_id=plan.attempt_id,
-            batch_id=plan.batch_id,
-            num_partitions=plan.num_partitions,
-            body={"name": plan.body["name"], "params": plan.body.get("params", {})},
-            head_state=head_state,
+            head_state=JobHeadState.from_dict(plan.head_state).with_status(HeadStatus.TERMINATED),
             decision=None,
             variables=plan.restore_datasets(),
-            outputs=_datasets(reports, plan.body.get("outputs", []), plan.num_partitions),
+            outputs=_datasets(self._output_reports(plan), plan.body.get("outputs", []), plan.num_partitions),
         )
-        self.log.commit(manifest)
-        self.log.collect_garbage(self.config.retain_last)
-        return manifest
 
     def publish(self, manifest: Manifest) -> dict[str, str]:
         """Copy the outputs of the final checkpoint to ``output_path``; idempotent.

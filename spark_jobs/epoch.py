@@ -71,8 +71,6 @@ class EpochExecutor:
 
     def run_epoch(self, plan: EpochPlan, store: ObjectStore) -> list[EpochReport]:
         """Compute one epoch; the tail writes the feedback log and the reports."""
-        from spark_jobs.storeio import write_dataset
-
         if plan.kind != "epoch":
             raise CheckpointError(f"run_epoch() takes epoch plans, not {plan.kind}")
         body, params, ctx = self._context(plan)
@@ -84,54 +82,49 @@ class EpochExecutor:
         missing = set(plan.heads) - set(result.variables)
         if missing:
             raise CheckpointError(f"body {plan.body['name']!r} returned no variables for heads {sorted(missing)}")
-        layout = CheckpointLog(store, plan.job_id).layout
-        root = layout.attempt(plan.checkpoint_id, plan.attempt_id)
+        aggregations = plan.body["metric_aggregations"]
+        undeclared = sorted(set(result.metrics) - set(aggregations))
+        if undeclared:
+            raise CheckpointError(f"body {plan.body['name']!r} returned undeclared metric(s) {undeclared}")
+        metrics: dict[str, dict[str, tuple[str, str]]] = {}
+        for name, (head, col) in result.metrics.items():
+            metrics.setdefault(head, {})[name] = (col, aggregations[name])
+        return self._write(plan, store, result.variables, list(plan.heads), data_dir="",
+                           report_dir="_reports", keys=plan.heads, metrics=metrics)
+
+    def _write(self, plan, store, frames, names, *, data_dir, report_dir, keys=None, metrics=None) -> list[EpochReport]:
+        """The tail: write each named dataset under the attempt, one report per partition."""
+        from spark_jobs.storeio import write_dataset
+
+        root = CheckpointLog(store, plan.job_id).layout.attempt(plan.checkpoint_id, plan.attempt_id)
         reports: list[EpochReport] = []
-        for head, keys in plan.heads.items():
-            head_metrics = {
-                name: (col, plan.body["metric_aggregations"][name])
-                for name, (h, col) in result.metrics.items()
-                if h == head
-            }
+        for name in names:
             reports += write_dataset(
-                result.variables[head],
+                frames[name],
                 store=store,
-                prefix=f"{root}/{head}",
-                report_prefix=f"{root}/_reports/{head}",
-                head=head,
-                epoch=plan.epoch,
+                prefix="/".join(p for p in (root, data_dir, name) if p),
+                report_prefix=f"{root}/{report_dir}/{name}",
+                head=name,
+                epoch=plan.checkpoint_id,
                 attempt_id=plan.attempt_id,
                 num_partitions=plan.num_partitions,
-                key_columns=keys,
-                metrics=head_metrics,
+                key_columns=(keys or {}).get(name, ()),
+                metrics=(metrics or {}).get(name),
             )
         return reports
 
     def run_finish(self, plan: EpochPlan, store: ObjectStore) -> list[EpochReport]:
         """Compute the outputs from the final variables and stage them under the attempt."""
-        from spark_jobs.storeio import write_dataset
-
         if plan.kind != "final":
             raise CheckpointError(f"run_finish() takes final plans, not {plan.kind}")
         body, params, ctx = self._context(plan)
         data = self._load(body, plan, params)
         outputs = body.finish(self._variables(plan, store), data, ctx)
-        root = CheckpointLog(store, plan.job_id).layout.attempt(plan.checkpoint_id, plan.attempt_id)
-        reports: list[EpochReport] = []
-        for name in plan.body.get("outputs", []):
-            if name not in outputs:
-                raise CheckpointError(f"body {plan.body['name']!r} finish() returned no output {name!r}")
-            reports += write_dataset(
-                outputs[name],
-                store=store,
-                prefix=f"{root}/outputs/{name}",
-                report_prefix=f"{root}/_outputs/{name}",
-                head=name,
-                epoch=plan.checkpoint_id,
-                attempt_id=plan.attempt_id,
-                num_partitions=plan.num_partitions,
-            )
-        return reports
+        missing = [n for n in plan.body.get("outputs", []) if n not in outputs]
+        if missing:
+            raise CheckpointError(f"body {plan.body['name']!r} finish() returned no output(s) {missing}")
+        return self._write(plan, store, outputs, plan.body.get("outputs", []), data_dir="outputs",
+                           report_dir="_outputs")
 
     def run(self, plan: EpochPlan, store: ObjectStore) -> list[EpochReport]:
         try:
