@@ -441,9 +441,13 @@ class CheckpointLog:
                 self.store.put(self.layout.retired(cid), b"")
                 self.store.put(self.layout.checkpoint(cid), _TOMBSTONE)
                 report.retired.append(cid)
-        aborted = {
-            tuple(o.key.rsplit("/", 2)[-2:]) for o in self.store.list(f"{self.layout.root}/aborted/")
-        }
+        aborted = set()
+        settled = []  # abort marks of epochs that are committed: nothing can adopt them any more
+        for o in self.store.list(f"{self.layout.root}/aborted/"):
+            epoch_s, attempt = o.key.rsplit("/", 2)[-2:]
+            aborted.add((epoch_s, attempt))
+            if int(epoch_s) <= latest:
+                settled.append(o.key)
         garbage = []
         live = set()
         prefix = self.layout.attempts()
@@ -455,7 +459,7 @@ class CheckpointLog:
                 live.add(f"{int(epoch_s)}/{attempt}")
                 continue
             garbage.append(o.key)
-        self.store.delete(garbage)
+        self.store.delete(garbage + settled)
         report.deleted_objects = len(garbage)
         report.kept_live_attempts = sorted(live)
         if report.retired or garbage:

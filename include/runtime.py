@@ -182,6 +182,14 @@ class IterationJob:
         if latest is None:
             head_state = JobHeadState.initial(list(meta["heads"]), P)
         else:
+            if latest.body.get("name") != meta["name"]:
+                raise CheckpointError(
+                    f"job {self.config.job_id} was checkpointed with body {latest.body.get('name')!r}; "
+                    f"it cannot continue as {meta['name']!r}: use another job_id"
+                )
+            if latest.body.get("params", {}) != meta["params"]:
+                log.warning("job %s: body parameters changed from %s to %s; epochs from %d use the new ones",
+                            self.config.job_id, latest.body.get("params"), meta["params"], checkpoint_id)
             if sorted(latest.head_state.heads) != sorted(meta["heads"]):
                 raise CheckpointError(
                     f"checkpoint {latest.checkpoint_id} of job {self.config.job_id} has heads "

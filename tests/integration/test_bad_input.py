@@ -8,6 +8,7 @@ import pytest
 from include.config import JobConfig
 from include.errors import (
     CheckpointCorrupted,
+    CheckpointError,
     ConfigError,
     InputDataError,
     PermanentStoreError,
@@ -111,3 +112,11 @@ def test_store_without_bucket(spark, tmp_path, moto_endpoint):
     cfg = pagerank_config(tmp_path, edges, checkpoint_root="s3://missing-bucket-x/root")
     with pytest.raises(PermanentStoreError, match=r"s3://missing-bucket-x/root/jobs/pr/.* failed with NoSuchBucket \(the bucket does not exist\)"):
         IterationRunner(cfg, spark, store_options={"endpoint_url": moto_endpoint}).run()
+
+
+def test_a_job_cannot_change_its_body(spark, tmp_path):
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(8, 0.3))
+    IterationRunner(pagerank_config(tmp_path, edges, max_epochs=3), spark).run(max_epochs_in_batch=1)
+    other = JobConfig(job_id="pr", body="kmeans", input=edges, checkpoint_root=str(tmp_path / "store"))
+    with pytest.raises(CheckpointError, match="checkpointed with body 'pagerank'; it cannot continue as 'kmeans'"):
+        IterationRunner(other, spark).run()

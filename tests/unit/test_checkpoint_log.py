@@ -185,7 +185,12 @@ def test_gc_spares_live_attempts_and_deletes_superseded(log):
     assert report.kept_live_attempts == ["1/running"]
     assert log.store.list(log.layout.attempt(0, "late") + "/") == []
     assert log.store.list(log.layout.attempt(1, "running") + "/")
+    assert log.is_aborted(1, "dead"), "the abort mark stays while epoch 1 is open"
     log.load(0, verify="full")
+    log.commit(write_attempt(log, 1, "next", 0))
+    log.collect_garbage(retain_last=1)
+    assert not log.is_aborted(1, "dead"), "once epoch 1 is committed its abort marks are dropped"
+    assert log.attempt_ids(1) == ["next"]
 
 
 def test_retain_last_must_be_positive(log):
