@@ -64,8 +64,10 @@ class EpochExecutor:
 
         if plan.restore is None:
             return None
+        # Cached: a body may read its variables several times in one step (PageRank does 3
+        # times); the replay then reads and verifies each object once.
         return {
-            name: read_dataset(self.spark, store, ds, plan.num_partitions)
+            name: read_dataset(self.spark, store, ds, plan.num_partitions).cache()
             for name, ds in plan.restore_datasets().items()
         }
 
@@ -75,9 +77,15 @@ class EpochExecutor:
             raise CheckpointError(f"run_epoch() takes epoch plans, not {plan.kind}")
         body, params, ctx = self._context(plan)
         data = self._load(body, plan, params)
-        variables = self._variables(plan, store)
-        if variables is None:
-            variables = body.init(data, ctx)
+        restored = self._variables(plan, store)
+        try:
+            return self._step(plan, store, body, data, ctx, restored)
+        finally:
+            for df in (restored or {}).values():
+                df.unpersist()
+
+    def _step(self, plan, store, body, data, ctx, restored) -> list[EpochReport]:
+        variables = body.init(data, ctx) if restored is None else restored
         result = body.step(variables, data, ctx)
         missing = set(plan.heads) - set(result.variables)
         if missing:
@@ -119,12 +127,17 @@ class EpochExecutor:
             raise CheckpointError(f"run_finish() takes final plans, not {plan.kind}")
         body, params, ctx = self._context(plan)
         data = self._load(body, plan, params)
-        outputs = body.finish(self._variables(plan, store), data, ctx)
-        missing = [n for n in plan.body.get("outputs", []) if n not in outputs]
-        if missing:
-            raise CheckpointError(f"body {plan.body['name']!r} finish() returned no output(s) {missing}")
-        return self._write(plan, store, outputs, plan.body.get("outputs", []), data_dir="outputs",
-                           report_dir="_outputs")
+        restored = self._variables(plan, store)
+        try:
+            outputs = body.finish(restored, data, ctx)
+            missing = [n for n in plan.body.get("outputs", []) if n not in outputs]
+            if missing:
+                raise CheckpointError(f"body {plan.body['name']!r} finish() returned no output(s) {missing}")
+            return self._write(plan, store, outputs, plan.body.get("outputs", []), data_dir="outputs",
+                               report_dir="_outputs")
+        finally:
+            for df in restored.values():
+                df.unpersist()
 
     def run(self, plan: EpochPlan, store: ObjectStore) -> list[EpochReport]:
         try:
