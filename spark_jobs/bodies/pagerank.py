@@ -16,11 +16,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import DecimalType
 
 from include.body import EpochContext, IterationBody, StepResult
 from include.errors import ConfigError, InputDataError
+
+
+# Ranks and their shares are in [0, 1]: 34 decimal places keep 1e-34 absolute precision.
+_EXACT = DecimalType(38, 34)
+
+
+def _exact_sum(values: Column) -> Column:
+    """A sum whose result does not depend on the order Spark adds in: each double is rounded
+    to a fixed decimal, the decimals add exactly, the total goes back to double. So an epoch
+    recomputed after a failure gives the same bits as the first time."""
+    return F.sum(values.cast(_EXACT)).cast("double")
 
 
 @dataclass(frozen=True)
@@ -89,11 +101,11 @@ class PageRank(IterationBody):
             data["edges"]
             .join(ranks.withColumnRenamed("node", "src"), "src")
             .groupBy(F.col("dst").alias("node"))
-            .agg(F.sum(F.col("rank") * F.col("weight")).alias("contribution"))
+            .agg(_exact_sum(F.col("rank") * F.col("weight")).alias("contribution"))
         )
         dangling = (
             ranks.join(data["nodes"].where("out_degree = 0"), "node")
-            .agg(F.coalesce(F.sum("rank"), F.lit(0.0)).alias("dangling"))
+            .agg(F.coalesce(_exact_sum(F.col("rank")), F.lit(0.0)).alias("dangling"))
         )
         new_rank = F.lit((1.0 - d) / n) + F.lit(d) * (
             F.coalesce(F.col("contribution"), F.lit(0.0)) + F.col("dangling") / F.lit(float(n))
