@@ -1,0 +1,100 @@
+"""Build an iteration DAG from configuration: a DAG file is one call to ``iteration_dag``.
+
+Each DAG run is one batch: task groups ``epoch_0 .. epoch_<L-1>`` (the batch's epochs, unrolled:
+DAGs are acyclic), each ``run`` (head) -> ``align`` (deferrable sensor) -> ``commit``, then
+``finish``. Epochs after termination are skipped; finish runs whenever nothing failed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from typing import Any, Mapping
+
+from airflow.sdk import DAG, Param, TaskGroup
+from airflow.sdk.definitions.param import ParamsDict
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_STORE = os.path.join(PROJECT_ROOT, ".local", "store")
+
+JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+
+
+def job_params(
+    *,
+    job_id: str,
+    input_path: str,
+    output_path: str | None,
+    checkpoint_root: str = DEFAULT_STORE,
+    max_epochs: int = 50,
+    tolerance: float = 1e-6,
+    num_partitions: int = 4,
+) -> dict[str, Param]:
+    """The params every iteration DAG has, with their JSON schema (the trigger form)."""
+    return {
+        "job_id": Param(job_id, type="string", pattern=JOB_ID_PATTERN,
+                        description="Names the checkpoint log: the same id resumes the same job."),
+        "input_path": Param(input_path, type="string", minLength=1,
+                            description="Static input: a local path or s3://bucket/key (CSV with header, Parquet, JSON lines)."),
+        "output_path": Param(output_path, type=["null", "string"],
+                             description="Where finish publishes the outputs (local path or s3://bucket/prefix)."),
+        "checkpoint_root": Param(checkpoint_root, type="string", minLength=1,
+                                 description="Checkpoint store: a local directory or s3://bucket/prefix."),
+        "max_epochs": Param(max_epochs, type="integer", minimum=1, maximum=1_000_000,
+                            description="The job terminates after this many epochs."),
+        "tolerance": Param(tolerance, type="number", minimum=0,
+                           description="Converged when the body's metric is under this."),
+        "num_partitions": Param(num_partitions, type="integer", minimum=1, maximum=100_000,
+                                description="Partitions of the feedback datasets; may change between runs."),
+    }
+
+
+def iteration_dag(
+    *,
+    dag_id: str,
+    body: str,
+    params: Mapping[str, Param],
+    body_param_names: tuple[str, ...],
+    epochs_per_batch: int,
+    spark_mode: str = os.environ.get("ITERATIONS_SPARK_MODE", "connect"),
+    spark_conn_id: str | None = None,
+    aws_conn_id: str | None = "aws_default",
+    schedule: Any = None,
+    start_date: dt.datetime = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    tags: tuple[str, ...] = (),
+    doc_md: str | None = None,
+    retries: int = 2,
+) -> DAG:
+    from iterations.operators.epoch import EpochCommitOperator, EpochHeadOperator, FinishOperator
+    from iterations.sensors.alignment import AlignmentSensor
+
+    if epochs_per_batch < 1:
+        raise ValueError(f"epochs_per_batch must be >= 1, got {epochs_per_batch}")
+    common = {"body": body, "body_param_names": body_param_names, "aws_conn_id": aws_conn_id}
+    with DAG(
+        dag_id=dag_id,
+        schedule=schedule,
+        start_date=start_date,
+        catchup=False,
+        max_active_runs=1,  # one batch of a job at a time
+        params=ParamsDict(dict(params)),
+        tags=["iterations", body, *tags],
+        doc_md=doc_md,
+        default_args={"retries": retries, "retry_delay": dt.timedelta(seconds=10)},
+    ) as dag:
+        previous = None
+        for i in range(epochs_per_batch):
+            with TaskGroup(f"epoch_{i}", tooltip=f"epoch {i} of the batch") as group:
+                head = EpochHeadOperator(task_id="run", index=i, spark_mode=spark_mode,
+                                         spark_conn_id=spark_conn_id, **common)
+                align = AlignmentSensor(task_id="align", head_task_id=head.task_id, **common)
+                commit = EpochCommitOperator(task_id="commit", head_task_id=head.task_id,
+                                             align_task_id=align.task_id, **common)
+                head >> align >> commit
+            if previous is not None:
+                previous >> group
+            previous = group
+        finish = FinishOperator(task_id="finish", trigger_rule="none_failed", spark_mode=spark_mode,
+                                spark_conn_id=spark_conn_id, **common)
+        previous >> finish
+    return dag

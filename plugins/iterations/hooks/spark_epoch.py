@@ -1,0 +1,79 @@
+"""Hook that runs one recorded attempt (an epoch or the finish step) as a Spark job.
+
+Modes:
+* ``connect`` (default): a warm session through Spark Connect. The URL comes from the Spark
+  Connect connection (``spark_connect_default``, host and port); without one, the embedded
+  server on loopback is started once and shared (``spark_jobs.connect_server``).
+* ``submit``: ``spark-submit spark_jobs/epoch.py`` through the apache-spark provider's
+  SparkSubmitHook and its ``spark_default`` connection (the conventional cluster path).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from airflow.sdk import BaseHook
+
+SPARK_MODES = ("connect", "submit")
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+class SparkEpochHook(BaseHook):
+    conn_name_attr = "conn_id"
+    hook_name = "Spark epoch"
+
+    def __init__(self, mode: str = "connect", conn_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if mode not in SPARK_MODES:
+            raise ValueError(f"spark mode {mode!r} is not supported; accepted: {', '.join(SPARK_MODES)}")
+        self.mode = mode
+        self.conn_id = conn_id or ("spark_connect_default" if mode == "connect" else "spark_default")
+
+    def connect_url(self) -> str:
+        try:
+            conn = self.get_connection(self.conn_id)
+        except Exception:
+            from spark_jobs import connect_server
+
+            url = connect_server.ensure()
+            self.log.info("no connection %r: using the embedded Spark Connect server %s", self.conn_id, url)
+            return url
+        url = f"sc://{conn.host}:{conn.port or 15002}"
+        self.log.info("Spark Connect server from connection %r: %s", self.conn_id, url)
+        return url
+
+    def run_attempt(self, plan, store, store_options: dict[str, Any], checkpoint_root: str) -> None:
+        if self.mode == "connect":
+            self._run_connect(plan, store, store_options)
+        else:
+            self._run_submit(plan, checkpoint_root, store_options)
+
+    def _run_connect(self, plan, store, store_options) -> None:
+        from pyspark.sql import SparkSession
+
+        from spark_jobs.epoch import EpochExecutor
+
+        spark = SparkSession.builder.remote(self.connect_url()).getOrCreate()
+        EpochExecutor(spark, store_options).run(plan, store)
+
+    def _run_submit(self, plan, checkpoint_root: str, store_options: dict[str, Any]) -> None:
+        from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
+
+        args = ["--checkpoint-root", checkpoint_root, "--job-id", plan.job_id,
+                "--checkpoint-id", str(plan.checkpoint_id), "--attempt-id", plan.attempt_id]
+        if store_options.get("endpoint_url"):
+            args += ["--endpoint-url", store_options["endpoint_url"]]
+        env = {"PYTHONPATH": PROJECT_ROOT}
+        for key, var in (("access_key_id", "AWS_ACCESS_KEY_ID"), ("secret_access_key", "AWS_SECRET_ACCESS_KEY"),
+                         ("session_token", "AWS_SESSION_TOKEN")):
+            if store_options.get(key):
+                env[var] = store_options[key]  # passed in the environment, never on the command line
+        hook = SparkSubmitHook(
+            conn_id=self.conn_id,
+            name=f"iterations-{plan.job_id}-{plan.checkpoint_id}",
+            application_args=args,
+            env_vars=env,
+            conf={"spark.ui.enabled": "false"},
+        )
+        hook.submit(os.path.join(PROJECT_ROOT, "spark_jobs", "epoch.py"))

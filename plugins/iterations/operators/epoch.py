@@ -1,0 +1,195 @@
+"""Operators of an iteration DAG: the epoch head, the commit, and the finish step.
+
+Each is a thin adapter over ``include.runtime.IterationJob``. The job's settings come from the
+DAG run's params (validated by their JSON schema), optionally overridden by ``job``, which is
+templated. Heavy imports (pyspark) happen inside ``execute``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping, Sequence
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowSkipException
+
+JOB_FIELDS = ("job_id", "checkpoint_root", "output_path", "max_epochs", "tolerance", "num_partitions", "retain_last")
+
+
+def batch_id_of(context: Mapping[str, Any]) -> str:
+    """The DAG run is the batch; its id, made safe for object keys."""
+    run_id = str(context["run_id"])
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", run_id).strip("._-")[:120] or "batch"
+
+
+class IterationOperator(BaseOperator):
+    """Base: builds the job from params. ``job`` (templated) overrides params key by key."""
+
+    template_fields: Sequence[str] = ("job",)
+    ui_color = "#e8f1fb"
+
+    def __init__(
+        self,
+        *,
+        body: str,
+        body_param_names: Sequence[str] = (),
+        job: dict[str, Any] | None = None,
+        aws_conn_id: str | None = "aws_default",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.body = body
+        self.body_param_names = tuple(body_param_names)
+        self.job = job or {}
+        self.aws_conn_id = aws_conn_id
+
+    def job_config(self, context: Mapping[str, Any]):
+        from include.config import InputSpec, JobConfig
+
+        settings = {**dict(context["params"]), **dict(self.job)}
+        missing = [k for k in ("job_id", "input_path", "checkpoint_root") if not settings.get(k)]
+        if missing:
+            raise ValueError(f"missing job setting(s) {missing}: set them as DAG params or in job=")
+        return JobConfig(
+            body=self.body,
+            input=InputSpec(settings["input_path"], settings.get("input_format") or None),
+            body_params={k: settings[k] for k in self.body_param_names if settings.get(k) is not None},
+            **{k: settings[k] for k in JOB_FIELDS if settings.get(k) is not None},
+        )
+
+    def iteration_job(self, context: Mapping[str, Any]):
+        from include.runtime import IterationJob
+        from iterations.hooks.iteration_store import IterationStoreHook
+
+        config = self.job_config(context)
+        options = IterationStoreHook(self.aws_conn_id).store_options(config.checkpoint_root)
+        return IterationJob(config, store_options=options), options
+
+
+class EpochHeadOperator(IterationOperator):
+    """The head of epoch ``index`` of the batch: restores, plans and runs the epoch's Spark job.
+
+    Skips work already done: an epoch committed earlier is reported ``restored`` (never
+    recomputed); epochs after termination are skipped. The attempt is recorded in the store
+    before the Spark job starts, so a retry adopts a complete attempt instead of running again.
+    """
+
+    ui_color = "#d6e9f8"
+
+    def __init__(self, *, index: int, spark_mode: str = "connect", spark_conn_id: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.index = index
+        self.spark_mode = spark_mode
+        self.spark_conn_id = spark_conn_id
+
+    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        from include.head import HeadStatus
+
+        job, options = self.iteration_job(context)
+        batch = batch_id_of(context)
+        start = self._batch_start(job, batch)
+        epoch = start + self.index
+        state = job.state()
+        if state.latest is not None and epoch <= state.latest.epoch:
+            self.log.info("epoch %d is committed (checkpoint %d): restored, not recomputed", epoch, state.latest.checkpoint_id)
+            return {"status": "restored", "epoch": epoch}
+        if state.status is not HeadStatus.RUNNING:
+            raise AirflowSkipException(f"job {job.config.job_id} is {state.status.value}: epoch {epoch} is not needed")
+        if state.next_epoch != epoch:
+            raise RuntimeError(f"epoch {epoch} cannot start: the latest committed checkpoint is "
+                               f"{state.latest.checkpoint_id if state.latest else None}")
+        plan = job.plan_epoch(batch, state)
+        self.log.info("epoch %d: attempt %s%s", epoch, plan.attempt_id, " (adopted, complete)" if plan.adopted else "")
+        if not plan.adopted:
+            from iterations.hooks.spark_epoch import SparkEpochHook
+
+            try:
+                SparkEpochHook(self.spark_mode, self.spark_conn_id).run_attempt(
+                    plan, job.store, options, job.config.checkpoint_root)
+            except Exception as e:
+                from spark_jobs.epoch import raise_executor_error
+
+                job.abort(plan, reason=f"{type(e).__name__}: {e}"[:500])
+                raise_executor_error(e)
+                raise
+        return {"status": "run", "epoch": epoch, "attempt_id": plan.attempt_id}
+
+    def _batch_start(self, job, batch: str) -> int:
+        """The first epoch of this batch, fixed by the first head that runs in it."""
+        import json
+
+        key = f"{job.log.layout.root}/batch-starts/{batch}.json"
+        state = job.state(verify="none")
+        job.store.put_if_absent(key, json.dumps({"start_epoch": state.next_epoch}).encode())
+        return int(json.loads(job.store.get(key))["start_epoch"])
+
+
+class EpochCommitOperator(IterationOperator):
+    """Runs the checks between rounds, then commits the epoch's checkpoint atomically."""
+
+    ui_color = "#d9f2d9"
+
+    def __init__(self, *, head_task_id: str, align_task_id: str, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.head_task_id = head_task_id
+        self.align_task_id = align_task_id
+
+    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        from include.head import AlignmentDecision
+        from include.runtime import EpochPlan
+
+        head = context["ti"].xcom_pull(task_ids=self.head_task_id)
+        if head["status"] != "run":
+            return head
+        job, _ = self.iteration_job(context)
+        plan = EpochPlan.from_dict(job.log.read_plan(head["epoch"], head["attempt_id"]))
+        aligned = context["ti"].xcom_pull(task_ids=self.align_task_id) or {}
+        decision = AlignmentDecision.from_dict(aligned["decision"]) if aligned.get("decision") else None
+        manifest = job.commit(plan, decision)
+        d = manifest.decision
+        metrics = " ".join(f"{k}={v:.3e}" for k, v in sorted(d.metrics.items()))
+        self.log.info("epoch %d committed: feedback=%d %s%s", d.epoch, d.feedback_count, metrics,
+                      f" -> terminating ({d.reason})" if d.terminated else "")
+        return {"status": "committed", "epoch": d.epoch, "checkpoint_id": manifest.checkpoint_id,
+                "terminated": d.terminated, "reason": d.reason, "feedback": d.feedback_count, "metrics": d.metrics}
+
+
+class FinishOperator(IterationOperator):
+    """After the batch's epochs: if the job terminated, the final checkpoint and the outputs'
+    publication (only after that checkpoint commits); otherwise the batch just ends."""
+
+    ui_color = "#fde9c9"
+
+    def __init__(self, *, spark_mode: str = "connect", spark_conn_id: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.spark_mode = spark_mode
+        self.spark_conn_id = spark_conn_id
+
+    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        from include.head import HeadStatus
+
+        job, options = self.iteration_job(context)
+        batch = batch_id_of(context)
+        state = job.state()
+        if state.status is HeadStatus.TERMINATING:
+            plan = job.plan_finish(batch, state)
+            if not plan.adopted:
+                from iterations.hooks.spark_epoch import SparkEpochHook
+
+                SparkEpochHook(self.spark_mode, self.spark_conn_id).run_attempt(
+                    plan, job.store, options, job.config.checkpoint_root)
+            final = job.commit_finish(plan)
+            self.log.info("final checkpoint %d committed", final.checkpoint_id)
+            state = job.state(verify="none")
+        result: dict[str, Any] = {"status": state.status.value,
+                                  "checkpoint_id": state.latest.checkpoint_id if state.latest else None}
+        if state.status is HeadStatus.TERMINATED:
+            result["published"] = job.publish(state.latest)
+            for name, where in result["published"].items():
+                self.log.info("output %s published to %s", name, where)
+        else:
+            self.log.info("job %s not terminated after this batch (next epoch %d): trigger the DAG again to continue",
+                          job.config.job_id, state.next_epoch)
+        if state.latest is not None:
+            job.log.record_batch_final(batch, state.latest.checkpoint_id)
+        return result

@@ -1,0 +1,61 @@
+"""Deferrable sensor for the global alignment of an epoch attempt."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from airflow.sdk import BaseSensorOperator
+
+from iterations.operators.epoch import IterationOperator
+
+
+class AlignmentSensor(IterationOperator, BaseSensorOperator):
+    """Waits (deferred, in the triggerer) until every partition of every head has reported for
+    the head task's attempt, then decides ``(epoch, terminated)``. Does nothing for an epoch
+    the head restored."""
+
+    ui_color = "#f3e5f5"
+
+    def __init__(self, *, head_task_id: str, poll_interval: float = 2.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.head_task_id = head_task_id
+        self.poll_interval = poll_interval
+
+    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        head = context["ti"].xcom_pull(task_ids=self.head_task_id)
+        if head["status"] != "run":
+            return head
+        job, _ = self.iteration_job(context)
+        from include.runtime import EpochPlan
+        from iterations.triggers.alignment import AlignmentTrigger
+
+        plan = EpochPlan.from_dict(job.log.read_plan(head["epoch"], head["attempt_id"]))
+        if not plan.aligner().missing(job.reports(plan)):
+            return self._decide(job, plan)
+        self.defer(
+            trigger=AlignmentTrigger(
+                checkpoint_root=job.config.checkpoint_root,
+                job_id=job.config.job_id,
+                epoch=plan.epoch,
+                attempt_id=plan.attempt_id,
+                expected={h: plan.num_partitions for h in plan.heads},
+                aws_conn_id=self.aws_conn_id,
+                poll_interval=self.poll_interval,
+            ),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Mapping[str, Any], event: dict[str, Any] | None = None) -> dict[str, Any]:
+        if not event or event.get("status") != "aligned":
+            raise RuntimeError(f"alignment did not complete: {event}")
+        from include.runtime import EpochPlan
+
+        job, _ = self.iteration_job(context)
+        plan = EpochPlan.from_dict(job.log.read_plan(event["epoch"], event["attempt_id"]))
+        return self._decide(job, plan)
+
+    def _decide(self, job, plan) -> dict[str, Any]:
+        decision = job.align(plan)
+        self.log.info("epoch %d globally aligned: feedback=%d terminated=%s%s", decision.epoch,
+                      decision.feedback_count, decision.terminated, f" ({decision.reason})" if decision.reason else "")
+        return {"status": "aligned", "epoch": plan.epoch, "attempt_id": plan.attempt_id, "decision": decision.to_dict()}

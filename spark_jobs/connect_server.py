@@ -1,0 +1,98 @@
+"""The embedded warm session: a Spark Connect server on loopback, started once and shared by
+every epoch task (each task is a short-lived client, so no task pays a JVM start).
+
+    python -m spark_jobs.connect_server start|stop|status
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from spark_jobs.session import PROJECT_ROOT
+
+DEFAULT_PORT = int(os.environ.get("ITERATIONS_SPARK_CONNECT_PORT", "15002"))
+STATE_DIR = os.environ.get("ITERATIONS_SPARK_CONNECT_DIR", os.path.join(PROJECT_ROOT, ".local", "spark-connect"))
+
+
+def _spark_home() -> str:
+    import pyspark
+
+    return os.path.dirname(pyspark.__file__)
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _env() -> dict[str, str]:
+    paths = [PROJECT_ROOT, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
+    return {
+        **os.environ,
+        "SPARK_HOME": _spark_home(),
+        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+        "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_LOG_DIR": os.path.join(STATE_DIR, "logs"),
+        "SPARK_PID_DIR": STATE_DIR,
+    }
+
+
+def ensure(port: int = DEFAULT_PORT, master: str = "local[2]", timeout: float = 120.0) -> str:
+    """Start the server unless it is already listening; return its ``sc://`` URL."""
+    url = f"sc://127.0.0.1:{port}"
+    if _listening(port):
+        return url
+    os.makedirs(STATE_DIR, exist_ok=True)
+    with open(os.path.join(STATE_DIR, "start.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one starter at a time; the others find it listening
+        if _listening(port):
+            return url
+        script = os.path.join(_spark_home(), "sbin", "start-connect-server.sh")
+        subprocess.run(
+            ["bash", script, "--master", master,
+             "--conf", f"spark.connect.grpc.binding.port={port}",
+             "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+             "--conf", "spark.ui.enabled=false",
+             "--conf", "spark.sql.shuffle.partitions=8",
+             "--conf", "spark.ui.showConsoleProgress=false"],
+            env=_env(), check=True, capture_output=True, text=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if _listening(port):
+                return url
+            time.sleep(0.5)
+    raise RuntimeError(f"Spark Connect server did not listen on 127.0.0.1:{port} within {timeout:.0f}s; "
+                       f"see the logs in {os.path.join(STATE_DIR, 'logs')}")
+
+
+def stop() -> None:
+    script = os.path.join(_spark_home(), "sbin", "stop-connect-server.sh")
+    subprocess.run(["bash", script], env=_env(), check=False, capture_output=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    command = (argv or sys.argv[1:] or ["status"])[0]
+    if command == "start":
+        print(ensure())
+    elif command == "stop":
+        stop()
+    elif command == "status":
+        print("listening" if _listening(DEFAULT_PORT) else "not running", f"on 127.0.0.1:{DEFAULT_PORT}")
+    else:
+        print("usage: python -m spark_jobs.connect_server start|stop|status", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
