@@ -1,0 +1,40 @@
+"""An isolated Airflow home (SQLite) and an embedded Spark Connect server for the DAG tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, free_port
+
+AIRFLOW = os.path.join(os.path.dirname(sys.executable), "airflow")
+
+
+@pytest.fixture(scope="session")
+def airflow_env(tmp_path_factory):
+    home = tmp_path_factory.mktemp("airflow_home")
+    connect_dir = tmp_path_factory.mktemp("spark_connect")
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(ROOT, "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(ROOT, "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "PYTHONPATH": ROOT,
+        "PYSPARK_PYTHON": sys.executable,
+        "ITERATIONS_SPARK_CONNECT_PORT": str(free_port()),
+        "ITERATIONS_SPARK_CONNECT_DIR": str(connect_dir),
+    }
+    env.pop("ITERATIONS_DRIVER_PID", None)
+    subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    yield env
+    subprocess.run([sys.executable, "-m", "spark_jobs.connect_server", "stop"], env=env, cwd=ROOT,
+                   capture_output=True, timeout=120)
+
+
+def airflow(env, *args, timeout=900) -> subprocess.CompletedProcess:
+    return subprocess.run([AIRFLOW, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
