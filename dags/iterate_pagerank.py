@@ -11,7 +11,7 @@ from airflow.sdk import Param
 
 from iterations.dag_factory import PROJECT_ROOT, iteration_dag, job_params
 
-EPOCHS_PER_BATCH = 12
+EPOCHS_PER_BATCH = 20
 
 params = job_params(
     job_id="pagerank",
