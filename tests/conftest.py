@@ -3,6 +3,7 @@ real HTTP, and helpers to write small inputs."""
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -17,6 +18,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+# py4j logs from __del__ at interpreter exit, after pytest closed its streams.
+logging.getLogger("py4j").setLevel(logging.WARNING)
 # Airflow imported by a test must never write into the user's ~/airflow.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="iterations-airflow-home-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")

@@ -87,9 +87,8 @@ class EpochHeadOperator(IterationOperator):
 
         job, options = self.iteration_job(context)
         batch = batch_id_of(context)
-        start = self._batch_start(job, batch)
-        epoch = start + self.index
         state = job.state()
+        epoch = self._batch_start(job, batch, state.next_epoch) + self.index
         if state.latest is not None and epoch <= state.latest.epoch:
             self.log.info("epoch %d is committed (checkpoint %d): restored, not recomputed", epoch, state.latest.checkpoint_id)
             return {"status": "restored", "epoch": epoch}
@@ -114,13 +113,13 @@ class EpochHeadOperator(IterationOperator):
                 raise
         return {"status": "run", "epoch": epoch, "attempt_id": plan.attempt_id}
 
-    def _batch_start(self, job, batch: str) -> int:
-        """The first epoch of this batch, fixed by the first head that runs in it."""
+    def _batch_start(self, job, batch: str, next_epoch: int) -> int:
+        """The first epoch of this batch, fixed by the first head that runs in it (a cleared
+        and re-run task finds the same epochs)."""
         import json
 
         key = f"{job.log.layout.root}/batch-starts/{batch}.json"
-        state = job.state(verify="none")
-        job.store.put_if_absent(key, json.dumps({"start_epoch": state.next_epoch}).encode())
+        job.store.put_if_absent(key, json.dumps({"start_epoch": next_epoch}).encode())
         return int(json.loads(job.store.get(key))["start_epoch"])
 
 
