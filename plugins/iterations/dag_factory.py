@@ -87,8 +87,8 @@ def iteration_dag(
             with TaskGroup(f"epoch_{i}", tooltip=f"epoch {i} of the batch") as group:
                 head = EpochHeadOperator(task_id="run", index=i, spark_mode=spark_mode,
                                          spark_conn_id=spark_conn_id, **common)
-                align = AlignmentSensor(task_id="align", head_task_id=head.task_id, **common)
-                commit = EpochCommitOperator(task_id="commit", head_task_id=head.task_id,
+                align = AlignmentSensor(task_id="align", index=i, head_task_id=head.task_id, **common)
+                commit = EpochCommitOperator(task_id="commit", index=i, head_task_id=head.task_id,
                                              align_task_id=align.task_id, **common)
                 head >> align >> commit
             if previous is not None:

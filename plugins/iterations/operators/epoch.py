@@ -17,8 +17,12 @@ JOB_FIELDS = ("job_id", "checkpoint_root", "output_path", "max_epochs", "toleran
 
 
 def batch_id_of(context: Mapping[str, Any]) -> str:
-    """The DAG run is the batch; its id, made safe for object keys."""
+    """The DAG run is the batch; its id, made safe for object keys. ``airflow tasks test`` makes
+    a new temporary run for every task: there the batch is named by the logical date, so the
+    tasks of one date run by hand, one after the other, form one batch."""
     run_id = str(context["run_id"])
+    if run_id.startswith("__airflow_temporary_run_") and context.get("logical_date") is not None:
+        run_id = f"tasks-test-{context['logical_date']:%Y%m%dT%H%M%S}"
     return re.sub(r"[^A-Za-z0-9_.\-]", "_", run_id).strip("._-")[:120] or "batch"
 
 
@@ -57,6 +61,50 @@ class IterationOperator(BaseOperator):
             **{k: settings[k] for k in JOB_FIELDS if settings.get(k) is not None},
         )
 
+    @staticmethod
+    def batch_start(job, batch: str, next_epoch: int | None = None) -> int | None:
+        """The first epoch of this batch, fixed by the first head that runs in it, so a cleared
+        and re-run task finds the same epochs. ``next_epoch`` None: only read it."""
+        import json
+
+        from include.errors import ObjectNotFound
+
+        key = f"{job.log.layout.root}/batch-starts/{batch}.json"
+        if next_epoch is not None:
+            job.store.put_if_absent(key, json.dumps({"start_epoch": next_epoch}).encode())
+        try:
+            return int(json.loads(job.store.get(key))["start_epoch"])
+        except ObjectNotFound:
+            return None
+
+    def head_result(self, context: Mapping[str, Any], job, head_task_id: str, index: int) -> dict[str, Any]:
+        """What the epoch's head did: its XCom, or, when there is none (``airflow tasks test``
+        runs tasks one at a time without XCom), the same facts read back from the store."""
+        from include.head import HeadStatus
+
+        head = context["ti"].xcom_pull(task_ids=head_task_id)
+        if head:
+            return head
+        batch = batch_id_of(context)
+        start = self.batch_start(job, batch)
+        if start is None:
+            raise RuntimeError(f"{head_task_id} has not run in batch {batch}: run it first")
+        epoch = start + index
+        state = job.state(verify="none")
+        if state.latest is not None and epoch <= state.latest.epoch:
+            return {"status": "restored", "epoch": epoch}
+        if state.status is not HeadStatus.RUNNING:
+            raise AirflowSkipException(f"job {job.config.job_id} is {state.status.value}: epoch {epoch} is not needed")
+        recorded = [a for a in job.log.attempt_ids(epoch)
+                    if not job.log.is_aborted(epoch, a) and job.log.read_plan(epoch, a) is not None]
+        if not recorded:
+            raise RuntimeError(f"no attempt of epoch {epoch} is recorded: run {head_task_id} first")
+        from include.runtime import EpochPlan
+
+        complete = [a for a in recorded
+                    if not EpochPlan.from_dict(job.log.read_plan(epoch, a)).aligner().missing(job.log.reports(epoch, a))]
+        return {"status": "run", "epoch": epoch, "attempt_id": (complete or recorded)[0]}
+
     def iteration_job(self, context: Mapping[str, Any]):
         from include.runtime import IterationJob
         from iterations.hooks.iteration_store import IterationStoreHook
@@ -88,7 +136,7 @@ class EpochHeadOperator(IterationOperator):
         job, options = self.iteration_job(context)
         batch = batch_id_of(context)
         state = job.state()
-        epoch = self._batch_start(job, batch, state.next_epoch) + self.index
+        epoch = self.batch_start(job, batch, state.next_epoch) + self.index
         if state.latest is not None and epoch <= state.latest.epoch:
             self.log.info("epoch %d is committed (checkpoint %d): restored, not recomputed", epoch, state.latest.checkpoint_id)
             return {"status": "restored", "epoch": epoch}
@@ -113,23 +161,15 @@ class EpochHeadOperator(IterationOperator):
                 raise
         return {"status": "run", "epoch": epoch, "attempt_id": plan.attempt_id}
 
-    def _batch_start(self, job, batch: str, next_epoch: int) -> int:
-        """The first epoch of this batch, fixed by the first head that runs in it (a cleared
-        and re-run task finds the same epochs)."""
-        import json
-
-        key = f"{job.log.layout.root}/batch-starts/{batch}.json"
-        job.store.put_if_absent(key, json.dumps({"start_epoch": next_epoch}).encode())
-        return int(json.loads(job.store.get(key))["start_epoch"])
-
 
 class EpochCommitOperator(IterationOperator):
     """Runs the checks between rounds, then commits the epoch's checkpoint atomically."""
 
     ui_color = "#d9f2d9"
 
-    def __init__(self, *, head_task_id: str, align_task_id: str, **kwargs: Any):
+    def __init__(self, *, index: int, head_task_id: str, align_task_id: str, **kwargs: Any):
         super().__init__(**kwargs)
+        self.index = index
         self.head_task_id = head_task_id
         self.align_task_id = align_task_id
 
@@ -137,13 +177,14 @@ class EpochCommitOperator(IterationOperator):
         from include.head import AlignmentDecision
         from include.runtime import EpochPlan
 
-        head = context["ti"].xcom_pull(task_ids=self.head_task_id)
+        job, _ = self.iteration_job(context)
+        head = self.head_result(context, job, self.head_task_id, self.index)
         if head["status"] != "run":
             return head
-        job, _ = self.iteration_job(context)
         plan = EpochPlan.from_dict(job.log.read_plan(head["epoch"], head["attempt_id"]))
         aligned = context["ti"].xcom_pull(task_ids=self.align_task_id) or {}
-        decision = AlignmentDecision.from_dict(aligned["decision"]) if aligned.get("decision") else None
+        same = aligned.get("decision") and aligned.get("attempt_id") == plan.attempt_id
+        decision = AlignmentDecision.from_dict(aligned["decision"]) if same else None  # else: aligned again
         manifest = job.commit(plan, decision)
         d = manifest.decision
         metrics = " ".join(f"{k}={v:.3e}" for k, v in sorted(d.metrics.items()))

@@ -16,16 +16,17 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
 
     ui_color = "#f3e5f5"
 
-    def __init__(self, *, head_task_id: str, poll_interval: float = 2.0, **kwargs: Any) -> None:
+    def __init__(self, *, index: int, head_task_id: str, poll_interval: float = 2.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.index = index
         self.head_task_id = head_task_id
         self.poll_interval = poll_interval
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        head = context["ti"].xcom_pull(task_ids=self.head_task_id)
+        job, _ = self.iteration_job(context)
+        head = self.head_result(context, job, self.head_task_id, self.index)
         if head["status"] != "run":
             return head
-        job, _ = self.iteration_job(context)
         from include.runtime import EpochPlan
         from iterations.triggers.alignment import AlignmentTrigger
 

@@ -1,0 +1,50 @@
+"""Every task of a DAG works under ``airflow tasks test``, one after the other, by hand, as a
+newcomer would run them (no scheduler, no XCom between the commands)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from include.config import JobConfig
+from include.runner import IterationRunner
+from tests.dags.conftest import airflow
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_kmeans_tasks_in_order(airflow_env, spark, tmp_path):
+    from sklearn.datasets import make_blobs
+
+    X, _ = make_blobs(n_samples=150, centers=3, n_features=2, random_state=8)
+    points = str(tmp_path / "points.parquet")
+    pd.DataFrame({"id": np.arange(len(X)), "x": X[:, 0], "y": X[:, 1]}).to_parquet(points)
+    params = {"job_id": "km-hand", "input_path": points, "checkpoint_root": str(tmp_path / "store"),
+              "output_path": str(tmp_path / "out"), "max_epochs": 2, "tolerance": 0, "num_partitions": 2,
+              "k": 3, "seed": 7}
+
+    def task(task_id):
+        done = airflow(airflow_env, "tasks", "test", "-t", json.dumps(params), "iterate_kmeans", task_id, "2026-01-01")
+        log = done.stdout + done.stderr
+        assert done.returncode == 0, log[-4000:]
+        return log
+
+    assert "globally aligned" not in task("epoch_0.run")
+    assert "epoch 0 globally aligned: feedback=3 terminated=False" in task("epoch_0.align")
+    assert "epoch 0 committed" in task("epoch_0.commit")
+    assert "epoch 0 is committed (checkpoint 0): restored, not recomputed" in task("epoch_0.run")
+    task("epoch_1.run")
+    assert "terminated=True (max epochs reached (2))" in task("epoch_1.align")
+    assert "-> terminating" in task("epoch_1.commit")
+    assert "is TERMINATING: epoch 2 is not needed" in task("epoch_2.run")
+    assert "final checkpoint 2 committed" in task("finish")
+
+    reference = JobConfig(job_id="km-lib", body="kmeans", input=points, checkpoint_root=str(tmp_path / "lib"),
+                          body_params={"k": 3, "seed": 7}, max_epochs=2, tolerance=0.0, num_partitions=2)
+    expected = IterationRunner(reference, spark).run().outputs["centroids"].toPandas().sort_values("cluster_id")
+    got = pd.read_parquet(tmp_path / "out" / "centroids").sort_values("cluster_id")
+    # k-means averages in double: equal up to the order Spark adds in.
+    np.testing.assert_allclose(got[["x", "y"]].to_numpy(), expected[["x", "y"]].to_numpy(), rtol=0, atol=1e-12)
