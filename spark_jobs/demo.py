@@ -70,6 +70,16 @@ def run_dag(dag_id: str, conf: dict) -> int:
     return 0
 
 
+def generate_points(path: str, points: int, seed: int) -> None:
+    """Blobs for the iterate_kmeans DAG's default input."""
+    rng = np.random.default_rng(seed)
+    centers = rng.uniform(-20, 20, size=(4, 2))
+    labels = rng.integers(0, len(centers), points)
+    xy = centers[labels] + rng.normal(0, 2.0, size=(points, 2))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    pd.DataFrame({"id": np.arange(points), "x": xy[:, 0], "y": xy[:, 1]}).to_parquet(path, index=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="./run.sh demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--nodes", type=int, default=5000)
@@ -90,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.exists(edges_path):
         n = generate_graph(edges_path, args.nodes, args.avg_degree, seed=7)
         print(f"generated {n} edges over {args.nodes} nodes in {edges_path}")
+    points_path = os.path.join(args.workdir, "input", "points.parquet")
+    if not os.path.exists(points_path):
+        generate_points(points_path, 2000, seed=7)  # the iterate_kmeans DAG's default input
 
     store, output = os.path.join(args.workdir, "store"), os.path.join(args.workdir, "output")
     started = time.monotonic()
