@@ -190,8 +190,26 @@ class EpochCommitOperator(IterationOperator):
         metrics = " ".join(f"{k}={v:.3e}" for k, v in sorted(d.metrics.items()))
         self.log.info("epoch %d committed: feedback=%d %s%s", d.epoch, d.feedback_count, metrics,
                       f" -> terminating ({d.reason})" if d.terminated else "")
-        return {"status": "committed", "epoch": d.epoch, "checkpoint_id": manifest.checkpoint_id,
-                "terminated": d.terminated, "reason": d.reason, "feedback": d.feedback_count, "metrics": d.metrics}
+        result = {"status": "committed", "epoch": d.epoch, "checkpoint_id": manifest.checkpoint_id,
+                  "terminated": d.terminated, "reason": d.reason, "feedback": d.feedback_count, "metrics": d.metrics}
+        if d.terminated:
+            self._skip_later_epochs(context, result)
+        return result
+
+    def _skip_later_epochs(self, context: Mapping[str, Any], result: dict[str, Any]) -> None:
+        """Termination: the batch's later epoch groups are skipped at once, not one scheduler
+        round per task; finish (trigger rule none_failed) runs next."""
+        later = [
+            t for t in self.dag.tasks
+            if t.task_id.startswith("epoch_") and int(t.task_id.split(".")[0].split("_")[1]) > self.index
+        ]
+        if not later or context["ti"].map_index != -1:
+            return
+        from airflow.providers.standard.utils.skipmixin import SkipMixin
+
+        context["ti"].xcom_push(key="return_value", value=result)
+        self.log.info("skipping %d task(s) of the epochs after termination", len(later))
+        SkipMixin().skip(context["ti"], later)  # ends this task as a success
 
 
 class FinishOperator(IterationOperator):
