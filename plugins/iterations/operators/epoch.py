@@ -105,6 +105,16 @@ class IterationOperator(BaseOperator):
                     if not EpochPlan.from_dict(job.log.read_plan(epoch, a)).aligner().missing(job.log.reports(epoch, a))]
         return {"status": "run", "epoch": epoch, "attempt_id": (complete or recorded)[0]}
 
+    def epoch_attempt(self, context: Mapping[str, Any], head_task_id: str, index: int):
+        """(job, head result, plan of the head's attempt, or None when the head ran nothing)."""
+        from include.runtime import EpochPlan
+
+        job, _ = self.iteration_job(context)
+        head = self.head_result(context, job, head_task_id, index)
+        if head["status"] != "run":
+            return job, head, None
+        return job, head, EpochPlan.from_dict(job.log.read_plan(head["epoch"], head["attempt_id"]))
+
     def iteration_job(self, context: Mapping[str, Any]):
         from include.runtime import IterationJob
         from iterations.hooks.iteration_store import IterationStoreHook
@@ -175,13 +185,10 @@ class EpochCommitOperator(IterationOperator):
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.head import AlignmentDecision
-        from include.runtime import EpochPlan
 
-        job, _ = self.iteration_job(context)
-        head = self.head_result(context, job, self.head_task_id, self.index)
-        if head["status"] != "run":
+        job, head, plan = self.epoch_attempt(context, self.head_task_id, self.index)
+        if plan is None:
             return head
-        plan = EpochPlan.from_dict(job.log.read_plan(head["epoch"], head["attempt_id"]))
         aligned = context["ti"].xcom_pull(task_ids=self.align_task_id) or {}
         same = aligned.get("decision") and aligned.get("attempt_id") == plan.attempt_id
         decision = AlignmentDecision.from_dict(aligned["decision"]) if same else None  # else: aligned again

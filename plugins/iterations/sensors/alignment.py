@@ -23,14 +23,11 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
         self.poll_interval = poll_interval
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        job, _ = self.iteration_job(context)
-        head = self.head_result(context, job, self.head_task_id, self.index)
-        if head["status"] != "run":
-            return head
-        from include.runtime import EpochPlan
         from iterations.triggers.alignment import AlignmentTrigger
 
-        plan = EpochPlan.from_dict(job.log.read_plan(head["epoch"], head["attempt_id"]))
+        job, head, plan = self.epoch_attempt(context, self.head_task_id, self.index)
+        if plan is None:
+            return head
         if not plan.aligner().missing(job.reports(plan)):
             return self._decide(job, plan)
         self.defer(
