@@ -124,7 +124,33 @@ class IterationOperator(BaseOperator):
         return IterationJob(config, store_options=options), options
 
 
-class EpochHeadOperator(IterationOperator):
+class SparkAttemptOperator(IterationOperator):
+    """Base of the operators that run a recorded attempt as a Spark job."""
+
+    def __init__(self, *, spark_mode: str = "connect", spark_conn_id: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.spark_mode = spark_mode
+        self.spark_conn_id = spark_conn_id
+
+    def run_attempt(self, job, plan, options: Mapping[str, Any]) -> None:
+        """Run the attempt unless it was adopted complete; a failed attempt is aborted (its
+        files deleted, never adopted) and an error raised in a Spark task surfaces as itself."""
+        if plan.adopted:
+            return
+        from iterations.hooks.spark_epoch import SparkEpochHook
+
+        try:
+            SparkEpochHook(self.spark_mode, self.spark_conn_id).run_attempt(
+                plan, job.store, dict(options), job.config.checkpoint_root)
+        except Exception as e:
+            from spark_jobs.epoch import raise_executor_error
+
+            job.abort(plan, reason=f"{type(e).__name__}: {e}"[:500])
+            raise_executor_error(e)
+            raise
+
+
+class EpochHeadOperator(SparkAttemptOperator):
     """The head of epoch ``index`` of the batch: restores, plans and runs the epoch's Spark job.
 
     Skips work already done: an epoch committed earlier is reported ``restored`` (never
@@ -134,11 +160,9 @@ class EpochHeadOperator(IterationOperator):
 
     ui_color = "#d6e9f8"
 
-    def __init__(self, *, index: int, spark_mode: str = "connect", spark_conn_id: str | None = None, **kwargs: Any):
+    def __init__(self, *, index: int, **kwargs: Any):
         super().__init__(**kwargs)
         self.index = index
-        self.spark_mode = spark_mode
-        self.spark_conn_id = spark_conn_id
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.head import HeadStatus
@@ -157,18 +181,7 @@ class EpochHeadOperator(IterationOperator):
                                f"{state.latest.checkpoint_id if state.latest else None}")
         plan = job.plan_epoch(batch, state)
         self.log.info("epoch %d: attempt %s%s", epoch, plan.attempt_id, " (adopted, complete)" if plan.adopted else "")
-        if not plan.adopted:
-            from iterations.hooks.spark_epoch import SparkEpochHook
-
-            try:
-                SparkEpochHook(self.spark_mode, self.spark_conn_id).run_attempt(
-                    plan, job.store, options, job.config.checkpoint_root)
-            except Exception as e:
-                from spark_jobs.epoch import raise_executor_error
-
-                job.abort(plan, reason=f"{type(e).__name__}: {e}"[:500])
-                raise_executor_error(e)
-                raise
+        self.run_attempt(job, plan, options)
         return {"status": "run", "epoch": epoch, "attempt_id": plan.attempt_id}
 
 
@@ -219,16 +232,11 @@ class EpochCommitOperator(IterationOperator):
         SkipMixin().skip(context["ti"], later)  # ends this task as a success
 
 
-class FinishOperator(IterationOperator):
+class FinishOperator(SparkAttemptOperator):
     """After the batch's epochs: if the job terminated, the final checkpoint and the outputs'
     publication (only after that checkpoint commits); otherwise the batch just ends."""
 
     ui_color = "#fde9c9"
-
-    def __init__(self, *, spark_mode: str = "connect", spark_conn_id: str | None = None, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.spark_mode = spark_mode
-        self.spark_conn_id = spark_conn_id
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.head import HeadStatus
@@ -238,11 +246,7 @@ class FinishOperator(IterationOperator):
         state = job.state()
         if state.status is HeadStatus.TERMINATING:
             plan = job.plan_finish(batch, state)
-            if not plan.adopted:
-                from iterations.hooks.spark_epoch import SparkEpochHook
-
-                SparkEpochHook(self.spark_mode, self.spark_conn_id).run_attempt(
-                    plan, job.store, options, job.config.checkpoint_root)
+            self.run_attempt(job, plan, options)
             final = job.commit_finish(plan)
             self.log.info("final checkpoint %d committed", final.checkpoint_id)
             state = job.state(verify="none")
