@@ -65,6 +65,14 @@ class IterationBody(ABC):
     def init(self, data: Mapping[str, "DataFrame"], ctx: EpochContext) -> dict[str, "DataFrame"]:
         """The variables epoch 0 starts from."""
 
+    def warm_start(
+        self, previous: Mapping[str, "DataFrame"], data: Mapping[str, "DataFrame"], ctx: EpochContext
+    ) -> dict[str, "DataFrame"]:
+        """The variables epoch 0 starts from when the job warm-starts from another job's final
+        checkpoint (a scheduled job's previous batch): ``previous`` are that checkpoint's
+        variables, ``data`` this job's (possibly changed) input. Default: use them as they are."""
+        return dict(previous)
+
     @abstractmethod
     def step(
         self, variables: Mapping[str, "DataFrame"], data: Mapping[str, "DataFrame"], ctx: EpochContext

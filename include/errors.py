@@ -56,3 +56,7 @@ class CheckpointSuperseded(CheckpointError):
 
 class AlignmentIncomplete(CheckpointError):
     """Not every partition of every head has reported for the attempt yet."""
+
+
+class OutputError(IterationError):
+    """A published output is missing or unreadable."""

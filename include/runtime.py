@@ -32,6 +32,7 @@ from include.head import (
     JobHeadState,
     TerminationCriteria,
 )
+from include.outputs import publish_dataset
 from include.store import ObjectStore, open_store
 
 log = logging.getLogger("iterations")
@@ -59,6 +60,8 @@ class EpochPlan:
     head_state: dict[str, Any]  # parent's head state, redistributed to num_partitions
     max_epochs: int
     tolerance: float | None
+    # the checkpoint epoch 0 warm-starts from ({"job_id", "checkpoint_id"}), in another job's log
+    warm_start: dict[str, Any] | None = None
     adopted: bool = False  # a complete earlier attempt is reused instead of running again
 
     @property
@@ -150,8 +153,18 @@ class IterationJob:
         *,
         checks: Sequence[Check] = DEFAULT_CHECKS,
         store_options: Mapping[str, Any] | None = None,
+        warm_start: Manifest | None = None,
     ):
+        """``warm_start``: the final checkpoint (of another job in the same store) whose
+        variables epoch 0 starts from, through the body's ``warm_start``; used only while this
+        job has no checkpoint of its own."""
+        if warm_start is not None and warm_start.kind != "final":
+            raise CheckpointError(
+                f"a job warm-starts from a final checkpoint; checkpoint {warm_start.checkpoint_id} "
+                f"of job {warm_start.job_id} is an {warm_start.kind} checkpoint"
+            )
         self.config = config
+        self.warm_start = warm_start
         self.store_options = dict(store_options or {})
         self.store = store or open_store(config.checkpoint_root, **self.store_options)
         self.log = CheckpointLog(self.store, config.job_id)
@@ -179,23 +192,22 @@ class IterationJob:
     def _base_plan(self, kind: str, checkpoint_id: int, latest: Manifest | None, batch_id: str | None) -> EpochPlan:
         meta = self.body_meta
         P = self.config.num_partitions
-        if latest is None:
-            head_state = JobHeadState.initial(list(meta["heads"]), P)
-        else:
-            if latest.body.get("name") != meta["name"]:
+        source = latest if latest is not None else self.warm_start
+        if source is not None:
+            if source.body.get("name") != meta["name"]:
                 raise CheckpointError(
-                    f"job {self.config.job_id} was checkpointed with body {latest.body.get('name')!r}; "
+                    f"job {source.job_id} was checkpointed with body {source.body.get('name')!r}; "
                     f"it cannot continue as {meta['name']!r}: use another job_id"
                 )
-            if latest.body.get("params", {}) != meta["params"]:
+            if source.body.get("params", {}) != meta["params"]:
                 log.warning("job %s: body parameters changed from %s to %s; epochs from %d use the new ones",
-                            self.config.job_id, latest.body.get("params"), meta["params"], checkpoint_id)
-            if sorted(latest.head_state.heads) != sorted(meta["heads"]):
+                            self.config.job_id, source.body.get("params"), meta["params"], checkpoint_id)
+            if sorted(source.head_state.heads) != sorted(meta["heads"]):
                 raise CheckpointError(
-                    f"checkpoint {latest.checkpoint_id} of job {self.config.job_id} has heads "
-                    f"{sorted(latest.head_state.heads)}, body {meta['name']!r} has {sorted(meta['heads'])}"
+                    f"checkpoint {source.checkpoint_id} of job {source.job_id} has heads "
+                    f"{sorted(source.head_state.heads)}, body {meta['name']!r} has {sorted(meta['heads'])}"
                 )
-            head_state = latest.head_state.redistribute(P)
+        head_state = JobHeadState.initial(list(meta["heads"]), P) if latest is None else latest.head_state.redistribute(P)
         return EpochPlan(
             job_id=self.config.job_id,
             kind=kind,
@@ -207,10 +219,12 @@ class IterationJob:
             input=self.config.input.to_dict(),
             num_partitions=P,
             store=self.store.spec(),
-            restore=None if latest is None else {k: v.to_dict() for k, v in latest.variables.items()},
+            restore=None if source is None else {k: v.to_dict() for k, v in source.variables.items()},
             head_state=head_state.to_dict(),
             max_epochs=self.config.max_epochs,
             tolerance=self.config.tolerance,
+            warm_start=None if latest is not None or source is None
+            else {"job_id": source.job_id, "checkpoint_id": source.checkpoint_id},
         )
 
     def plan_epoch(self, batch_id: str | None = None, state: JobState | None = None) -> EpochPlan:
@@ -383,35 +397,18 @@ class IterationJob:
         )
 
     def publish(self, manifest: Manifest) -> dict[str, str]:
-        """Copy the outputs of the final checkpoint to ``output_path``; idempotent.
-
-        Each output is a Parquet dataset ``<output_path>/<name>/part-*.parquet`` with a
-        ``_SUCCESS`` object naming the checkpoint it came from, written last."""
+        """Publish the outputs of the final checkpoint under ``output_path``: each output is
+        replaced atomically (see ``include.outputs``); idempotent."""
         if manifest.kind != "final":
             raise CheckpointError(f"only a final checkpoint has outputs to publish, not checkpoint {manifest.checkpoint_id}")
         if not self.config.output_path:
             return {}
         out = open_store(self.config.output_path, **self.store_options)
+        stamp = {"job_id": manifest.job_id, "checkpoint_id": manifest.checkpoint_id, "attempt_id": manifest.attempt_id}
         published = {}
         for name, ds in sorted(manifest.outputs.items()):
-            marker = f"{name}/_SUCCESS"
-            stamp = {"job_id": manifest.job_id, "checkpoint_id": manifest.checkpoint_id,
-                     "attempt_id": manifest.attempt_id, "files": [f.to_dict() for f in ds.files]}
-            try:
-                if json.loads(out.get(marker)).get("checkpoint_id") == manifest.checkpoint_id:
-                    published[name] = out.location(name)
-                    continue
-            except Exception:  # absent or unreadable marker: publish (again)
-                pass
-            out.delete([marker])
-            stale = [o.key for o in out.list(f"{name}/")]
-            out.delete(stale)
-            for i, f in enumerate(ds.files):
-                out.put(f"{name}/part-{i:05d}.parquet", self.store.get(f.key))
-            out.put(marker, json.dumps(stamp, indent=1).encode())
+            publish_dataset(self.store, out, name, ds, stamp)
             published[name] = out.location(name)
-            log.info("published output %s of job %s to %s (%d files, %d rows)",
-                     name, manifest.job_id, out.location(name), len(ds.files), ds.rows)
         return published
 
 

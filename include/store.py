@@ -112,6 +112,10 @@ class ObjectStore(ABC):
     def location(self, key: str = "") -> str:
         """A human-readable address of a key, for messages."""
 
+    def url(self, key: str) -> str:
+        """The address other tools open a key by: a local path or s3://bucket/key."""
+        return self.location(key)
+
     @abstractmethod
     def spec(self) -> dict[str, Any]:
         """JSON-able description without secrets, enough to reopen the store elsewhere."""
@@ -357,6 +361,9 @@ class S3Store(ObjectStore):
         full = "/".join(p for p in (self.prefix, key) if p)
         where = f" at {self.endpoint_url}" if self.endpoint_url else ""
         return f"s3://{self.bucket}/{full}{where}"
+
+    def url(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self._key(key)}"
 
     def spec(self) -> dict[str, Any]:
         return {

@@ -122,7 +122,10 @@ def main(argv: list[str] | None = None) -> int:
         if run_dag("iterate_pagerank", conf) != 0:
             return 1
     elapsed = time.monotonic() - started
-    ranks = pd.read_parquet(os.path.join(output, "ranks")).sort_values("rank", ascending=False)
+    from include.outputs import published
+
+    current = published(output, "ranks")
+    ranks = pd.concat([pd.read_parquet(f) for f in current.locations]).sort_values("rank", ascending=False)
 
     import networkx as nx
 
@@ -135,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"PageRank of {len(ranks)} nodes in {elapsed:.1f}s "
           f"({'library runner' if args.library else 'Airflow DAG iterate_pagerank'})")
     print(f"  checkpoints: {store}")
-    print(f"  output:      {os.path.join(output, 'ranks')}")
+    print(f"  output:      {os.path.join(output, 'ranks', '_PUBLISHED.json')} (checkpoint {current.checkpoint_id})")
     print(f"  ranks sum to {ranks['rank'].sum():.12f}; max |ours - networkx| = {diff:.2e}")
     print("  top 5 nodes:")
     for node, rank in ranks.head(5).itertuples(index=False):

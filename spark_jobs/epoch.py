@@ -85,7 +85,12 @@ class EpochExecutor:
                 df.unpersist()
 
     def _step(self, plan, store, body, data, ctx, restored) -> list[EpochReport]:
-        variables = body.init(data, ctx) if restored is None else restored
+        if restored is None:
+            variables = body.init(data, ctx)
+        elif plan.warm_start and plan.parent_id is None:  # epoch 0 from another job's final state
+            variables = body.warm_start(restored, data, ctx)
+        else:
+            variables = restored
         result = body.step(variables, data, ctx)
         missing = set(plan.heads) - set(result.variables)
         if missing:

@@ -42,3 +42,13 @@ def pagerank_config(tmp_path, edges_path, **kw) -> JobConfig:
     )
     defaults.update(kw)
     return JobConfig(**defaults)
+
+
+def read_published(output_path, name, **store_options):
+    """The current published version of an output as one pandas DataFrame (local store)."""
+    import pandas as pd
+
+    from include.outputs import published
+
+    return pd.concat([pd.read_parquet(f) for f in published(str(output_path), name, **store_options).locations],
+                     ignore_index=True)

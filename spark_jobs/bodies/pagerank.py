@@ -93,6 +93,18 @@ class PageRank(IterationBody):
     def init(self, data: Mapping[str, Any], ctx: EpochContext) -> dict[str, DataFrame]:
         return {"ranks": data["nodes"].select("node", F.lit(1.0 / data["num_nodes"]).alias("rank"))}
 
+    def warm_start(self, previous: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> dict[str, DataFrame]:
+        """Start from the previous batch's ranks on today's graph: a node that is new gets
+        1/N, a node that is gone drops out, and the ranks are scaled to sum to 1 again."""
+        n = data["num_nodes"]
+        carried = (
+            data["nodes"].select("node")
+            .join(previous["ranks"].select("node", "rank"), "node", "left")
+            .select("node", F.coalesce(F.col("rank"), F.lit(1.0 / n)).alias("rank"))
+        )
+        total = carried.agg(_exact_sum(F.col("rank")).alias("total")).first()["total"]
+        return {"ranks": carried.select("node", (F.col("rank") / F.lit(total)).alias("rank"))}
+
     def step(self, variables: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> StepResult:
         d = float(ctx.params.damping)
         n = data["num_nodes"]

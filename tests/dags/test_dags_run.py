@@ -15,7 +15,7 @@ from include.runner import IterationRunner
 from include.runtime import IterationJob
 from spark_jobs.storeio import read_input
 from tests.dags.conftest import airflow
-from tests.helpers import graph_with_dangling, ranks_of, write_edges
+from tests.helpers import graph_with_dangling, ranks_of, read_published, write_edges
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -35,7 +35,7 @@ def test_iterate_pagerank(airflow_env, spark, tmp_path):
     log = dags_test(airflow_env, "iterate_pagerank", conf)
     for epoch in range(5):
         assert f"epoch {epoch} committed" in log, "one progress line per epoch"
-    published = pd.read_parquet(tmp_path / "out" / "ranks")
+    published = read_published(tmp_path / "out", "ranks")
     ours = dict(zip(published["node"], published["rank"]))
 
     reference = JobConfig(job_id="pr-lib", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "lib"),
@@ -47,7 +47,7 @@ def test_iterate_pagerank(airflow_env, spark, tmp_path):
     again = dags_test(airflow_env, "iterate_pagerank", conf)
     assert "job pr-dag is TERMINATED: epoch 5 is not needed" in again, "a finished job computes nothing"
     assert job.log.latest_id() == final_id, "a second run commits nothing"
-    assert dict(zip(*pd.read_parquet(tmp_path / "out" / "ranks")[["node", "rank"]].T.values)) == ours
+    assert dict(zip(*read_published(tmp_path / "out", "ranks")[["node", "rank"]].T.values)) == ours
 
 
 def test_iterate_kmeans(airflow_env, spark, tmp_path):
@@ -65,7 +65,7 @@ def test_iterate_kmeans(airflow_env, spark, tmp_path):
     params = body.parse_params({"k": 3, "seed": 7})
     init = np.array(body.initial_centroids(body.load(read_input(spark, InputSpec(conf["input_path"]), 2), params), params))
     reference = SkKMeans(n_clusters=3, init=init, n_init=1, tol=0.0, algorithm="lloyd").fit(X)
-    centroids = pd.read_parquet(tmp_path / "out" / "centroids").sort_values("cluster_id")
+    centroids = read_published(tmp_path / "out", "centroids").sort_values("cluster_id")
     np.testing.assert_allclose(centroids[["x", "y"]].to_numpy(), reference.cluster_centers_, atol=1e-9)
-    assignments = pd.read_parquet(tmp_path / "out" / "assignments").sort_values("id")
+    assignments = read_published(tmp_path / "out", "assignments").sort_values("id")
     assert (assignments["cluster_id"].to_numpy() == reference.labels_).all()

@@ -12,6 +12,7 @@ import pytest
 from include.config import JobConfig
 from include.runner import IterationRunner
 from tests.dags.conftest import airflow
+from tests.helpers import read_published
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -45,6 +46,6 @@ def test_kmeans_tasks_in_order(airflow_env, spark, tmp_path):
     reference = JobConfig(job_id="km-lib", body="kmeans", input=points, checkpoint_root=str(tmp_path / "lib"),
                           body_params={"k": 3, "seed": 7}, max_epochs=2, tolerance=0.0, num_partitions=2)
     expected = IterationRunner(reference, spark).run().outputs["centroids"].toPandas().sort_values("cluster_id")
-    got = pd.read_parquet(tmp_path / "out" / "centroids").sort_values("cluster_id")
+    got = read_published(tmp_path / "out", "centroids").sort_values("cluster_id")
     # k-means averages in double: equal up to the order Spark adds in.
     np.testing.assert_allclose(got[["x", "y"]].to_numpy(), expected[["x", "y"]].to_numpy(), rtol=0, atol=1e-12)

@@ -7,6 +7,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from include.head import HeadStatus
+from include.outputs import published
 from include.runner import IterationRunner
 from tests.helpers import graph_with_dangling, pagerank_config, ranks_of, write_edges
 
@@ -42,8 +43,8 @@ def test_matches_networkx(spark, tmp_path, name, graph, damping):
     assert max(abs(ours[n] - reference[n]) for n in reference) < 1e-9
     assert sum(ours.values()) == pytest.approx(1.0, abs=1e-12)
 
-    published = pq.read_table(str(tmp_path / "out" / "ranks")).to_pydict()
-    assert dict(zip(published["node"], published["rank"])) == ours
+    table = pq.read_table(list(published(str(tmp_path / "out"), "ranks").locations)).to_pydict()
+    assert dict(zip(table["node"], table["rank"])) == ours
 
 
 def test_second_run_changes_nothing(spark, tmp_path):

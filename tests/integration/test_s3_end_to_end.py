@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from include.errors import CheckpointCorrupted
+from include.outputs import published
 from include.runner import IterationRunner
 from include.runtime import IterationJob
 from tests.helpers import graph_with_dangling, pagerank_config, ranks_of
@@ -48,14 +49,14 @@ def test_pagerank_on_s3(spark, tmp_path, moto_endpoint, bucket):
     reference = nx.pagerank(graph, alpha=0.6, tol=1e-15, max_iter=10_000)
     assert max(abs(ours[n] - reference[n]) for n in reference) < 1e-9
 
-    published = s3.list_objects_v2(Bucket=bucket, Prefix="results/ranks/")["Contents"]
-    names = sorted(o["Key"].rsplit("/", 1)[-1] for o in published)
-    assert names[0] == "_SUCCESS" and len(names) > 1 and all(n.startswith("part-") for n in names[1:])
+    current = published(f"s3://{bucket}/results", "ranks", **options)
+    assert current.checkpoint_id == result.checkpoint_id and current.rows == len(ours)
+    assert all(loc.startswith(f"s3://{bucket}/results/ranks/v-pr-") for loc in current.locations)
     table_rows = {}
-    for o in published:
-        if o["Key"].endswith(".parquet"):
-            t = pq.read_table(io.BytesIO(s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read()))
-            table_rows.update(zip(t.column("node").to_pylist(), t.column("rank").to_pylist()))
+    for loc in current.locations:
+        key = loc[len(f"s3://{bucket}/"):]
+        t = pq.read_table(io.BytesIO(s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
+        table_rows.update(zip(t.column("node").to_pylist(), t.column("rank").to_pylist()))
     assert table_rows == ours
 
     job = IterationJob(cfg, store_options=options)
