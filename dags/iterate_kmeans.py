@@ -9,14 +9,14 @@ import os
 
 from airflow.sdk import Param
 
-from iterations.dag_factory import PROJECT_ROOT, iteration_dag, job_params
+from iterations.dag_factory import LOCAL_DIR, iteration_dag, job_params
 
 EPOCHS_PER_BATCH = 10
 
 params = job_params(
     job_id="kmeans",
-    input_path=os.path.join(PROJECT_ROOT, ".local", "demo", "input", "points.parquet"),
-    output_path=os.path.join(PROJECT_ROOT, ".local", "output", "kmeans"),
+    input_path=os.path.join(LOCAL_DIR, "demo", "input", "points.parquet"),
+    output_path=os.path.join(LOCAL_DIR, "output", "kmeans"),
     max_epochs=30,
     tolerance=1e-6,
     num_partitions=2,

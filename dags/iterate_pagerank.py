@@ -10,14 +10,14 @@ import os
 
 from airflow.sdk import Param
 
-from iterations.dag_factory import PROJECT_ROOT, iteration_dag, job_params
+from iterations.dag_factory import LOCAL_DIR, iteration_dag, job_params
 
 EPOCHS_PER_BATCH = 20
 
 params = job_params(
     job_id="pagerank",
-    input_path=os.path.join(PROJECT_ROOT, ".local", "demo", "input", "edges.parquet"),
-    output_path=os.path.join(PROJECT_ROOT, ".local", "output", "pagerank"),
+    input_path=os.path.join(LOCAL_DIR, "demo", "input", "edges.parquet"),
+    output_path=os.path.join(LOCAL_DIR, "output", "pagerank"),
     max_epochs=50,
     tolerance=1e-8,
 )

@@ -279,6 +279,18 @@ class IterationJob:
                 return candidate
         return None
 
+    def unfinished_attempts(self, checkpoint_id: int) -> list[EpochPlan]:
+        """Attempts recorded for a checkpoint that are neither aborted nor complete: an earlier
+        try's, whose Spark job may still be running."""
+        out = []
+        for attempt_id in self.log.attempt_ids(checkpoint_id):
+            if self.log.is_aborted(checkpoint_id, attempt_id):
+                continue
+            recorded = self.log.read_plan(checkpoint_id, attempt_id)
+            if recorded is not None and not self._complete(EpochPlan.from_dict(recorded)):
+                out.append(EpochPlan.from_dict(recorded))
+        return out
+
     def _complete(self, plan: EpochPlan) -> bool:
         if plan.kind == "final":
             return not self._missing_outputs(plan)

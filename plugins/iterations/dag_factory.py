@@ -15,7 +15,9 @@ from airflow.sdk import DAG, Param, TaskGroup
 from airflow.sdk.definitions.param import ParamsDict
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_STORE = os.path.join(PROJECT_ROOT, ".local", "store")
+# Where the embedded defaults live (demo input, local checkpoint store, outputs).
+LOCAL_DIR = os.environ.get("ITERATIONS_LOCAL_DIR") or os.path.join(PROJECT_ROOT, ".local")
+DEFAULT_STORE = os.path.join(LOCAL_DIR, "store")
 
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 
@@ -29,9 +31,11 @@ def job_params(
     max_epochs: int = 50,
     tolerance: float = 1e-6,
     num_partitions: int = 4,
+    scheduled: bool = False,
 ) -> dict[str, Param]:
-    """The params every iteration DAG has, with their JSON schema (the trigger form)."""
-    return {
+    """The params every iteration DAG has, with their JSON schema (the trigger form).
+    ``scheduled``: also the params of a scheduled job's batches (recompute, batch_date)."""
+    params = {
         "job_id": Param(job_id, type="string", pattern=JOB_ID_PATTERN,
                         description="Names the checkpoint log: the same id resumes the same job."),
         "input_path": Param(input_path, type="string", minLength=1,
@@ -46,7 +50,20 @@ def job_params(
                            description="Converged when the body's metric is under this."),
         "num_partitions": Param(num_partitions, type="integer", minimum=1, maximum=100_000,
                                 description="Partitions of the feedback datasets; may change between runs."),
+        "continuation": Param(True, type="boolean",
+                              description="If the job has not terminated when the batch's epochs are done, "
+                                          "trigger the next batch (a linked run of this DAG)."),
     }
+    if scheduled:
+        params["recompute"] = Param(
+            False, type="boolean",
+            description="Recompute this date's batch from the checkpoint it started from and replace "
+                        "its outputs atomically. Off: a finished batch is not recomputed.")
+        params["batch_date"] = Param(
+            None, type=["null", "string"],
+            description="The date this batch is for; empty: the run's logical date. "
+                        "Continuation runs set it to the date they continue.")
+    return params
 
 
 def iteration_dag(
@@ -65,18 +82,22 @@ def iteration_dag(
     doc_md: str | None = None,
     retries: int = 2,
 ) -> DAG:
+    from iterations.operators.continuation import ContinuationOperator
     from iterations.operators.epoch import EpochCommitOperator, EpochHeadOperator, FinishOperator
     from iterations.sensors.alignment import AlignmentSensor
 
+    # an override for trying things out and for tests: smaller batches, same DAG files
+    epochs_per_batch = int(os.environ.get("ITERATIONS_EPOCHS_PER_BATCH") or epochs_per_batch)
     if epochs_per_batch < 1:
         raise ValueError(f"epochs_per_batch must be >= 1, got {epochs_per_batch}")
-    common = {"body": body, "body_param_names": body_param_names, "aws_conn_id": aws_conn_id}
+    scheduled = schedule is not None
+    common = {"body": body, "body_param_names": body_param_names, "aws_conn_id": aws_conn_id, "scheduled": scheduled}
     with DAG(
         dag_id=dag_id,
         schedule=schedule,
         start_date=start_date,
-        catchup=False,
-        max_active_runs=1,  # one batch of a job at a time
+        catchup=False,  # `airflow backfill create` runs past dates on request
+        max_active_runs=1,  # one batch of a job at a time, dates in order
         params=ParamsDict(dict(params)),
         tags=["iterations", body, *tags],
         doc_md=doc_md,
@@ -96,5 +117,6 @@ def iteration_dag(
             previous = group
         finish = FinishOperator(task_id="finish", trigger_rule="none_failed", spark_mode=spark_mode,
                                 spark_conn_id=spark_conn_id, **common)
-        previous >> finish
+        continuation = ContinuationOperator(task_id="continue", trigger_dag_id=dag_id, **common)
+        previous >> finish >> continuation
     return dag

@@ -27,7 +27,7 @@ def dagbag(tmp_path_factory):
 
 def test_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert set(dagbag.dag_ids) == {"iterate_pagerank", "iterate_kmeans"}
+    assert set(dagbag.dag_ids) == {"iterate_pagerank", "iterate_kmeans", "iterate_pagerank_daily"}
 
 
 @pytest.mark.parametrize("path", DAG_FILES, ids=os.path.basename)
@@ -45,7 +45,7 @@ def test_dag_file_imports_fast_without_spark(path):
     assert float(done.stdout.strip().splitlines()[-1]) < 5.0
 
 
-@pytest.mark.parametrize("dag_id", ["iterate_pagerank", "iterate_kmeans"])
+@pytest.mark.parametrize("dag_id", ["iterate_pagerank", "iterate_kmeans", "iterate_pagerank_daily"])
 def test_dag_shape(dagbag, dag_id):
     dag = dagbag.dags[dag_id]
     assert "iterations" in dag.tags and dag.doc_md
@@ -58,7 +58,12 @@ def test_dag_shape(dagbag, dag_id):
     assert {t.task_id for t in dag.tasks if t.task_id.startswith("epoch_0.")} == {"epoch_0.run", "epoch_0.align", "epoch_0.commit"}
     finish = dag.get_task("finish")
     assert finish.trigger_rule == "none_failed"
-    assert {"job_id", "input_path", "checkpoint_root", "max_epochs", "tolerance", "num_partitions"} <= set(dag.params)
+    assert {"job_id", "input_path", "checkpoint_root", "max_epochs", "tolerance", "num_partitions",
+            "continuation"} <= set(dag.params)
+    continuation = dag.get_task("continue")
+    assert continuation.upstream_task_ids == {"finish"} and continuation.trigger_dag_id == dag_id
+    if dag.timetable.can_be_scheduled:
+        assert {"recompute", "batch_date"} <= set(dag.params)
 
 
 @pytest.mark.parametrize(
@@ -70,6 +75,7 @@ def test_dag_shape(dagbag, dag_id):
         ("iterate_pagerank", "num_partitions", "4; rm -rf /"),
         ("iterate_kmeans", "k", 0),
         ("iterate_kmeans", "tolerance", -1),
+        ("iterate_pagerank_daily", "recompute", "yes"),
     ],
 )
 def test_bad_params_are_refused_naming_the_field(dagbag, dag_id, field, value):

@@ -69,3 +69,28 @@ def test_iterate_kmeans(airflow_env, spark, tmp_path):
     np.testing.assert_allclose(centroids[["x", "y"]].to_numpy(), reference.cluster_centers_, atol=1e-9)
     assignments = read_published(tmp_path / "out", "assignments").sort_values("id")
     assert (assignments["cluster_id"].to_numpy() == reference.labels_).all()
+
+
+def test_unterminated_batch_triggers_its_continuation(airflow_env, tmp_path):
+    """A batch that ends before the job terminates triggers the next batch: a run of the same DAG
+    with the same params, whose id names the job and the epoch it continues at."""
+    env = {**airflow_env, "ITERATIONS_EPOCHS_PER_BATCH": "2"}
+    graph = graph_with_dangling(20, 0.15, seed=2)
+    edges = write_edges(tmp_path / "edges.csv", graph)
+    conf = {"job_id": "pr-cont", "input_path": edges, "checkpoint_root": str(tmp_path / "store"),
+            "output_path": str(tmp_path / "out"), "max_epochs": 3, "tolerance": 0, "num_partitions": 2}
+    log = dags_test(env, "iterate_pagerank", conf)
+    assert "triggering run continuation__pr-cont__epoch_2 to continue at epoch 2" in log
+    runs = json.loads(airflow(env, "dags", "list-runs", "iterate_pagerank", "-o", "json").stdout)
+    continuation = [r for r in runs if r["run_id"] == "continuation__pr-cont__epoch_2"]
+    assert len(continuation) == 1 and continuation[0]["state"] == "queued"
+
+    # the next batch (here run by hand) goes on at epoch 2, terminates and publishes
+    log = dags_test(env, "iterate_pagerank", conf)
+    assert "epoch 0 is committed (checkpoint 0): restored, not recomputed" not in log
+    assert "epoch 2 committed" in log and "final checkpoint 3 committed" in log
+    assert "job pr-cont is TERMINATED: nothing to continue" in log
+    assert len(read_published(tmp_path / "out", "ranks")) == len({n for e in graph.edges() for n in e})
+
+    off = dags_test(env, "iterate_pagerank", {**conf, "job_id": "pr-off", "continuation": False})
+    assert "continuation is off for this run" in off

@@ -6,16 +6,33 @@ Modes:
   server on loopback is started once and shared (``spark_jobs.connect_server``).
 * ``submit``: ``spark-submit spark_jobs/epoch.py`` through the apache-spark provider's
   SparkSubmitHook and its ``spark_default`` connection (the conventional cluster path).
+
+In connect mode every attempt runs in a Spark Connect session of its own, whose id is derived
+from the attempt id, and its Spark jobs carry the attempt id as a tag. A retry of the task
+(its earlier try's process died, the Spark job may still be running on the server) can so
+reconnect to the earlier attempt's session and interrupt its jobs before it runs the epoch
+again (``interrupt``): the same epoch never runs twice at once.
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Any
 
 from airflow.sdk import BaseHook
 
 SPARK_MODES = ("connect", "submit")
+_SESSION_NAMESPACE = uuid.UUID("5b0f6c1e-7d0a-4f5e-9c55-2f1d8a3c9e41")
+
+
+def attempt_session_id(attempt_id: str) -> str:
+    """The Spark Connect session an attempt runs in: any process can find it again."""
+    return str(uuid.uuid5(_SESSION_NAMESPACE, attempt_id))
+
+
+def attempt_tag(attempt_id: str) -> str:
+    return f"iterations-{attempt_id}"
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
@@ -49,13 +66,36 @@ class SparkEpochHook(BaseHook):
         else:
             self._run_submit(plan, checkpoint_root, store_options)
 
-    def _run_connect(self, plan, store, store_options) -> None:
+    def _session(self, attempt_id: str):
         from pyspark.sql import SparkSession
 
+        return SparkSession.builder.remote(f"{self.connect_url()}/;session_id={attempt_session_id(attempt_id)}").create()
+
+    def _run_connect(self, plan, store, store_options) -> None:
         from spark_jobs.epoch import EpochExecutor
 
-        spark = SparkSession.builder.remote(self.connect_url()).getOrCreate()
-        EpochExecutor(spark, store_options).run(plan, store)
+        spark = self._session(plan.attempt_id)
+        spark.addTag(attempt_tag(plan.attempt_id))
+        try:
+            EpochExecutor(spark, store_options).run(plan, store)
+        finally:
+            spark.clearTags()
+
+    def interrupt(self, attempt_id: str) -> list[str]:
+        """Interrupt whatever Spark work of an attempt still runs (connect mode); returns the
+        ids of the operations interrupted. In submit mode there is nothing to reach: the
+        attempt stays fenced by its id (its files can never be committed)."""
+        if self.mode != "connect":
+            return []
+        try:
+            interrupted = self._session(attempt_id).interruptTag(attempt_tag(attempt_id))
+        except Exception as e:  # the session is gone (server restarted): nothing runs there
+            self.log.info("attempt %s: no Spark Connect session to interrupt (%s)", attempt_id, type(e).__name__)
+            return []
+        if interrupted:
+            self.log.warning("attempt %s: interrupted %d Spark operation(s) still running from an earlier try",
+                             attempt_id, len(interrupted))
+        return list(interrupted)
 
     def _run_submit(self, plan, checkpoint_root: str, store_options: dict[str, Any]) -> None:
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook

@@ -39,6 +39,7 @@ class IterationOperator(BaseOperator):
         body_param_names: Sequence[str] = (),
         job: dict[str, Any] | None = None,
         aws_conn_id: str | None = "aws_default",
+        scheduled: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -46,14 +47,36 @@ class IterationOperator(BaseOperator):
         self.body_param_names = tuple(body_param_names)
         self.job = job or {}
         self.aws_conn_id = aws_conn_id
+        self.scheduled = scheduled
+
+    def settings(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        """The DAG run's params overridden by ``job``; empty strings count as unset."""
+        merged = {**dict(context["params"]), **dict(self.job)}
+        return {k: v for k, v in merged.items() if v is not None and v != ""}
+
+    def batch_date(self, context: Mapping[str, Any]) -> str:
+        """The date a scheduled batch is for: ``batch_date`` (set by continuation runs) or the
+        run's logical date."""
+        from include.schedule import batch_date
+
+        when = self.settings(context).get("batch_date") or context.get("logical_date")
+        if when is None:
+            raise ValueError("a batch of a scheduled job needs a date: trigger the run with a logical date "
+                             "or set the batch_date param")
+        return batch_date(when)
 
     def job_config(self, context: Mapping[str, Any]):
         from include.config import InputSpec, JobConfig
 
-        settings = {**dict(context["params"]), **dict(self.job)}
+        settings = self.settings(context)
         missing = [k for k in ("job_id", "input_path", "checkpoint_root") if not settings.get(k)]
         if missing:
             raise ValueError(f"missing job setting(s) {missing}: set them as DAG params or in job=")
+        if self.scheduled:  # batch D reads the input of D and publishes under <output_path>/<D>
+            date = self.batch_date(context)
+            settings["input_path"] = settings["input_path"].replace("{date}", f"{date[:4]}-{date[4:6]}-{date[6:8]}")
+            if settings.get("output_path"):
+                settings["output_path"] = f"{settings['output_path'].rstrip('/')}/{date}"
         return JobConfig(
             body=self.body,
             input=InputSpec(settings["input_path"], settings.get("input_format") or None),
@@ -116,12 +139,27 @@ class IterationOperator(BaseOperator):
         return job, head, EpochPlan.from_dict(job.log.read_plan(head["epoch"], head["attempt_id"]))
 
     def iteration_job(self, context: Mapping[str, Any]):
+        """The job this task works on. For a scheduled DAG: the generation (checkpoint log) of
+        the batch's date that this DAG run works on, warm-started from the previous batch."""
+        import dataclasses
+
         from include.runtime import IterationJob
+        from include.schedule import Schedule
+        from include.store import open_store
         from iterations.hooks.iteration_store import IterationStoreHook
 
         config = self.job_config(context)
         options = IterationStoreHook(self.aws_conn_id).store_options(config.checkpoint_root)
-        return IterationJob(config, store_options=options), options
+        store = open_store(config.checkpoint_root, **options)
+        warm_start = None
+        if self.scheduled:
+            schedule = Schedule(store, config.job_id)
+            generation = schedule.attach(self.batch_date(context), batch_id_of(context),
+                                         recompute=bool(self.settings(context).get("recompute")))
+            config = dataclasses.replace(config, job_id=generation.job_id)
+            warm_start = schedule.warm_start_manifest(generation)
+            self.generation = (schedule, generation)
+        return IterationJob(config, store, store_options=options, warm_start=warm_start), options
 
 
 class SparkAttemptOperator(IterationOperator):
@@ -131,6 +169,22 @@ class SparkAttemptOperator(IterationOperator):
         super().__init__(**kwargs)
         self.spark_mode = spark_mode
         self.spark_conn_id = spark_conn_id
+
+    def fence_earlier_attempts(self, job, checkpoint_id: int) -> None:
+        """Before running checkpoint ``checkpoint_id`` again: stop and abort what an earlier try
+        of this task left unfinished (its process died; its Spark job may still run), so two
+        attempts of one epoch never run at once. A complete attempt is kept: it is adopted."""
+        from iterations.hooks.spark_epoch import SparkEpochHook
+
+        stale = job.unfinished_attempts(checkpoint_id)
+        if not stale:
+            return
+        hook = SparkEpochHook(self.spark_mode, self.spark_conn_id)
+        for plan in stale:
+            hook.interrupt(plan.attempt_id)
+            job.abort(plan, reason="unfinished by an earlier try of the task; superseded by a new attempt")
+            self.log.warning("checkpoint %d: aborted attempt %s left unfinished by an earlier try",
+                             checkpoint_id, plan.attempt_id)
 
     def run_attempt(self, job, plan, options: Mapping[str, Any]) -> None:
         """Run the attempt unless it was adopted complete; a failed attempt is aborted (its
@@ -179,6 +233,7 @@ class EpochHeadOperator(SparkAttemptOperator):
         if state.next_epoch != epoch:
             raise RuntimeError(f"epoch {epoch} cannot start: the latest committed checkpoint is "
                                f"{state.latest.checkpoint_id if state.latest else None}")
+        self.fence_earlier_attempts(job, epoch)
         plan = job.plan_epoch(batch, state)
         self.log.info("epoch %d: attempt %s%s", epoch, plan.attempt_id, " (adopted, complete)" if plan.adopted else "")
         self.run_attempt(job, plan, options)
@@ -245,20 +300,27 @@ class FinishOperator(SparkAttemptOperator):
         batch = batch_id_of(context)
         state = job.state()
         if state.status is HeadStatus.TERMINATING:
+            self.fence_earlier_attempts(job, state.latest.checkpoint_id + 1)
             plan = job.plan_finish(batch, state)
             self.run_attempt(job, plan, options)
             final = job.commit_finish(plan)
             self.log.info("final checkpoint %d committed", final.checkpoint_id)
             state = job.state(verify="none")
-        result: dict[str, Any] = {"status": state.status.value,
-                                  "checkpoint_id": state.latest.checkpoint_id if state.latest else None}
+        result: dict[str, Any] = {"status": state.status.value, "job_id": job.config.job_id,
+                                  "checkpoint_id": state.latest.checkpoint_id if state.latest else None,
+                                  "next_epoch": state.next_epoch}
         if state.status is HeadStatus.TERMINATED:
             result["published"] = job.publish(state.latest)
             for name, where in result["published"].items():
                 self.log.info("output %s published to %s", name, where)
+            if self.scheduled:
+                schedule, generation = self.generation
+                schedule.complete(generation)
+                result.update(batch_date=generation.date, generation=generation.job_id,
+                              started_from=generation.started_from)
         else:
-            self.log.info("job %s not terminated after this batch (next epoch %d): trigger the DAG again to continue",
-                          job.config.job_id, state.next_epoch)
+            self.log.info("job %s not terminated after this batch (next epoch %d): the continue task "
+                          "triggers the next batch unless continuation is off", job.config.job_id, state.next_epoch)
         if state.latest is not None:
             job.log.record_batch_final(batch, state.latest.checkpoint_id)
         return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any, Mapping
 
 from airflow.sdk import BaseSensorOperator
@@ -41,6 +42,8 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
                 poll_interval=self.poll_interval,
             ),
             method_name="execute_complete",
+            # the sensor's own timeout bounds the wait in the triggerer too
+            timeout=dt.timedelta(seconds=float(self.timeout)),
         )
 
     def execute_complete(self, context: Mapping[str, Any], event: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -1,0 +1,162 @@
+"""Scheduled jobs: one batch per logical date, each warm-started from the previous one.
+
+A daily PageRank, say: the batch of date D runs the iteration to termination on D's input,
+starting from the final ranks of the batch before it. Batch D of job J is a checkpoint log of
+its own, a **generation**: ``J.D`` the first time, ``J.D.r1``, ``J.D.r2``... when it is
+recomputed. Each generation records, once, the checkpoint its epoch 0 starts from (the final
+checkpoint of the latest earlier date's current generation, or none for the first date).
+
+Records, under the checkpoint root::
+
+    schedules/J/dates/<D>.json         {"current": generation published for D, "pending": one in progress}
+    schedules/J/generations/<G>.json   {"date", "started_from": {"job_id", "checkpoint_id"} | null, "recompute"}
+    schedules/J/runs/<run>.json        the generation a DAG run works on, fixed by its first task
+
+So a DAG run always finds the same generation (a cleared task, a retry, a continuation run);
+re-running a date without ``recompute`` continues its pending generation or, when it is done,
+changes nothing; ``recompute`` starts a new generation from the same starting checkpoint, whose
+publication then replaces the outputs in one step (``include.outputs``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from include.checkpoint import CheckpointLog, Manifest, check_job_id
+from include.errors import CheckpointError, ConfigError, ObjectNotFound
+from include.head import HeadStatus
+from include.store import ObjectStore
+
+log = logging.getLogger("iterations")
+
+DATE_FORMAT = "%Y%m%dT%H%M%SZ"
+
+
+def batch_date(when: dt.datetime | str) -> str:
+    """The key of a logical date (UTC): ``20260101T000000Z``."""
+    if isinstance(when, str):
+        try:
+            when = dt.datetime.fromisoformat(when)
+        except ValueError:
+            try:
+                return dt.datetime.strptime(when, DATE_FORMAT).strftime(DATE_FORMAT)
+            except ValueError:
+                raise ConfigError(f"batch date {when!r} is neither ISO 8601 nor {DATE_FORMAT}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return when.astimezone(dt.timezone.utc).strftime(DATE_FORMAT)
+
+
+@dataclass(frozen=True)
+class Generation:
+    job_id: str  # the checkpoint log of this generation
+    date: str
+    started_from: dict[str, Any] | None
+    recompute: bool
+
+
+class Schedule:
+    def __init__(self, store: ObjectStore, job_id: str):
+        self.store = store
+        self.job_id = check_job_id(job_id)
+        self.root = f"schedules/{job_id}"
+
+    # --- records ----------------------------------------------------------------------------
+
+    def _read(self, key: str) -> dict[str, Any] | None:
+        try:
+            return json.loads(self.store.get(key))
+        except ObjectNotFound:
+            return None
+
+    def date_record(self, date: str) -> dict[str, Any]:
+        return self._read(f"{self.root}/dates/{date}.json") or {"date": date, "current": None, "pending": None}
+
+    def _write_date(self, record: dict[str, Any]) -> None:
+        self.store.put(f"{self.root}/dates/{record['date']}.json", json.dumps(record, indent=1).encode())
+
+    def generation(self, log_id: str) -> Generation:
+        d = self._read(f"{self.root}/generations/{log_id}.json")
+        if d is None:
+            raise CheckpointError(f"generation {log_id} of scheduled job {self.job_id} is not recorded")
+        return Generation(log_id, d["date"], d["started_from"], bool(d["recompute"]))
+
+    def dates(self) -> list[str]:
+        prefix = f"{self.root}/dates/"
+        return sorted(o.key[len(prefix):-len(".json")] for o in self.store.list(prefix) if o.key.endswith(".json"))
+
+    # --- the batch of a DAG run ---------------------------------------------------------------
+
+    def attach(self, date: str, run: str, *, recompute: bool = False) -> Generation:
+        """The generation DAG run ``run`` (the batch of ``date``) works on; the first call of a
+        run decides it, every later call (any task, any retry) gets the same one."""
+        key = f"{self.root}/runs/{run}.json"
+        known = self._read(key)
+        if known is not None:
+            return self.generation(known["generation"])
+        record = self.date_record(date)
+        base = record["pending"] or record["current"]
+        if recompute and base is not None:
+            gen = self._new_generation(date, self.generation(base).started_from, recompute=True)
+            log.info("batch %s of %s: recomputing as %s from %s", date, self.job_id, gen.job_id, gen.started_from)
+        elif base is not None:
+            gen = self.generation(base)  # continue the pending one, or find the current one done
+        else:
+            gen = self._new_generation(date, self.start_of(date), recompute=False)
+        if not self.store.put_if_absent(key, json.dumps({"run": run, "generation": gen.job_id}).encode()):
+            return self.generation(self._read(key)["generation"])  # another task of the run was first
+        if gen.job_id != record["current"] and record["pending"] != gen.job_id:
+            self._write_date({**record, "pending": gen.job_id})
+        return gen
+
+    def _new_generation(self, date: str, started_from: dict[str, Any] | None, *, recompute: bool) -> Generation:
+        n = 0
+        while True:
+            log_id = f"{self.job_id}.{date}" + (f".r{n}" if n else "")
+            check_job_id(log_id)
+            body = {"date": date, "started_from": started_from, "recompute": recompute}
+            if self.store.put_if_absent(f"{self.root}/generations/{log_id}.json", json.dumps(body).encode()):
+                return Generation(log_id, date, started_from, recompute)
+            n += 1
+
+    def start_of(self, date: str) -> dict[str, Any] | None:
+        """The checkpoint a new batch of ``date`` starts from: the final checkpoint of the latest
+        earlier date. That batch must be finished: a batch never starts from a guess."""
+        earlier = [d for d in self.dates() if d < date]
+        if not earlier:
+            return None
+        previous = self.date_record(earlier[-1])
+        if previous["current"] is None:
+            raise CheckpointError(
+                f"batch {date} of {self.job_id} warm-starts from batch {earlier[-1]}, which has not "
+                f"finished (generation {previous['pending']} in progress): run that batch first"
+            )
+        final = CheckpointLog(self.store, previous["current"]).latest(verify="none")
+        if final is None or final.kind != "final":
+            raise CheckpointError(f"batch {earlier[-1]} of {self.job_id} is recorded done but its log "
+                                  f"{previous['current']} has no final checkpoint")
+        return {"job_id": final.job_id, "checkpoint_id": final.checkpoint_id}
+
+    def warm_start_manifest(self, gen: Generation) -> Manifest | None:
+        if gen.started_from is None:
+            return None
+        src = gen.started_from
+        return CheckpointLog(self.store, src["job_id"]).load(int(src["checkpoint_id"]), verify="sizes")
+
+    def complete(self, gen: Generation) -> None:
+        """After the generation's outputs are published: it becomes the date's current one."""
+        final = CheckpointLog(self.store, gen.job_id).latest(verify="none")
+        if final is None or final.head_state.status is not HeadStatus.TERMINATED:
+            raise CheckpointError(f"generation {gen.job_id} has not terminated: it cannot become current")
+        record = self.date_record(gen.date)
+        if record["current"] == gen.job_id and record["pending"] is None:
+            return
+        replaced = record["current"]
+        self._write_date({**record, "current": gen.job_id,
+                          "pending": None if record["pending"] == gen.job_id else record["pending"]})
+        log.info("batch %s of %s: generation %s is current%s", gen.date, self.job_id, gen.job_id,
+                 f" (replaces {replaced})" if replaced and replaced != gen.job_id else "")

@@ -1,0 +1,152 @@
+"""The DAGs under the real scheduler (``airflow standalone``: LocalExecutor on SQLite), driven
+through the REST API and the CLI as an operator of the system would."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from include.checkpoint import CheckpointLog
+from include.config import JobConfig
+from include.runner import IterationRunner
+from include.store import LocalStore
+from tests.dags.airflow_server import AirflowServer, processes_titled
+from tests.helpers import graph_with_dangling, ranks_of, read_published, write_edges
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+KILLED_EPOCH = 2
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    home = tmp_path_factory.mktemp("airflow_standalone")
+    srv = AirflowServer(str(home), str(tmp_path_factory.mktemp("spark_connect_sched")))
+    try:
+        yield srv.start()
+    finally:
+        srv.stop()
+
+
+def _kill_task_processes(ti_id: str) -> list[int]:
+    """SIGKILL the worker running a task instance: the LocalExecutor worker that supervises it
+    and the task process (both carry the task instance id in their title). A crashed worker
+    reports nothing; the scheduler finds out through the missing heartbeat."""
+    victims = processes_titled(ti_id)
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return sorted(victims)
+
+
+def test_worker_killed_mid_epoch_run_finishes_correctly(server, spark, tmp_path):
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(300, 0.02, seed=9))
+    store = str(tmp_path / "store")
+    conf = {"job_id": "pr-killed", "input_path": edges, "checkpoint_root": store,
+            "output_path": str(tmp_path / "out"), "max_epochs": 5, "tolerance": 0, "num_partitions": 2}
+    server.unpause("iterate_pagerank")
+    run_id = server.trigger("iterate_pagerank", conf)
+
+    task = f"epoch_{KILLED_EPOCH}.run"
+    attempts = os.path.join(store, "jobs", "pr-killed", "attempts", f"{KILLED_EPOCH:010d}")
+    deadline = time.monotonic() + 300
+    killed: list[int] = []
+    while not killed:
+        assert time.monotonic() < deadline, f"{task} never ran: {server.log_tail()}"
+        ti = server.task_instances("iterate_pagerank", run_id).get(task, {})
+        assert ti.get("state") not in ("success", "failed"), f"{task} ended before it could be killed"
+        # kill once the attempt is recorded: its Spark job is starting or running
+        if ti.get("state") == "running" and glob.glob(os.path.join(attempts, "*", "_PLAN.json")):
+            killed = _kill_task_processes(ti["id"])
+        time.sleep(0.05)
+
+    assert server.wait_run("iterate_pagerank", run_id, timeout=600) == "success", server.log_tail()
+    tis = server.task_instances("iterate_pagerank", run_id)
+    assert tis[task]["try_number"] >= 2, "the killed task ran again"
+
+    # Checkpoint ids are epoch numbers, each written once by a create-if-absent: an epoch
+    # committed twice would have shifted the final checkpoint past 5.
+    log = CheckpointLog(LocalStore(store), "pr-killed")
+    ids = sorted(int(os.path.basename(p)[:-5]) for p in glob.glob(os.path.join(store, "jobs", "pr-killed", "checkpoints", "*.json")))
+    assert ids == list(range(6)), "epochs 0..4 and the final checkpoint, no gap, none twice"
+    final = log.load(5, verify="full")
+    assert final.kind == "final" and final.epoch == 4 and final.parent_id == 4
+
+    reference = JobConfig(job_id="pr-ref", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "ref"),
+                          max_epochs=5, tolerance=0.0, num_partitions=2)
+    expected = ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
+    got = read_published(tmp_path / "out", "ranks")
+    assert dict(zip(got["node"], got["rank"])) == expected, "bit for bit the failure-free result"
+
+
+def _dates_state(root: str) -> dict[str, bytes]:
+    """Every checkpoint manifest, schedule record and publication manifest, by path."""
+    out = {}
+    for pattern in ("store/jobs/*/checkpoints/*.json", "store/schedules/*/dates/*.json", "out/*/*/_PUBLISHED.json"):
+        for path in sorted(glob.glob(os.path.join(root, pattern))):
+            out[os.path.relpath(path, root)] = open(path, "rb").read()
+    return out
+
+
+def test_backfill_three_dates_twice_then_recompute_one(server, tmp_path):
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(60, 0.08, seed=4))
+    conf = {"job_id": "daily", "input_path": edges, "checkpoint_root": str(tmp_path / "store"),
+            "output_path": str(tmp_path / "out"), "max_epochs": 40, "tolerance": 1e-5, "num_partitions": 2}
+    backfill = ("backfill", "create", "--dag-id", "iterate_pagerank_daily", "--from-date", "2026-01-01",
+                "--to-date", "2026-01-03", "--max-active-runs", "1", "--dag-run-conf", json.dumps(conf))
+
+    def run_backfill(*extra: str) -> list[dict]:
+        before = {r["dag_run_id"] for r in server.runs("iterate_pagerank_daily")}
+        done = server.cli(*backfill, *extra)
+        assert done.returncode == 0, done.stdout + done.stderr
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            runs = [r for r in server.runs("iterate_pagerank_daily") if r["run_type"] == "backfill"]
+            backfills = server.get("/api/v2/backfills?dag_id=iterate_pagerank_daily")["backfills"]
+            if len(runs) == 3 and all(r["state"] in ("success", "failed") for r in runs) and (
+                    extra or {r["dag_run_id"] for r in runs} - before) and all(b["completed_at"] for b in backfills):
+                return runs
+            time.sleep(3)
+        raise TimeoutError(server.log_tail())
+
+    server.unpause("iterate_pagerank_daily")
+    runs = run_backfill()
+    assert [r["state"] for r in runs] == ["success"] * 3, server.log_tail()
+    first = _dates_state(str(tmp_path))
+    dates = ["20260101T000000Z", "20260102T000000Z", "20260103T000000Z"]
+    assert [k for k in first if k.startswith("out/")] == [f"out/{d}/ranks/_PUBLISHED.json" for d in dates]
+    generations = {}
+    for d in dates:
+        record = json.loads(first[f"store/schedules/daily/dates/{d}.json"])
+        assert record["current"] == f"daily.{d}" and record["pending"] is None
+        generations[d] = json.loads(open(tmp_path / "store" / "schedules" / "daily" / "generations" / f"daily.{d}.json").read())
+    assert generations[dates[0]]["started_from"] is None
+    for prev, d in zip(dates, dates[1:]):  # each batch warm-starts from the previous one's final checkpoint
+        final = CheckpointLog(LocalStore(tmp_path / "store"), f"daily.{prev}").latest_id()
+        assert generations[d]["started_from"] == {"job_id": f"daily.{prev}", "checkpoint_id": final}
+    cold = CheckpointLog(LocalStore(tmp_path / "store"), f"daily.{dates[0]}").latest_id()
+    warm = CheckpointLog(LocalStore(tmp_path / "store"), f"daily.{dates[1]}").latest_id()
+    assert warm < cold, f"a warm start converges sooner: {warm} vs {cold} checkpoints"
+
+    again = run_backfill("--reprocess-behavior", "completed")
+    assert [r["state"] for r in again] == ["success"] * 3, server.log_tail()
+    assert _dates_state(str(tmp_path)) == first, "re-running the batches changes nothing"
+
+    before = read_published(tmp_path / "out" / dates[1], "ranks")
+    run_id = server.trigger("iterate_pagerank_daily", {**conf, "batch_date": "2026-01-02T00:00:00+00:00",
+                                                       "recompute": True})
+    assert server.wait_run("iterate_pagerank_daily", run_id) == "success", server.log_tail()
+    record = json.loads(open(tmp_path / "store" / "schedules" / "daily" / "dates" / f"{dates[1]}.json").read())
+    assert record == {"date": dates[1], "current": f"daily.{dates[1]}.r1", "pending": None}
+    manifest = json.loads(open(tmp_path / "out" / dates[1] / "ranks" / "_PUBLISHED.json").read())
+    assert manifest["job_id"] == f"daily.{dates[1]}.r1" and manifest["replaces"] == f"v-daily.{dates[1]}-{warm}"
+    after = read_published(tmp_path / "out" / dates[1], "ranks")
+    assert dict(zip(after["node"], after["rank"])) == dict(zip(before["node"], before["rank"])), \
+        "recomputed from the same starting checkpoint: the same ranks"
