@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import os
 
-from airflow.sdk import Param
-
-from iterations.dag_factory import LOCAL_DIR, iteration_dag, job_params
+from iterations.dag_factory import LOCAL_DIR, iteration_dag, job_params, kmeans_params
 
 EPOCHS_PER_BATCH = 10
 
+body_params = kmeans_params()
 params = job_params(
     job_id="kmeans",
     input_path=os.path.join(LOCAL_DIR, "demo", "input", "points.parquet"),
@@ -20,15 +19,13 @@ params = job_params(
     max_epochs=30,
     tolerance=1e-6,
     num_partitions=2,
-)
-params["k"] = Param(3, type="integer", minimum=1, maximum=10_000, description="Number of clusters.")
-params["seed"] = Param(42, type="integer", description="Seed of the deterministic k-means++ initialisation.")
+) | body_params
 
 dag = iteration_dag(
     dag_id="iterate_kmeans",
     body="kmeans",
     params=params,
-    body_param_names=("k", "seed"),
+    body_param_names=tuple(body_params),
     epochs_per_batch=EPOCHS_PER_BATCH,
     doc_md=__doc__,
 )

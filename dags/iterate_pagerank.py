@@ -8,27 +8,24 @@ from __future__ import annotations
 
 import os
 
-from airflow.sdk import Param
-
-from iterations.dag_factory import LOCAL_DIR, iteration_dag, job_params
+from iterations.dag_factory import LOCAL_DIR, iteration_dag, job_params, pagerank_params
 
 EPOCHS_PER_BATCH = 20
 
+body_params = pagerank_params()
 params = job_params(
     job_id="pagerank",
     input_path=os.path.join(LOCAL_DIR, "demo", "input", "edges.parquet"),
     output_path=os.path.join(LOCAL_DIR, "output", "pagerank"),
     max_epochs=50,
     tolerance=1e-8,
-)
-params["damping"] = Param(0.85, type="number", exclusiveMinimum=0, exclusiveMaximum=1,
-                          description="Probability of following a link.")
+) | body_params
 
 dag = iteration_dag(
     dag_id="iterate_pagerank",
     body="pagerank",
     params=params,
-    body_param_names=("damping",),
+    body_param_names=tuple(body_params),
     epochs_per_batch=EPOCHS_PER_BATCH,
     doc_md=__doc__,
 )

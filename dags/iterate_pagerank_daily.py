@@ -12,12 +12,11 @@ from __future__ import annotations
 import datetime as dt
 import os
 
-from airflow.sdk import Param
-
-from iterations.dag_factory import LOCAL_DIR, iteration_dag, job_params
+from iterations.dag_factory import LOCAL_DIR, iteration_dag, job_params, pagerank_params
 
 EPOCHS_PER_BATCH = 20
 
+body_params = pagerank_params()
 params = job_params(
     job_id="pagerank_daily",
     input_path=os.path.join(LOCAL_DIR, "demo", "input", "edges.parquet"),
@@ -25,15 +24,13 @@ params = job_params(
     max_epochs=50,
     tolerance=1e-8,
     scheduled=True,
-)
-params["damping"] = Param(0.85, type="number", exclusiveMinimum=0, exclusiveMaximum=1,
-                          description="Probability of following a link.")
+) | body_params
 
 dag = iteration_dag(
     dag_id="iterate_pagerank_daily",
     body="pagerank",
     params=params,
-    body_param_names=("damping",),
+    body_param_names=tuple(body_params),
     epochs_per_batch=EPOCHS_PER_BATCH,
     schedule="@daily",
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),

@@ -50,10 +50,12 @@ class IterationRunner:
         store: ObjectStore | None = None,
         store_options: Mapping[str, Any] | None = None,
         checks: Sequence[Check] = DEFAULT_CHECKS,
+        warm_start: Manifest | None = None,
     ):
+        """``warm_start``: a final checkpoint (of another job, same store) epoch 0 starts from."""
         self.config = config
         self.store_options = dict(store_options or {})
-        self.job = IterationJob(config, store, checks=checks, store_options=self.store_options)
+        self.job = IterationJob(config, store, checks=checks, store_options=self.store_options, warm_start=warm_start)
         self._spark = spark
         self._executor = None
 

@@ -66,6 +66,18 @@ def job_params(
     return params
 
 
+def pagerank_params(damping: float = 0.85) -> dict[str, Param]:
+    """The PageRank body's params (their names are the body's parameter names)."""
+    return {"damping": Param(damping, type="number", exclusiveMinimum=0, exclusiveMaximum=1,
+                             description="Probability of following a link.")}
+
+
+def kmeans_params(k: int = 3, seed: int = 42) -> dict[str, Param]:
+    """The k-means body's params."""
+    return {"k": Param(k, type="integer", minimum=1, maximum=10_000, description="Number of clusters."),
+            "seed": Param(seed, type="integer", description="Seed of the deterministic k-means++ initialisation.")}
+
+
 def iteration_dag(
     *,
     dag_id: str,

@@ -3,6 +3,7 @@ Connect session, local checkpoint store), and their outputs equal the references
 
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
@@ -81,7 +82,8 @@ def test_unterminated_batch_triggers_its_continuation(airflow_env, tmp_path):
             "output_path": str(tmp_path / "out"), "max_epochs": 3, "tolerance": 0, "num_partitions": 2}
     log = dags_test(env, "iterate_pagerank", conf)
     assert "triggering run continuation__pr-cont__epoch_2 to continue at epoch 2" in log
-    runs = json.loads(airflow(env, "dags", "list-runs", "iterate_pagerank", "-o", "json").stdout)
+    listed = airflow(env, "dags", "list-runs", "iterate_pagerank", "-o", "json").stdout
+    runs = json.loads(next(line for line in listed.splitlines() if line.startswith("[")))
     continuation = [r for r in runs if r["run_id"] == "continuation__pr-cont__epoch_2"]
     assert len(continuation) == 1 and continuation[0]["state"] == "queued"
 
@@ -94,3 +96,49 @@ def test_unterminated_batch_triggers_its_continuation(airflow_env, tmp_path):
 
     off = dags_test(env, "iterate_pagerank", {**conf, "job_id": "pr-off", "continuation": False})
     assert "continuation is off for this run" in off
+
+
+@pytest.mark.s3
+def test_iterate_pagerank_on_s3_through_the_aws_connection(airflow_env, spark, moto_endpoint, bucket, tmp_path):
+    """Input, checkpoints and outputs on S3 (moto_server), reached through the Airflow ``aws``
+    connection alone: no AWS variables in the environment of the DAG run."""
+    import boto3
+
+    graph = graph_with_dangling(25, 0.15, seed=11)
+    edges = write_edges(tmp_path / "edges.csv", graph)
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    s3.put_object(Bucket=bucket, Key="in/edges.csv", Body=open(edges, "rb").read())
+    connection = {"conn_type": "aws", "login": "conn-key", "password": "conn-secret",
+                  "extra": {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}}
+    env = {k: v for k, v in airflow_env.items() if not k.startswith("AWS_")}
+    env["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(connection)
+    conf = {"job_id": "pr-s3", "input_path": f"s3://{bucket}/in/edges.csv", "checkpoint_root": f"s3://{bucket}/ckpt",
+            "output_path": f"s3://{bucket}/out", "max_epochs": 4, "tolerance": 0, "num_partitions": 2}
+    dags_test(env, "iterate_pagerank", conf)
+
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="ckpt/jobs/pr-s3/checkpoints/")["Contents"]]
+    assert [k.rsplit("/", 1)[1] for k in keys] == [f"{i:010d}.json" for i in range(5)]
+    from include.outputs import published
+
+    current = published(f"s3://{bucket}/out", "ranks", endpoint_url=moto_endpoint)
+    got = pd.concat([pd.read_parquet(io.BytesIO(s3.get_object(Bucket=bucket, Key=loc.split("/", 3)[3])["Body"].read()))
+                     for loc in current.locations])
+    reference = JobConfig(job_id="pr-ref", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "ref"),
+                          max_epochs=4, tolerance=0.0, num_partitions=2)
+    assert dict(zip(got["node"], got["rank"])) == ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
+
+
+def test_iterate_pagerank_in_spark_submit_mode(airflow_env, spark, tmp_path):
+    """The conventional cluster path: each epoch ``spark-submit spark_jobs/epoch.py`` through the
+    apache-spark provider's hook (here against local[2])."""
+    env = {**airflow_env, "ITERATIONS_SPARK_MODE": "submit",
+           "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"})}
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(15, 0.2, seed=6))
+    conf = {"job_id": "pr-submit", "input_path": edges, "checkpoint_root": str(tmp_path / "store"),
+            "output_path": str(tmp_path / "out"), "max_epochs": 2, "tolerance": 0, "num_partitions": 2}
+    log = dags_test(env, "iterate_pagerank", conf)
+    assert "spark-submit" in log and "epoch 1 committed" in log
+    reference = JobConfig(job_id="pr-ref", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "ref"),
+                          max_epochs=2, tolerance=0.0, num_partitions=2)
+    got = read_published(tmp_path / "out", "ranks")
+    assert dict(zip(got["node"], got["rank"])) == ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])

@@ -17,6 +17,8 @@ again (``interrupt``): the same epoch never runs twice at once.
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 import uuid
 from typing import Any
 
@@ -105,6 +107,8 @@ class SparkEpochHook(BaseHook):
         if store_options.get("endpoint_url"):
             args += ["--endpoint-url", store_options["endpoint_url"]]
         env = {"PYTHONPATH": PROJECT_ROOT}
+        if shutil.which("spark-submit") is None:  # not on PATH: the one pyspark installed next to Python
+            env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
         for key, var in (("access_key_id", "AWS_ACCESS_KEY_ID"), ("secret_access_key", "AWS_SECRET_ACCESS_KEY"),
                          ("session_token", "AWS_SESSION_TOKEN")):
             if store_options.get(key):

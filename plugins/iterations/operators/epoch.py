@@ -138,6 +138,22 @@ class IterationOperator(BaseOperator):
             return job, head, None
         return job, head, EpochPlan.from_dict(job.log.read_plan(head["epoch"], head["attempt_id"]))
 
+    def skip_epoch_tasks(self, context: Mapping[str, Any], *, after: int, also: Sequence[str] = ()) -> None:
+        """Skip, at once, the tasks of the epoch groups after ``after`` (and the tasks ``also``),
+        rather than one scheduler round per task; ``finish`` (trigger rule none_failed) runs
+        next. Ends the calling task as a success; returns if there is nothing to skip."""
+        later = [
+            t for t in self.dag.tasks
+            if (t.task_id.startswith("epoch_") and int(t.task_id.split(".")[0].split("_")[1]) > after)
+            or t.task_id in also
+        ]
+        if not later or context["ti"].map_index != -1:
+            return
+        from airflow.providers.standard.utils.skipmixin import SkipMixin
+
+        self.log.info("skipping %d task(s) of the epochs after epoch group %d", len(later), after)
+        SkipMixin().skip(context["ti"], later)
+
     def iteration_job(self, context: Mapping[str, Any]):
         """The job this task works on. For a scheduled DAG: the generation (checkpoint log) of
         the batch's date that this DAG run works on, warm-started from the previous batch."""
@@ -229,6 +245,9 @@ class EpochHeadOperator(SparkAttemptOperator):
             self.log.info("epoch %d is committed (checkpoint %d): restored, not recomputed", epoch, state.latest.checkpoint_id)
             return {"status": "restored", "epoch": epoch}
         if state.status is not HeadStatus.RUNNING:
+            self.log.info("job %s is %s: epoch %d is not needed", job.config.job_id, state.status.value, epoch)
+            group = self.task_id.rsplit(".", 1)[0]
+            self.skip_epoch_tasks(context, after=self.index, also=(f"{group}.align", f"{group}.commit"))
             raise AirflowSkipException(f"job {job.config.job_id} is {state.status.value}: epoch {epoch} is not needed")
         if state.next_epoch != epoch:
             raise RuntimeError(f"epoch {epoch} cannot start: the latest committed checkpoint is "
@@ -268,23 +287,9 @@ class EpochCommitOperator(IterationOperator):
         result = {"status": "committed", "epoch": d.epoch, "checkpoint_id": manifest.checkpoint_id,
                   "terminated": d.terminated, "reason": d.reason, "feedback": d.feedback_count, "metrics": d.metrics}
         if d.terminated:
-            self._skip_later_epochs(context, result)
+            context["ti"].xcom_push(key="return_value", value=result)
+            self.skip_epoch_tasks(context, after=self.index)  # ends this task as a success
         return result
-
-    def _skip_later_epochs(self, context: Mapping[str, Any], result: dict[str, Any]) -> None:
-        """Termination: the batch's later epoch groups are skipped at once, not one scheduler
-        round per task; finish (trigger rule none_failed) runs next."""
-        later = [
-            t for t in self.dag.tasks
-            if t.task_id.startswith("epoch_") and int(t.task_id.split(".")[0].split("_")[1]) > self.index
-        ]
-        if not later or context["ti"].map_index != -1:
-            return
-        from airflow.providers.standard.utils.skipmixin import SkipMixin
-
-        context["ti"].xcom_push(key="return_value", value=result)
-        self.log.info("skipping %d task(s) of the epochs after termination", len(later))
-        SkipMixin().skip(context["ti"], later)  # ends this task as a success
 
 
 class FinishOperator(SparkAttemptOperator):
