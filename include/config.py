@@ -12,6 +12,7 @@ from include.checkpoint import check_job_id
 from include.errors import ConfigError
 
 INPUT_FORMATS = ("csv", "parquet", "json")
+OUTPUT_FORMATS = ("parquet", "delta")
 _EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "json"}
 
 
@@ -53,6 +54,7 @@ class JobConfig:
     input: InputSpec
     checkpoint_root: str  # local directory or s3://bucket/prefix
     output_path: str | None = None  # where finish publishes outputs; None: keep them in the checkpoint
+    output_format: str = "parquet"  # "parquet" (files + _PUBLISHED.json) or "delta" (a Delta Lake table per output)
     body_params: dict[str, Any] = field(default_factory=dict)
     max_epochs: int = 50
     tolerance: float | None = 1e-6
@@ -69,6 +71,8 @@ class JobConfig:
             raise ConfigError(f"body must be a registered body name or 'module:Class', got {self.body!r}")
         if not isinstance(self.checkpoint_root, str) or not self.checkpoint_root:
             raise ConfigError(f"checkpoint_root must be a local path or s3://bucket/prefix, got {self.checkpoint_root!r}")
+        if self.output_format not in OUTPUT_FORMATS:
+            raise ConfigError(f"output_format {self.output_format!r} is not supported; accepted: {', '.join(OUTPUT_FORMATS)}")
         _check_int("max_epochs", self.max_epochs, 1, 1_000_000)
         _check_int("num_partitions", self.num_partitions, 1, 100_000)
         _check_int("retain_last", self.retain_last, 1, 1_000_000)

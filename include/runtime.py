@@ -32,7 +32,7 @@ from include.head import (
     JobHeadState,
     TerminationCriteria,
 )
-from include.outputs import publish_dataset
+from include.outputs import publish_dataset, publish_delta
 from include.store import ObjectStore, open_store
 
 log = logging.getLogger("iterations")
@@ -410,7 +410,8 @@ class IterationJob:
 
     def publish(self, manifest: Manifest) -> dict[str, str]:
         """Publish the outputs of the final checkpoint under ``output_path``: each output is
-        replaced atomically (see ``include.outputs``); idempotent."""
+        replaced atomically (see ``include.outputs``), as Parquet files behind a manifest or as
+        a Delta Lake table version (``output_format``); idempotent."""
         if manifest.kind != "final":
             raise CheckpointError(f"only a final checkpoint has outputs to publish, not checkpoint {manifest.checkpoint_id}")
         if not self.config.output_path:
@@ -419,8 +420,13 @@ class IterationJob:
         stamp = {"job_id": manifest.job_id, "checkpoint_id": manifest.checkpoint_id, "attempt_id": manifest.attempt_id}
         published = {}
         for name, ds in sorted(manifest.outputs.items()):
-            publish_dataset(self.store, out, name, ds, stamp)
-            published[name] = out.location(name)
+            if self.config.output_format == "delta":
+                uri = out.url(name)
+                publish_delta(self.store, uri, ds, stamp, store_options=self.store_options)
+                published[name] = uri
+            else:
+                publish_dataset(self.store, out, name, ds, stamp)
+                published[name] = out.location(name)
         return published
 
 

@@ -26,6 +26,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--input-format", choices=["csv", "parquet", "json"], default=None)
     p.add_argument("--checkpoint-root", required=True, help="local directory or s3://bucket/prefix")
     p.add_argument("--output-path", default=None)
+    p.add_argument("--output-format", default="parquet", choices=["parquet", "delta"])
     p.add_argument("--max-epochs", type=int, default=50)
     p.add_argument("--tolerance", type=float, default=1e-6)
     p.add_argument("--num-partitions", type=int, default=4)
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = JobConfig(
             job_id=args.job_id, body=args.body, input=InputSpec(args.input, args.input_format),
-            checkpoint_root=args.checkpoint_root, output_path=args.output_path, body_params=params,
+            checkpoint_root=args.checkpoint_root, output_path=args.output_path, output_format=args.output_format, body_params=params,
             max_epochs=args.max_epochs, tolerance=args.tolerance, num_partitions=args.num_partitions,
             retain_last=args.retain_last,
         )

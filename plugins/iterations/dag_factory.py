@@ -42,6 +42,9 @@ def job_params(
                             description="Static input: a local path or s3://bucket/key (CSV with header, Parquet, JSON lines)."),
         "output_path": Param(output_path, type=["null", "string"],
                              description="Where finish publishes the outputs (local path or s3://bucket/prefix)."),
+        "output_format": Param("parquet", type="string", enum=["parquet", "delta"],
+                               description="parquet: files behind a _PUBLISHED.json manifest; delta: a Delta Lake "
+                                           "table per output, one version per published batch."),
         "checkpoint_root": Param(checkpoint_root, type="string", minLength=1,
                                  description="Checkpoint store: a local directory or s3://bucket/prefix."),
         "max_epochs": Param(max_epochs, type="integer", minimum=1, maximum=1_000_000,

@@ -76,6 +76,7 @@ def test_dag_shape(dagbag, dag_id):
         ("iterate_kmeans", "k", 0),
         ("iterate_kmeans", "tolerance", -1),
         ("iterate_pagerank_daily", "recompute", "yes"),
+        ("iterate_kmeans", "output_format", "csv"),
     ],
 )
 def test_bad_params_are_refused_naming_the_field(dagbag, dag_id, field, value):

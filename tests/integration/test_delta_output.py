@@ -77,3 +77,24 @@ def test_delta_table_on_s3(moto_endpoint, bucket):
     table = DeltaTable(uri, storage_options=storage)
     assert table.version() == 0
     assert dict(zip(*table.to_pyarrow_table().to_pydict().values())) == {"a": 0.75, "b": 0.25}
+
+
+def test_job_publishes_its_outputs_as_delta_tables_once(tmp_path, spark):
+    """``output_format="delta"``: finish publishes each output as a Delta table; running the
+    finished job again adds no version."""
+    from deltalake import DeltaTable
+
+    from include.runner import IterationRunner
+    from tests.helpers import graph_with_dangling, pagerank_config, ranks_of, write_edges
+
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(25, 0.15, seed=12))
+    config = pagerank_config(tmp_path, edges, job_id="pr-delta", max_epochs=4, tolerance=0,
+                             output_path=str(tmp_path / "out"), output_format="delta")
+    result = IterationRunner(config, spark).run()
+    assert result.published == {"ranks": str(tmp_path / "out" / "ranks")}
+    table = DeltaTable(str(tmp_path / "out" / "ranks"))
+    assert table.version() == 0
+    assert dict(zip(*table.to_pyarrow_table().select(["node", "rank"]).to_pydict().values())) == \
+        ranks_of(result.outputs["ranks"])
+    IterationRunner(config, spark).run()
+    assert DeltaTable(str(tmp_path / "out" / "ranks")).version() == 0

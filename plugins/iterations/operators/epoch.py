@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
-JOB_FIELDS = ("job_id", "checkpoint_root", "output_path", "max_epochs", "tolerance", "num_partitions", "retain_last")
+JOB_FIELDS = ("job_id", "checkpoint_root", "output_path", "output_format", "max_epochs", "tolerance", "num_partitions", "retain_last")
 
 
 def batch_id_of(context: Mapping[str, Any]) -> str:
