@@ -32,10 +32,13 @@ class StepResult:
     variables: the feedback datasets for the next epoch, one per head.
     metrics: metric name -> (head, column): the column holds per-record contributions that the
         tail aggregates per partition (the body's ``metric_aggregations``) and then drops.
+    outputs: the body's per-epoch outputs (one per name in ``epoch_outputs``): staged with the
+        epoch's attempt and published when the epoch's checkpoint commits, exactly once.
     """
 
     variables: dict[str, "DataFrame"]
     metrics: dict[str, tuple[str, str]] = field(default_factory=dict)
+    outputs: dict[str, "DataFrame"] = field(default_factory=dict)
 
 
 class IterationBody(ABC):
@@ -50,6 +53,9 @@ class IterationBody(ABC):
     convergence_metric: ClassVar[str | None] = None
     # names of the datasets finish() returns
     outputs: ClassVar[tuple[str, ...]] = ()
+    # names of the datasets step() returns every epoch in StepResult.outputs (appended to the
+    # published output as each epoch commits)
+    epoch_outputs: ClassVar[tuple[str, ...]] = ()
 
     def parse_params(self, raw: Mapping[str, Any]) -> Any:
         """Validate the body's parameters; raise ConfigError naming the bad value."""
@@ -94,6 +100,7 @@ class IterationBody(ABC):
             "metric_aggregations": dict(cls.metric_aggregations),
             "convergence_metric": cls.convergence_metric,
             "outputs": list(cls.outputs),
+            "epoch_outputs": list(cls.epoch_outputs),
         }
 
 

@@ -12,6 +12,9 @@ Layout under ``jobs/<job_id>/`` of the store::
                                tombstone so that nobody can ever commit that id again)
     aborted/<epoch>/<attempt_id>  the attempt was aborted: never adopted, its files are garbage
     batches/<batch_id>.json    the final checkpoint of a batch (kept by retention)
+    published/<id>/<sink>.json the outputs of checkpoint <id> a sink committed (2PC phase two)
+    savepoints/<id>.json       the job was suspended at checkpoint <id> (kept by retention)
+    control/stop.json          a pending stop request (drain or suspend) for the running job
 
 Nothing under ``attempts/`` is read by an epoch computation unless a committed manifest
 references it. Ordering is by checkpoint id only, never by timestamps.
@@ -35,6 +38,7 @@ from include.errors import (
     ObjectNotFound,
 )
 from include.head import AlignmentDecision, EpochReport, FileRef, JobHeadState
+from include.lifecycle import Lifecycle, StopMode
 from include.store import ObjectStore, join_key, sha256_hex
 
 log = logging.getLogger(__name__)
@@ -93,6 +97,15 @@ class JobLayout:
     def batch(self, batch_id: str) -> str:
         return f"{self.root}/batches/{check_attempt_id(batch_id)}.json"
 
+    def publication(self, checkpoint_id: int, sink: str) -> str:
+        return f"{self.root}/published/{checkpoint_id:010d}/{check_attempt_id(sink)}.json"
+
+    def savepoint(self, checkpoint_id: int) -> str:
+        return f"{self.root}/savepoints/{checkpoint_id:010d}.json"
+
+    def stop_request(self) -> str:
+        return f"{self.root}/control/stop.json"
+
     @staticmethod
     def parse_id(key: str) -> int | None:
         name = key.rsplit("/", 1)[-1].split(".", 1)[0]
@@ -125,7 +138,9 @@ class DatasetRef:
 @dataclass(frozen=True)
 class Manifest:
     """A committed checkpoint. ``kind`` is ``epoch`` (state after an epoch) or ``final``
-    (the finish step's checkpoint, which references the job's outputs)."""
+    (the finish step's checkpoint, which references the job's outputs). ``outputs`` of an
+    epoch checkpoint are the body's per-epoch outputs staged by that epoch; ``lifecycle`` the
+    state of every operator when it committed (``include.lifecycle``)."""
 
     job_id: str
     checkpoint_id: int
@@ -142,12 +157,23 @@ class Manifest:
     outputs: dict[str, DatasetRef] = field(default_factory=dict)
     extra_objects: tuple[FileRef, ...] = ()
     committed_at: str = ""  # informational only: ordering is by checkpoint id
+    lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle({}))
 
     @property
     def objects(self) -> list[FileRef]:
         """Every object this checkpoint references (what GC must never delete)."""
         refs = list(self.extra_objects)
         for ds in list(self.variables.values()) + list(self.outputs.values()):
+            refs.extend(ds.files)
+        return refs
+
+    @property
+    def state_objects(self) -> list[FileRef]:
+        """What a restore needs: the variables, and a final checkpoint's outputs. An epoch's
+        staged outputs are not state: they are released once published."""
+        refs = list(self.extra_objects)
+        datasets = list(self.variables.values()) + (list(self.outputs.values()) if self.kind == "final" else [])
+        for ds in datasets:
             refs.extend(ds.files)
         return refs
 
@@ -169,6 +195,7 @@ class Manifest:
             "outputs": {k: v.to_dict() for k, v in sorted(self.outputs.items())},
             "extra_objects": [f.to_dict() for f in self.extra_objects],
             "committed_at": self.committed_at,
+            "lifecycle": self.lifecycle.to_dict(),
         }
 
     def to_bytes(self) -> bytes:
@@ -207,6 +234,7 @@ class Manifest:
             outputs={k: DatasetRef.from_dict(v) for k, v in d.get("outputs", {}).items()},
             extra_objects=tuple(FileRef.from_dict(f) for f in d.get("extra_objects", [])),
             committed_at=d.get("committed_at", ""),
+            lifecycle=Lifecycle.from_dict(d.get("lifecycle")),
         )
 
 
@@ -280,10 +308,10 @@ class CheckpointLog:
     def verify(self, manifest: Manifest, *, full: bool = False) -> None:
         """Refuse a damaged checkpoint with an error naming the object and what is wrong."""
         listed: dict[str, int] = {}
-        prefixes = {ref.key.rsplit("/", 1)[0] + "/" for ref in manifest.objects}
+        prefixes = {ref.key.rsplit("/", 1)[0] + "/" for ref in manifest.state_objects}
         for prefix in sorted(prefixes):
             listed.update({o.key: o.size for o in self.store.list(prefix)})
-        for ref in manifest.objects:
+        for ref in manifest.state_objects:
             where = self.store.location(ref.key)
             if ref.key not in listed:
                 raise CheckpointCorrupted(
@@ -417,6 +445,53 @@ class CheckpointLog:
             out[d["batch_id"]] = int(d["final_checkpoint_id"])
         return out
 
+    # --- publications (phase two of the outputs' two-phase commit) ---------------------
+
+    def record_publication(self, checkpoint_id: int, sink: str, record: Mapping[str, Any]) -> None:
+        self.store.put(self.layout.publication(checkpoint_id, sink),
+                       json.dumps({**record, "checkpoint_id": checkpoint_id, "sink": sink, "at": _now()},
+                                  sort_keys=True).encode())
+
+    def publications(self, checkpoint_id: int) -> dict[str, dict[str, Any]]:
+        """sink -> its publication record, for the sinks that published checkpoint ``checkpoint_id``."""
+        prefix = f"{self.layout.root}/published/{checkpoint_id:010d}/"
+        out = {}
+        for o in self.store.list(prefix):
+            if o.key.endswith(".json"):
+                d = json.loads(self.store.get(o.key))
+                out[d["sink"]] = d
+        return out
+
+    # --- stop requests and savepoints -----------------------------------------------------
+
+    def request_stop(self, mode: StopMode | str, *, requested_by: str = "") -> dict[str, Any]:
+        """Ask the running job to stop at its next epoch boundary (``drain`` or ``suspend``);
+        a later request replaces an earlier one that was not honoured yet."""
+        mode = StopMode.parse(mode.value if isinstance(mode, StopMode) else mode)
+        request = {"mode": mode.value, "requested_at": _now(), "requested_by": requested_by}
+        self.store.put(self.layout.stop_request(), json.dumps(request, sort_keys=True).encode())
+        log.info("job %s: %s requested%s", self.job_id, mode.value, f" by {requested_by}" if requested_by else "")
+        return request
+
+    def stop_request(self) -> StopMode | None:
+        try:
+            return StopMode.parse(json.loads(self.store.get(self.layout.stop_request()))["mode"])
+        except ObjectNotFound:
+            return None
+
+    def clear_stop_request(self) -> None:
+        self.store.delete([self.layout.stop_request()])
+
+    def record_savepoint(self, checkpoint_id: int, reason: str) -> None:
+        self.store.put(self.layout.savepoint(checkpoint_id),
+                       json.dumps({"checkpoint_id": checkpoint_id, "mode": "suspend", "reason": reason,
+                                   "at": _now()}, sort_keys=True).encode())
+
+    def savepoints(self) -> list[int]:
+        """Checkpoints the job was suspended at (kept by retention until deleted by the user)."""
+        ids = (self.layout.parse_id(o.key) for o in self.store.list(f"{self.layout.root}/savepoints/"))
+        return sorted(i for i in ids if i is not None)
+
     # --- retention ----------------------------------------------------------------------
 
     def collect_garbage(self, retain_last: int) -> GcReport:
@@ -430,7 +505,7 @@ class CheckpointLog:
         latest = self.latest_id()
         if latest is None:
             return report
-        keep = set(ids[-retain_last:]) | set(self.batch_finals().values()) | {latest}
+        keep = set(ids[-retain_last:]) | set(self.batch_finals().values()) | set(self.savepoints()) | {latest}
         keep &= set(ids)
         referenced: set[str] = set()
         for cid in sorted(keep):

@@ -38,6 +38,12 @@ def _parse(text: str) -> dict[str, list[tuple[dict[str, str], str]]]:
 _ACTIVE = _parse(os.environ.get(ENV, ""))
 
 
+def configure(text: str) -> None:
+    """Replace the active failpoints (tests in one process; others use the environment)."""
+    global _ACTIVE
+    _ACTIVE = _parse(text)
+
+
 def failpoint(name: str, **context: object) -> None:
     """Trigger the failure configured for ``name`` if its conditions match ``context``."""
     if not _ACTIVE:

@@ -24,6 +24,7 @@ class HeadStatus(str, Enum):
     RUNNING = "RUNNING"  # epochs go on
     TERMINATING = "TERMINATING"  # termination decided; only the finish step remains
     TERMINATED = "TERMINATED"  # finished: outputs committed
+    SUSPENDED = "SUSPENDED"  # a run's result only: stopped at a savepoint, resumes when run again
 
 
 @dataclass(frozen=True)

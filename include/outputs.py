@@ -9,6 +9,12 @@ step. The version before the current one is kept for readers still on it; older 
 
 Publishing is idempotent: a manifest that already names the same job and checkpoint is left
 alone; a publication that died half way is redone into the same version prefix.
+
+A body's per-epoch outputs are appended instead (``publish_increment``): epoch k's files go under
+``<name>/v-<job>-<k>/`` and become visible by one create-if-absent write of
+``<name>/_increments/<job>-<k>.json``; readers (``published_increments()``) take the union of the
+increments in checkpoint order. Create-if-absent makes the append single-winner: an increment is
+never published twice, and none is lost to a concurrent publisher.
 """
 
 from __future__ import annotations
@@ -94,6 +100,53 @@ def published(output_path: str, name: str, **store_options: Any) -> Published:
                      tuple(out.url(f["key"]) for f in m["files"]), m)
 
 
+INCREMENTS = "_increments"
+
+
+def publish_increment(source: ObjectStore, out: ObjectStore, name: str, ds: DatasetRef,
+                      stamp: Mapping[str, Any]) -> bool:
+    """Append ``ds`` (one epoch's output) to output ``name``; True if this call published it,
+    False if that checkpoint's increment was already there."""
+    cid = int(stamp["checkpoint_id"])
+    record_key = f"{name}/{INCREMENTS}/{stamp['job_id']}-{cid:010d}.json"
+    if out.exists(record_key):
+        return False
+    version = f"v-{stamp['job_id']}-{cid}"
+    files = []
+    for i, ref in enumerate(ds.files):
+        key = f"{name}/{version}/part-{i:05d}.parquet"
+        out.put(key, source.get(ref.key))
+        files.append({"key": key, "size": ref.size, "sha256": ref.sha256})
+    record = {"format": FORMAT, "name": name, **{k: stamp[k] for k in ("job_id", "checkpoint_id", "attempt_id")},
+              "version": version, "rows": ds.rows, "schema": ds.schema, "files": files}
+    if not out.put_if_absent(record_key, json.dumps(record, indent=1).encode()):  # the append
+        return False
+    log.info("appended epoch %s of job %s to output %s (%d rows)", cid, stamp["job_id"], out.location(name), ds.rows)
+    return True
+
+
+@dataclass(frozen=True)
+class Increments:
+    """What a reader of a per-epoch output needs: every published increment's files, in order."""
+
+    name: str
+    checkpoints: tuple[tuple[str, int], ...]  # (job_id, checkpoint_id) of each increment
+    rows: int
+    locations: tuple[str, ...]
+
+
+def published_increments(output_path: str, name: str, **store_options: Any) -> Increments:
+    """The published increments of per-epoch output ``name``; OutputError if there are none."""
+    out = open_store(output_path, **store_options)
+    records = [json.loads(out.get(o.key)) for o in out.list(f"{name}/{INCREMENTS}/") if o.key.endswith(".json")]
+    if not records:
+        raise OutputError(f"no increment of output {name!r} is published under {out.location()}")
+    records.sort(key=lambda r: (int(r["checkpoint_id"]), r["job_id"]))
+    return Increments(name, tuple((r["job_id"], int(r["checkpoint_id"])) for r in records),
+                      sum(int(r["rows"]) for r in records),
+                      tuple(out.url(f["key"]) for r in records for f in r["files"]))
+
+
 def delta_storage_options(store_options: Mapping[str, Any]) -> dict[str, str]:
     """deltalake's storage options from ours (``include.store.open_store`` keyword arguments)."""
     names = {"endpoint_url": "AWS_ENDPOINT_URL", "access_key_id": "AWS_ACCESS_KEY_ID",
@@ -106,9 +159,10 @@ def delta_storage_options(store_options: Mapping[str, Any]) -> dict[str, str]:
 
 
 def publish_delta(source: ObjectStore, table_uri: str, ds: DatasetRef, stamp: Mapping[str, Any],
-                  *, store_options: Mapping[str, Any] | None = None) -> bool:
+                  *, store_options: Mapping[str, Any] | None = None, mode: str = "overwrite") -> bool:
     """Publish ``ds`` as one new version of the Delta Lake table at ``table_uri`` (a local path
-    or s3://bucket/prefix), replacing its rows in one atomic Delta commit. Exactly once per
+    or s3://bucket/prefix), replacing its rows (``mode="append"``: adding them, for per-epoch
+    outputs) in one atomic Delta commit. Exactly once per
     checkpoint: the commit carries a Delta app transaction (app id ``iterations/<job_id>``,
     version = checkpoint id), which survives Delta checkpoints, so publishing the same checkpoint
     again (a retry, a re-run batch) adds no version. True if this call committed a version."""
@@ -127,11 +181,16 @@ def publish_delta(source: ObjectStore, table_uri: str, ds: DatasetRef, stamp: Ma
         done = None
     if done is not None and done >= int(stamp["checkpoint_id"]):
         return False
+    if mode not in ("overwrite", "append"):
+        raise OutputError(f"Delta publication mode must be overwrite or append, got {mode!r}")
+    if not ds.files and mode == "append":
+        return False  # an epoch that emitted no rows: nothing to append
     if not ds.files:
         raise OutputError(f"output for {table_uri} has no files to publish (checkpoint {stamp['checkpoint_id']})")
     table = pa.concat_tables([pq.read_table(io.BytesIO(source.get(f.key))) for f in ds.files])
     write_deltalake(
-        table_uri, table, mode="overwrite", schema_mode="overwrite", storage_options=options,
+        table_uri, table, mode=mode, schema_mode="overwrite" if mode == "overwrite" else None,
+        storage_options=options,
         commit_properties=CommitProperties(
             custom_metadata={"iterations.job_id": str(stamp["job_id"]),
                              "iterations.checkpoint_id": str(stamp["checkpoint_id"]),

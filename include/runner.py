@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 from include.checkpoint import Manifest
 from include.config import JobConfig
 from include.head import AlignmentDecision, HeadStatus
+from include.lifecycle import StopMode
 from include.runtime import DEFAULT_CHECKS, Check, DataCheckFailed, EpochPlan, IterationJob
 from include.store import ObjectStore
 
@@ -39,6 +40,7 @@ class RunResult:
     published: dict[str, str] = field(default_factory=dict)
     final: Manifest | None = None
     outputs: dict[str, Any] = field(default_factory=dict)  # name -> DataFrame (when finished)
+    suspended_at: int | None = None  # the savepoint's checkpoint id when the run was suspended
 
 
 class IterationRunner:
@@ -99,14 +101,28 @@ class IterationRunner:
         if state.latest is not None:
             log.info("job %s: restored checkpoint %d (%s, next epoch %d)", self.config.job_id,
                      state.latest.checkpoint_id, state.status.value, state.next_epoch)
+            # a crash between a commit and its publication left these outputs unpublished
+            result.published.update(job.notify_checkpoint_complete(state.latest))
+        drain = False
         while state.status is HeadStatus.RUNNING:
             if max_epochs_in_batch is not None and len(result.epochs_computed) + len(result.epochs_adopted) >= max_epochs_in_batch:
+                break
+            stop = job.log.stop_request()
+            if stop is StopMode.SUSPEND:
+                result.suspended_at = job.suspend(state)
+                result.status = HeadStatus.SUSPENDED
+                result.checkpoint_id = state.latest.checkpoint_id if state.latest else None
+                return result
+            if stop is StopMode.DRAIN and state.latest is not None:
+                log.info("job %s: drain requested: finishing at checkpoint %d", self.config.job_id, state.latest.checkpoint_id)
+                drain = True
                 break
             started = time.monotonic()
             plan = job.plan_epoch(batch_id, state)
             self._execute(plan)
             decision = job.align(plan)
             manifest = job.commit(plan, decision)
+            result.published.update(job.notify_checkpoint_complete(manifest))
             (result.epochs_adopted if plan.adopted else result.epochs_computed).append(plan.epoch)
             result.decisions.append(decision)
             metrics = " ".join(f"{k}={v:.3e}" for k, v in sorted(decision.metrics.items()))
@@ -117,16 +133,18 @@ class IterationRunner:
                 f" -> terminating ({decision.reason})" if decision.terminated else "",
             )
             state = _state_of(manifest)
-        if state.status is HeadStatus.TERMINATING:
-            plan = job.plan_finish(batch_id, state)
+        if state.status is HeadStatus.TERMINATING or drain:
+            plan = job.plan_finish(batch_id, state, drain=drain)
             self._execute(plan)
             final = job.commit_finish(plan)
             state = _state_of(final)
-            log.info("job %s: final checkpoint %d committed", self.config.job_id, final.checkpoint_id)
+            log.info("job %s: final checkpoint %d committed%s", self.config.job_id, final.checkpoint_id,
+                     " (drained)" if drain else "")
         if state.status is HeadStatus.TERMINATED:
             result.final = state.latest
-            result.published = job.publish(state.latest)
+            result.published.update(job.publish(state.latest))
             result.outputs = self.read_outputs(state.latest)
+            self.close()  # every operator is fully finished: release the cached data
         result.status = state.status
         result.checkpoint_id = state.latest.checkpoint_id if state.latest else None
         if batch_id is not None and result.checkpoint_id is not None:

@@ -12,6 +12,7 @@ Nothing here imports Spark or Airflow: operators and the library runner both cal
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -32,7 +33,9 @@ from include.head import (
     JobHeadState,
     TerminationCriteria,
 )
-from include.outputs import publish_dataset, publish_delta
+from include.failpoints import failpoint
+from include.lifecycle import Lifecycle, OperatorState, StopMode
+from include.outputs import publish_dataset, publish_delta, publish_increment
 from include.store import ObjectStore, open_store
 
 log = logging.getLogger("iterations")
@@ -62,6 +65,8 @@ class EpochPlan:
     tolerance: float | None
     # the checkpoint epoch 0 warm-starts from ({"job_id", "checkpoint_id"}), in another job's log
     warm_start: dict[str, Any] | None = None
+    # "drain" for a finish that a drain request started before the job terminated by itself
+    stop: str | None = None
     adopted: bool = False  # a complete earlier attempt is reused instead of running again
 
     @property
@@ -246,14 +251,21 @@ class IterationJob:
             return adopted
         return self._record(base)
 
-    def plan_finish(self, batch_id: str | None = None, state: JobState | None = None) -> EpochPlan:
+    def plan_finish(self, batch_id: str | None = None, state: JobState | None = None, *,
+                    drain: bool = False) -> EpochPlan:
+        """Plan the finish step: once an epoch decided termination, or, with ``drain``, now
+        (the input ends at the latest checkpoint: a drain request)."""
         state = state or self.state()
-        if state.status is not HeadStatus.TERMINATING or state.latest is None:
+        drainable = drain and state.status is HeadStatus.RUNNING and state.latest is not None
+        if not drainable and (state.status is not HeadStatus.TERMINATING or state.latest is None):
             raise CheckpointError(
-                f"job {self.config.job_id} is {state.status.value}: finish runs once termination is "
-                "decided and before the job is terminated"
+                f"job {self.config.job_id} is {state.status.value}"
+                f"{'' if state.latest else ' with no checkpoint'}: finish runs once termination is "
+                "decided (or a drain is requested after at least one epoch) and before the job is terminated"
             )
         base = self._base_plan("final", state.latest.checkpoint_id + 1, state.latest, batch_id)
+        if drainable:
+            base = dataclasses.replace(base, stop=StopMode.DRAIN.value)
         adopted = self._adoptable(base)
         return adopted if adopted is not None else self._record(base)
 
@@ -292,9 +304,9 @@ class IterationJob:
         return out
 
     def _complete(self, plan: EpochPlan) -> bool:
-        if plan.kind == "final":
-            return not self._missing_outputs(plan)
-        return not plan.aligner().missing(self.log.reports(plan.checkpoint_id, plan.attempt_id))
+        if self._missing_outputs(plan):
+            return False
+        return plan.kind == "final" or not plan.aligner().missing(self.log.reports(plan.checkpoint_id, plan.attempt_id))
 
     # --- align, check, commit ---------------------------------------------------------------
 
@@ -329,6 +341,10 @@ class IterationJob:
             return done
         reports = list(self.reports(plan) if reports is None else reports)
         decision = decision or self.align(plan, reports)
+        missing = self._missing_outputs(plan)
+        if missing:
+            raise CheckpointError(f"epoch {plan.epoch} attempt {plan.attempt_id} of job {plan.job_id} "
+                                  f"has not written its epoch outputs {missing}")
         self.check(plan, decision, reports)
         return self._commit_manifest(
             plan,
@@ -336,6 +352,8 @@ class IterationJob:
             head_state=JobHeadState.from_dict(plan.head_state).after(decision, reports),
             decision=decision,
             variables=_datasets(reports, plan.heads, plan.num_partitions),
+            outputs=_datasets(self._output_reports(plan), self._output_names(plan), plan.num_partitions),
+            lifecycle=Lifecycle.at_epoch(plan.body, terminating=decision.terminated),
         )
 
     def _commit_manifest(self, plan: EpochPlan, **content: Any) -> Manifest:
@@ -378,17 +396,25 @@ class IterationJob:
         prefix = f"{self.log.layout.attempt(plan.checkpoint_id, plan.attempt_id)}/_outputs/"
         return [EpochReport.from_json(self.store.get(o.key)) for o in self.store.list(prefix) if o.key.endswith(".json")]
 
+    @staticmethod
+    def _output_names(plan: EpochPlan) -> list[str]:
+        return list(plan.body.get("outputs" if plan.kind == "final" else "epoch_outputs", []))
+
     def _missing_outputs(self, plan: EpochPlan) -> list[str]:
+        names = self._output_names(plan)
+        if not names:
+            return []
         got = {(r.head, r.partition) for r in self._output_reports(plan)}
         return [
             f"{name}/{p}"
-            for name in plan.body.get("outputs", [])
+            for name in names
             for p in range(plan.num_partitions)
             if (name, p) not in got
         ]
 
     def commit_finish(self, plan: EpochPlan) -> Manifest:
-        """The final checkpoint: the last variables plus the outputs, status TERMINATED."""
+        """The final checkpoint: the last variables plus the outputs, status TERMINATED, every
+        operator FULLY_FINISHED. Covers a drain too (the input ended at the latest checkpoint)."""
         if plan.kind != "final":
             raise CheckpointError(f"commit_finish() takes final plans, not {plan.kind}")
         done = self._already_committed(plan)
@@ -399,35 +425,113 @@ class IterationJob:
             raise CheckpointError(
                 f"finish attempt {plan.attempt_id} of job {plan.job_id} has not written outputs {missing}"
             )
-        return self._commit_manifest(
+        failpoint("finish.before_final_checkpoint", job=plan.job_id)
+        stop = StopMode(plan.stop) if plan.stop else None
+        final = self._commit_manifest(
             plan,
             epoch=plan.checkpoint_id - 1,
             head_state=JobHeadState.from_dict(plan.head_state).with_status(HeadStatus.TERMINATED),
             decision=None,
             variables=plan.restore_datasets(),
             outputs=_datasets(self._output_reports(plan), plan.body.get("outputs", []), plan.num_partitions),
+            lifecycle=Lifecycle.at_final(plan.body, stop),
         )
+        self.log.clear_stop_request()  # the job is terminated: a request it did not honour is moot
+        if stop is StopMode.DRAIN:
+            log.info("job %s drained: final checkpoint %d taken at epoch %d", plan.job_id,
+                     final.checkpoint_id, final.epoch)
+        failpoint("finish.after_final_checkpoint", job=plan.job_id)
+        return final
 
-    def publish(self, manifest: Manifest) -> dict[str, str]:
-        """Publish the outputs of the final checkpoint under ``output_path``: each output is
-        replaced atomically (see ``include.outputs``), as Parquet files behind a manifest or as
-        a Delta Lake table version (``output_format``); idempotent."""
-        if manifest.kind != "final":
-            raise CheckpointError(f"only a final checkpoint has outputs to publish, not checkpoint {manifest.checkpoint_id}")
-        if not self.config.output_path:
+    # --- publication: phase two of the outputs' two-phase commit ---------------------------
+
+    def lifecycle(self, manifest: Manifest) -> Lifecycle:
+        """The operators' states at ``manifest``: what it recorded, with the fully finished sinks
+        that have published its outputs PUBLISHED. (A per-epoch sink keeps RUNNING in epoch
+        checkpoints; each epoch's publication is in ``log.publications(checkpoint_id)``.)"""
+        lc = manifest.lifecycle
+        done = [f"sink:{s}" for s in self.log.publications(manifest.checkpoint_id)]
+        done = [s for s in done if s in lc.states and lc.states[s] is OperatorState.FULLY_FINISHED]
+        return lc.advance(done, OperatorState.PUBLISHED) if done else lc
+
+    def notify_checkpoint_complete(self, manifest: Manifest) -> dict[str, str]:
+        """Commit the outputs a committed checkpoint covers (FLIP-147's notifyCheckpointComplete
+        for two-phase-commit sinks): an epoch checkpoint's per-epoch outputs are appended to their
+        output, a final checkpoint's outputs replace theirs. Called after every commit and again on
+        every restore (the latest checkpoint's outputs may be the ones a crash left unpublished).
+
+        Exactly once per sink and checkpoint: a sink whose publication is recorded is skipped
+        (it is fully finished); the others are published, each idempotently, then recorded. Once
+        every sink of an epoch checkpoint is published its staged files are deleted, so no later
+        checkpoint leaves staged data behind. Returns output name -> where it was published."""
+        if not manifest.outputs or not self.config.output_path:
             return {}
         out = open_store(self.config.output_path, **self.store_options)
         stamp = {"job_id": manifest.job_id, "checkpoint_id": manifest.checkpoint_id, "attempt_id": manifest.attempt_id}
+        done = self.log.publications(manifest.checkpoint_id)
         published = {}
         for name, ds in sorted(manifest.outputs.items()):
+            if name in done:
+                published[name] = done[name]["location"]
+                continue
+            failpoint("publish.before_output", job=manifest.job_id, checkpoint=manifest.checkpoint_id, output=name)
             if self.config.output_format == "delta":
-                uri = out.url(name)
-                publish_delta(self.store, uri, ds, stamp, store_options=self.store_options)
-                published[name] = uri
-            else:
+                where = out.url(name)
+                mode = "overwrite" if manifest.kind == "final" else "append"
+                publish_delta(self.store, where, ds, stamp, store_options=self.store_options, mode=mode)
+            elif manifest.kind == "final":
                 publish_dataset(self.store, out, name, ds, stamp)
-                published[name] = out.location(name)
+                where = out.location(name)
+            else:
+                publish_increment(self.store, out, name, ds, stamp)
+                where = out.location(name)
+            failpoint("publish.after_output", job=manifest.job_id, checkpoint=manifest.checkpoint_id, output=name)
+            self.log.record_publication(manifest.checkpoint_id, name, {
+                "location": where, "format": self.config.output_format, "rows": ds.rows,
+                "attempt_id": manifest.attempt_id})
+            published[name] = where
+            log.info("job %s checkpoint %d: sink %s PUBLISHED to %s", manifest.job_id, manifest.checkpoint_id, name, where)
+        if manifest.kind == "epoch":
+            self._release_staged(manifest)
         return published
+
+    def _release_staged(self, manifest: Manifest) -> None:
+        """close() of an epoch's sinks: their staged files were published; delete them."""
+        keys = [f.key for ds in manifest.outputs.values() for f in ds.files]
+        if keys:
+            self.store.delete(keys)
+
+    def publish(self, manifest: Manifest) -> dict[str, str]:
+        """Publish the outputs of the final checkpoint under ``output_path`` (see
+        ``notify_checkpoint_complete``): each output replaced atomically, as Parquet files behind
+        a manifest or as a Delta Lake table version (``output_format``); idempotent."""
+        if manifest.kind != "final":
+            raise CheckpointError(f"only a final checkpoint has outputs to publish, not checkpoint {manifest.checkpoint_id}")
+        return self.notify_checkpoint_complete(manifest)
+
+    # --- stop requests ----------------------------------------------------------------------
+
+    def request_stop(self, mode: StopMode | str, *, requested_by: str = "") -> dict[str, Any]:
+        """Ask the job, running or not, to stop at its next epoch boundary (see ``StopMode``)."""
+        return self.log.request_stop(mode, requested_by=requested_by)
+
+    def suspend(self, state: JobState, reason: str = "suspend requested") -> int | None:
+        """Suspend at the latest checkpoint: mark it a savepoint (kept by retention), consume
+        the request. Nothing is flushed or published; running the job again resumes from it.
+        Returns the savepoint's checkpoint id (None when no epoch has committed yet)."""
+        if state.latest is not None:
+            self.log.record_savepoint(state.latest.checkpoint_id, reason)
+        self.log.clear_stop_request()
+        log.info("job %s suspended at checkpoint %s (epoch %d is next when it resumes)", self.config.job_id,
+                 state.latest.checkpoint_id if state.latest else None, state.next_epoch)
+        return state.latest.checkpoint_id if state.latest else None
+
+    def suspended_at(self, state: JobState) -> int | None:
+        """The latest checkpoint, if the job was suspended there and has not moved on since."""
+        if state.latest is None or state.status is not HeadStatus.RUNNING:
+            return None
+        cid = state.latest.checkpoint_id
+        return cid if self.store.exists(self.log.layout.savepoint(cid)) else None
 
 
 def _datasets(reports: Sequence[EpochReport], names: Sequence[str], num_partitions: int) -> dict[str, DatasetRef]:

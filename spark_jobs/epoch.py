@@ -99,9 +99,18 @@ class EpochExecutor:
         undeclared = sorted(set(result.metrics) - set(aggregations))
         if undeclared:
             raise CheckpointError(f"body {plan.body['name']!r} returned undeclared metric(s) {undeclared}")
+        declared = list(plan.body.get("epoch_outputs", []))
+        if sorted(result.outputs) != sorted(declared):
+            raise CheckpointError(
+                f"body {plan.body['name']!r} returned epoch outputs {sorted(result.outputs)}, "
+                f"it declares epoch_outputs {sorted(declared)}")
         metrics: dict[str, dict[str, tuple[str, str]]] = {}
         for name, (head, col) in result.metrics.items():
             metrics.setdefault(head, {})[name] = (col, aggregations[name])
+        # per-epoch outputs are staged like the finish step's: the checkpoint covers them and
+        # they are published once it commits (a two-phase commit per epoch)
+        if declared:
+            self._write(plan, store, result.outputs, declared, data_dir="outputs", report_dir="_outputs")
         return self._write(plan, store, result.variables, list(plan.heads), data_dir="",
                            report_dir="_reports", keys=plan.heads, metrics=metrics)
 

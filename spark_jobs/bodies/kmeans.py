@@ -8,7 +8,9 @@ largest ``log(u) / D(x)^2`` (Efraimidis-Spirakis weighted sampling, weights D(x)
 ``u`` in (0, 1) is a hash of (seed, round, the point's features): the same data and seed give
 the same centroids whatever the partitioning. A cluster that loses all its points keeps its
 centroid. Converged when no centroid moves more than the job's tolerance (Euclidean).
-Outputs: ``centroids`` and ``assignments`` (the input rows plus ``cluster_id``).
+Outputs: ``centroids`` and ``assignments`` (the input rows plus ``cluster_id``); every epoch
+also emits ``centroid_history`` rows (epoch, cluster_id, features, shift), published as each
+epoch's checkpoint commits, so a running job's trajectory can be watched and plotted.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class KMeans(IterationBody):
     metric_aggregations = {"max_shift": "max"}
     convergence_metric = "max_shift"
     outputs = ("centroids", "assignments")
+    epoch_outputs = ("centroid_history",)
 
     def parse_params(self, raw: Mapping[str, Any]) -> KMeansParams:
         unknown = set(raw) - {"k", "seed", "features"}
@@ -136,21 +139,29 @@ class KMeans(IterationBody):
 
     def step(self, variables: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> StepResult:
         features, fcols = data["features"], data["fcols"]
-        old = variables["centroids"]
-        rows = sorted(old.collect(), key=lambda r: r["cluster_id"])  # k rows
+        rows = sorted(variables["centroids"].collect(), key=lambda r: r["cluster_id"])  # k rows
         centroids = [[float(r[f]) for f in features] for r in rows]
-        sums = (
-            data["points"]
+        # one pass over the points; everything after it is k rows on the driver
+        means = {
+            r["cluster_id"]: r
+            for r in data["points"]
             .select(self._assign(data["points"], fcols, centroids).alias("cluster_id"), *fcols)
             .groupBy("cluster_id")
             .agg(*[F.avg(c).alias(c) for c in fcols])
-        )
-        moved = [F.coalesce(F.col(f"n.{c}"), F.col(f"o.`{f}`")) for f, c in zip(features, fcols)]
-        shift = F.sqrt(reduce(lambda a, b: a + b, [(m - F.col(f"o.`{f}`")) ** 2 for m, f in zip(moved, features)]))
-        new = old.alias("o").join(sums.alias("n"), "cluster_id", "left").select(
-            F.col("cluster_id"), *[m.alias(f) for m, f in zip(moved, features)], shift.alias("shift")
-        )
-        return StepResult(variables={"centroids": new}, metrics={"max_shift": ("centroids", "shift")})
+            .collect()
+        }
+        new_rows = []
+        for i, (row, old) in enumerate(zip(rows, centroids)):
+            mean = means.get(i)  # None: the cluster lost all its points and keeps its centroid
+            moved = old if mean is None else [float(mean[c]) for c in fcols]
+            shift = math.sqrt(sum((m - o) ** 2 for m, o in zip(moved, old)))
+            new_rows.append((int(row["cluster_id"]), *moved, shift))
+        columns = ", ".join(f"`{f}` double" for f in features)
+        new = ctx.spark.createDataFrame(new_rows, f"cluster_id int, {columns}, shift double")
+        history = ctx.spark.createDataFrame(
+            [(ctx.epoch, *r) for r in new_rows], f"epoch int, cluster_id int, {columns}, shift double")
+        return StepResult(variables={"centroids": new}, metrics={"max_shift": ("centroids", "shift")},
+                          outputs={"centroid_history": history})
 
     def finish(self, variables: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> dict[str, DataFrame]:
         centroids_df = variables["centroids"]
