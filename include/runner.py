@@ -107,13 +107,13 @@ class IterationRunner:
         while state.status is HeadStatus.RUNNING:
             if max_epochs_in_batch is not None and len(result.epochs_computed) + len(result.epochs_adopted) >= max_epochs_in_batch:
                 break
-            stop = job.log.stop_request()
+            stop = job.log.stop_request() if state.latest is not None else None  # honoured once a checkpoint exists
             if stop is StopMode.SUSPEND:
                 result.suspended_at = job.suspend(state)
                 result.status = HeadStatus.SUSPENDED
                 result.checkpoint_id = state.latest.checkpoint_id if state.latest else None
                 return result
-            if stop is StopMode.DRAIN and state.latest is not None:
+            if stop is StopMode.DRAIN:
                 log.info("job %s: drain requested: finishing at checkpoint %d", self.config.job_id, state.latest.checkpoint_id)
                 drain = True
                 break

@@ -53,6 +53,11 @@ def job_params(
                            description="Converged when the body's metric is under this."),
         "num_partitions": Param(num_partitions, type="integer", minimum=1, maximum=100_000,
                                 description="Partitions of the feedback datasets; may change between runs."),
+        "stop": Param("none", type="string", enum=["none", "drain", "suspend"],
+                      description="At the end of this run's batch, if the job has not terminated: none = go on "
+                                  "(continuation); drain = finish now (final checkpoint, publish outputs); "
+                                  "suspend = stop with the state checkpointed, nothing published (trigger "
+                                  "again to resume). A running job is stopped by the iterations_stop DAG."),
         "continuation": Param(True, type="boolean",
                               description="If the job has not terminated when the batch's epochs are done, "
                                           "trigger the next batch (a linked run of this DAG)."),

@@ -27,7 +27,15 @@ def dagbag(tmp_path_factory):
 
 def test_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert set(dagbag.dag_ids) == {"iterate_pagerank", "iterate_kmeans", "iterate_pagerank_daily"}
+    assert set(dagbag.dag_ids) == {"iterate_pagerank", "iterate_kmeans", "iterate_pagerank_daily", "iterations_stop"}
+
+
+def test_control_dag(dagbag):
+    dag = dagbag.dags["iterations_stop"]
+    assert dag.doc_md and "iterations" in dag.tags and dag.schedule is None
+    assert {t.task_id for t in dag.tasks} == {"request_stop"}
+    assert dag.get_task("request_stop").retries >= 1
+    assert dag.params.get_param("mode").schema["enum"] == ["drain", "suspend"]
 
 
 @pytest.mark.parametrize("path", DAG_FILES, ids=os.path.basename)
@@ -59,7 +67,7 @@ def test_dag_shape(dagbag, dag_id):
     finish = dag.get_task("finish")
     assert finish.trigger_rule == "none_failed"
     assert {"job_id", "input_path", "checkpoint_root", "max_epochs", "tolerance", "num_partitions",
-            "continuation"} <= set(dag.params)
+            "continuation", "stop"} <= set(dag.params)
     continuation = dag.get_task("continue")
     assert continuation.upstream_task_ids == {"finish"} and continuation.trigger_dag_id == dag_id
     if dag.timetable.can_be_scheduled:
@@ -77,6 +85,9 @@ def test_dag_shape(dagbag, dag_id):
         ("iterate_kmeans", "tolerance", -1),
         ("iterate_pagerank_daily", "recompute", "yes"),
         ("iterate_kmeans", "output_format", "csv"),
+        ("iterate_kmeans", "stop", "halt"),
+        ("iterations_stop", "mode", "pause"),
+        ("iterations_stop", "job_id", "../other"),
     ],
 )
 def test_bad_params_are_refused_naming_the_field(dagbag, dag_id, field, value):

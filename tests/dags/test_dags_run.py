@@ -142,3 +142,44 @@ def test_iterate_pagerank_in_spark_submit_mode(airflow_env, spark, tmp_path):
                           max_epochs=2, tolerance=0.0, num_partitions=2)
     got = read_published(tmp_path / "out", "ranks")
     assert dict(zip(got["node"], got["rank"])) == ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
+
+
+def test_stop_modes_suspend_by_param_and_drain_by_the_control_dag(airflow_env, spark, tmp_path):
+    """Run 1 (stop=suspend): two epochs, then the job is suspended - no continuation, nothing
+    but the epochs' own outputs published. The iterations_stop DAG asks for a drain; run 2's
+    first head honours it and finish drains: the final checkpoint is taken from epoch 1 and the
+    outputs are published at once, equal to a job that ran 2 epochs."""
+    from include.lifecycle import StopMode
+    from include.outputs import published_increments
+
+    env = {**airflow_env, "ITERATIONS_EPOCHS_PER_BATCH": "2"}
+    X = np.random.default_rng(4).normal(size=(120, 2)) + np.repeat([[0, 0], [6, 6], [-6, 6]], 40, axis=0)
+    pd.DataFrame({"id": np.arange(len(X)), "x": X[:, 0], "y": X[:, 1]}).to_parquet(tmp_path / "points.parquet")
+    conf = {"job_id": "km-stop", "input_path": str(tmp_path / "points.parquet"),
+            "checkpoint_root": str(tmp_path / "store"), "output_path": str(tmp_path / "out"),
+            "max_epochs": 30, "tolerance": 0, "num_partitions": 2, "k": 3, "seed": 7}
+    log = dags_test(env, "iterate_kmeans", {**conf, "stop": "suspend"})
+    assert "is suspended at checkpoint 1: trigger the DAG again" in log
+    job = IterationJob(JobConfig(job_id="km-stop", body="kmeans", input=conf["input_path"],
+                                 checkpoint_root=conf["checkpoint_root"]))
+    assert job.log.savepoints() == [1] and job.log.latest_id() == 1
+    assert published_increments(conf["output_path"], "centroid_history").checkpoints == (("km-stop", 0), ("km-stop", 1))
+    assert not (tmp_path / "out" / "centroids").exists(), "suspend publishes no final output"
+
+    control = dags_test(env, "iterations_stop", {"job_id": "km-stop", "checkpoint_root": conf["checkpoint_root"],
+                                                 "mode": "drain"})
+    assert "asked job km-stop to drain at its next epoch boundary" in control
+    assert job.log.stop_request() is StopMode.DRAIN
+
+    log = dags_test(env, "iterate_kmeans", conf)
+    assert "drain requested: epoch 2 and the rest of the batch are not run" in log
+    assert "final checkpoint 2 committed" in log and "job km-stop is TERMINATED: nothing to continue" in log
+    final = job.log.latest()
+    assert (final.kind, final.epoch, final.lifecycle.stop) == ("final", 1, StopMode.DRAIN)
+    assert job.log.stop_request() is None
+
+    limited = JobConfig(job_id="km-lib", body="kmeans", input=conf["input_path"], checkpoint_root=str(tmp_path / "lib"),
+                        body_params={"k": 3, "seed": 7}, max_epochs=2, tolerance=0.0, num_partitions=2)
+    expected = IterationRunner(limited, spark).run().outputs["centroids"].toPandas().sort_values("cluster_id")
+    got = read_published(tmp_path / "out", "centroids").sort_values("cluster_id")
+    np.testing.assert_allclose(got[["x", "y"]].to_numpy(), expected[["x", "y"]].to_numpy(), rtol=0, atol=1e-9)

@@ -66,3 +66,41 @@ def test_sigkill_in_the_middle_of_an_epoch(spark, tmp_path):
     reference_cfg = pagerank_config(tmp_path / "ref", edges, max_epochs=MAX_EPOCHS, tolerance=0.0)
     reference = ranks_of(IterationRunner(reference_cfg, spark).run().outputs["ranks"])
     assert recovered == reference, "bit-for-bit equal to the uninterrupted run"
+
+
+def test_sigkill_during_publication_publishes_exactly_once(spark, tmp_path):
+    """The process dies for real (SIGKILL) half way through publishing the final outputs: one
+    output is committed, the other's files written but not recorded. The next run publishes
+    what is left, once, and recomputes nothing."""
+    import numpy as np
+    import pandas as pd
+
+    from include.config import JobConfig
+    from include.outputs import published, published_increments
+
+    rng = np.random.default_rng(9)
+    X = rng.normal(size=(90, 2)) + np.repeat([[0, 0], [5, 5], [-5, 5]], 30, axis=0)
+    pd.DataFrame({"id": np.arange(90), "x": X[:, 0], "y": X[:, 1]}).to_parquet(tmp_path / "points.parquet")
+    env = {k: v for k, v in os.environ.items() if k not in ("ITERATIONS_FAILPOINTS", "ITERATIONS_DRIVER_PID")}
+    env["PYTHONPATH"] = ROOT
+    cmd = [sys.executable, "-m", "spark_jobs.run_job", "--job-id", "km", "--body", "kmeans",
+           "--input", str(tmp_path / "points.parquet"), "--checkpoint-root", str(tmp_path / "store"),
+           "--output-path", str(tmp_path / "out"), "--max-epochs", "3", "--tolerance", "0",
+           "--num-partitions", "2", "--param", "k=3"]
+    killed = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, start_new_session=True,
+                            env={**env, "ITERATIONS_FAILPOINTS": "publish.after_output@checkpoint=3@output=centroids=kill"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    job = IterationJob(JobConfig(job_id="km", body="kmeans", input=str(tmp_path / "points.parquet"),
+                                 checkpoint_root=str(tmp_path / "store")))
+    assert set(job.log.publications(3)) == {"assignments"}, "killed between the two outputs' publications"
+
+    resumed = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert summary["restored_from"] == 3 and summary["epochs_computed"] == [] and summary["status"] == "TERMINATED"
+    assert set(job.log.publications(3)) == {"assignments", "centroids"}
+    assert len(job.log.attempt_ids(3)) == 1, "finish ran once"
+    for name in ("centroids", "assignments"):
+        p = published(str(tmp_path / "out"), name)
+        assert (p.checkpoint_id, p.manifest["replaces"]) == (3, None), f"{name} published once"
+    assert published_increments(str(tmp_path / "out"), "centroid_history").checkpoints == (("km", 0), ("km", 1), ("km", 2))

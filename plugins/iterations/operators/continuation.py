@@ -33,7 +33,11 @@ class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
         state = job.state(verify="none")
         if state.status is not HeadStatus.RUNNING:
             raise AirflowSkipException(f"job {job.config.job_id} is {state.status.value}: nothing to continue")
-        conf = {k: v for k, v in dict(context["params"]).items()}
+        if job.suspended_at(state) is not None:
+            raise AirflowSkipException(f"job {job.config.job_id} is suspended at checkpoint "
+                                       f"{state.latest.checkpoint_id}: trigger the DAG again to resume")
+        conf = dict(context["params"])
+        conf["stop"] = "none"  # a stop param applied to the batch that asked for it
         conf["recompute"] = False  # a continuation goes on with the batch's generation
         if self.scheduled:
             conf["batch_date"] = self.batch_date(context)

@@ -236,6 +236,7 @@ class EpochHeadOperator(SparkAttemptOperator):
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.head import HeadStatus
+        from include.lifecycle import StopMode
 
         job, options = self.iteration_job(context)
         batch = batch_id_of(context)
@@ -252,6 +253,18 @@ class EpochHeadOperator(SparkAttemptOperator):
         if state.next_epoch != epoch:
             raise RuntimeError(f"epoch {epoch} cannot start: the latest committed checkpoint is "
                                f"{state.latest.checkpoint_id if state.latest else None}")
+        if state.latest is not None:  # a crash between a commit and its publication: publish now
+            job.notify_checkpoint_complete(state.latest)
+        stop = job.log.stop_request()
+        if stop is not None and state.latest is not None:  # honoured once a checkpoint exists
+            self.log.info("job %s: %s requested: epoch %d and the rest of the batch are not run; %s",
+                          job.config.job_id, stop.value, epoch,
+                          "finish drains the job" if stop is StopMode.DRAIN else "the job is suspended")
+            if stop is StopMode.SUSPEND:
+                job.suspend(state)
+            group = self.task_id.rsplit(".", 1)[0]
+            self.skip_epoch_tasks(context, after=self.index, also=(f"{group}.align", f"{group}.commit"))
+            raise AirflowSkipException(f"job {job.config.job_id}: {stop.value} requested before epoch {epoch}")
         self.fence_earlier_attempts(job, epoch)
         plan = job.plan_epoch(batch, state)
         self.log.info("epoch %d: attempt %s%s", epoch, plan.attempt_id, " (adopted, complete)" if plan.adopted else "")
@@ -284,8 +297,12 @@ class EpochCommitOperator(IterationOperator):
         metrics = " ".join(f"{k}={v:.3e}" for k, v in sorted(d.metrics.items()))
         self.log.info("epoch %d committed: feedback=%d %s%s", d.epoch, d.feedback_count, metrics,
                       f" -> terminating ({d.reason})" if d.terminated else "")
+        published = job.notify_checkpoint_complete(manifest)  # the epoch's outputs, if it has any
+        for name, where in published.items():
+            self.log.info("epoch %d output %s appended to %s", d.epoch, name, where)
         result = {"status": "committed", "epoch": d.epoch, "checkpoint_id": manifest.checkpoint_id,
-                  "terminated": d.terminated, "reason": d.reason, "feedback": d.feedback_count, "metrics": d.metrics}
+                  "terminated": d.terminated, "reason": d.reason, "feedback": d.feedback_count, "metrics": d.metrics,
+                  "published": published}
         if d.terminated:
             context["ti"].xcom_push(key="return_value", value=result)
             self.skip_epoch_tasks(context, after=self.index)  # ends this task as a success
@@ -293,24 +310,36 @@ class EpochCommitOperator(IterationOperator):
 
 
 class FinishOperator(SparkAttemptOperator):
-    """After the batch's epochs: if the job terminated, the final checkpoint and the outputs'
-    publication (only after that checkpoint commits); otherwise the batch just ends."""
+    """After the batch's epochs: if the job terminated (or a drain was asked for, by a request or
+    the run's ``stop`` param), the final checkpoint and the outputs' publication (only after
+    that checkpoint commits); ``suspend``: the job stops at its latest checkpoint; otherwise the
+    batch just ends (and ``continue`` goes on)."""
 
     ui_color = "#fde9c9"
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.head import HeadStatus
+        from include.lifecycle import StopMode
 
         job, options = self.iteration_job(context)
         batch = batch_id_of(context)
         state = job.state()
-        if state.status is HeadStatus.TERMINATING:
+        requested = job.log.stop_request()
+        param = self.settings(context).get("stop", "none")
+        stop = requested or (StopMode.parse(param) if param != "none" else None)
+        drain = stop is StopMode.DRAIN and state.status is HeadStatus.RUNNING and state.latest is not None
+        if state.status is HeadStatus.TERMINATING or drain:
+            if drain:
+                self.log.info("job %s: draining at checkpoint %d (%s)", job.config.job_id, state.latest.checkpoint_id,
+                              "requested" if requested else "stop param of this run")
             self.fence_earlier_attempts(job, state.latest.checkpoint_id + 1)
-            plan = job.plan_finish(batch, state)
+            plan = job.plan_finish(batch, state, drain=drain)
             self.run_attempt(job, plan, options)
             final = job.commit_finish(plan)
             self.log.info("final checkpoint %d committed", final.checkpoint_id)
             state = job.state(verify="none")
+        elif stop is StopMode.SUSPEND and state.status is HeadStatus.RUNNING and job.suspended_at(state) is None:
+            job.suspend(state, reason="requested" if requested else f"stop param of run {context['run_id']}")
         result: dict[str, Any] = {"status": state.status.value, "job_id": job.config.job_id,
                                   "checkpoint_id": state.latest.checkpoint_id if state.latest else None,
                                   "next_epoch": state.next_epoch}
@@ -323,9 +352,40 @@ class FinishOperator(SparkAttemptOperator):
                 schedule.complete(generation)
                 result.update(batch_date=generation.date, generation=generation.job_id,
                               started_from=generation.started_from)
+        elif job.suspended_at(state) is not None:
+            result["status"] = HeadStatus.SUSPENDED.value
+            self.log.info("job %s is suspended at checkpoint %d: trigger the DAG again (same job_id) to resume "
+                          "at epoch %d", job.config.job_id, state.latest.checkpoint_id, state.next_epoch)
         else:
             self.log.info("job %s not terminated after this batch (next epoch %d): the continue task "
                           "triggers the next batch unless continuation is off", job.config.job_id, state.next_epoch)
         if state.latest is not None:
             job.log.record_batch_final(batch, state.latest.checkpoint_id)
         return result
+
+
+class StopRequestOperator(IterationOperator):
+    """Asks a job - usually running in another DAG run - to ``drain`` or ``suspend`` at its next
+    epoch boundary, by writing the request into its checkpoint store (``job_id``,
+    ``checkpoint_root`` and ``mode`` from the params)."""
+
+    ui_color = "#f8d7da"
+
+    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        from include.checkpoint import CheckpointLog
+        from include.store import open_store
+        from iterations.hooks.iteration_store import IterationStoreHook
+
+        settings = self.settings(context)
+        missing = [k for k in ("job_id", "checkpoint_root", "mode") if not settings.get(k)]
+        if missing:
+            raise ValueError(f"missing setting(s) {missing} for a stop request")
+        root = settings["checkpoint_root"]
+        store = open_store(root, **IterationStoreHook(self.aws_conn_id).store_options(root))
+        log = CheckpointLog(store, settings["job_id"])
+        if log.latest_id() is None:
+            self.log.warning("job %s has no checkpoint under %s yet: the request waits for it",
+                             settings["job_id"], store.location())
+        request = log.request_stop(settings["mode"], requested_by=f"{context['dag'].dag_id}/{context['run_id']}")
+        self.log.info("asked job %s to %s at its next epoch boundary", settings["job_id"], request["mode"])
+        return request

@@ -1,0 +1,39 @@
+"""Stop a running iteration job at its next epoch boundary.
+
+Trigger with the job's ``job_id`` and ``checkpoint_root`` (the params of the run to stop) and a
+``mode``:
+
+- ``drain``: finish now: final checkpoint from the latest epoch, outputs published, the run ends;
+- ``suspend``: stop with the state checkpointed, nothing flushed or published; trigger the job's
+  DAG again (same ``job_id``) to resume. The result is the same as an uninterrupted run's.
+
+The request is written into the job's checkpoint store; the job's next epoch head honours it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.sdk import DAG, Param
+
+from iterations.dag_factory import DEFAULT_STORE, JOB_ID_PATTERN
+from iterations.operators.epoch import StopRequestOperator
+
+with DAG(
+    dag_id="iterations_stop",
+    schedule=None,
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc),
+    catchup=False,
+    tags=["iterations", "control"],
+    default_args={"retries": 2, "retry_delay": dt.timedelta(seconds=10)},
+    doc_md=__doc__,
+    params={
+        "job_id": Param("pagerank", type="string", pattern=JOB_ID_PATTERN,
+                        description="The job to stop (for a scheduled job: the batch's generation, <job>.<date>)."),
+        "checkpoint_root": Param(DEFAULT_STORE, type="string", minLength=1,
+                                 description="The job's checkpoint store."),
+        "mode": Param("drain", type="string", enum=["drain", "suspend"],
+                      description="drain: finish and publish now; suspend: stop, resume later."),
+    },
+):
+    StopRequestOperator(task_id="request_stop", body="")
