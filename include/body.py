@@ -23,6 +23,18 @@ class EpochContext:
     num_partitions: int
     params: Any  # the body's parsed parameters
     spark: "SparkSession"
+    # the epoch's inbox: coordinator name -> its events to this epoch, in order, each
+    # {"partition", "seq", "payload"} (see include.coordinator)
+    events: Mapping[str, list] = field(default_factory=dict)
+    input: Any = None  # the job's InputSpec (for bodies whose input arrives through events)
+    store_options: Mapping[str, Any] = field(default_factory=dict)  # to open the input's store
+
+    def events_for(self, coordinator: str) -> dict[int, list]:
+        """The payloads coordinator ``coordinator`` sent to each partition, in order."""
+        out: dict[int, list] = {}
+        for e in self.events.get(coordinator, []):
+            out.setdefault(int(e["partition"]), []).append(e["payload"])
+        return out
 
 
 @dataclass
@@ -53,9 +65,18 @@ class IterationBody(ABC):
     convergence_metric: ClassVar[str | None] = None
     # names of the datasets finish() returns
     outputs: ClassVar[tuple[str, ...]] = ()
+    # False: the body has no static input (``load`` gets None); its data comes from its
+    # coordinators' events (new input assigned to epochs, see include.sources)
+    static_input: ClassVar[bool] = True
     # names of the datasets step() returns every epoch in StepResult.outputs (appended to the
     # published output as each epoch commits)
     epoch_outputs: ClassVar[tuple[str, ...]] = ()
+
+    def coordinators(self, params: Any, input: Any, store_options: Mapping[str, Any]) -> dict[str, Any]:
+        """The job's coordinators (``include.coordinator.Coordinator``) by name, created for a
+        job reading ``input`` (an ``InputSpec``); default none. Their events reach ``step``
+        through ``ctx.events``."""
+        return {}
 
     def parse_params(self, raw: Mapping[str, Any]) -> Any:
         """Validate the body's parameters; raise ConfigError naming the bad value."""
@@ -107,6 +128,7 @@ class IterationBody(ABC):
 BUILTIN_BODIES = {
     "pagerank": "spark_jobs.bodies.pagerank:PageRank",
     "kmeans": "spark_jobs.bodies.kmeans:KMeans",
+    "sgd": "spark_jobs.bodies.sgd:IncrementalSGD",
 }
 
 

@@ -158,6 +158,8 @@ class Manifest:
     extra_objects: tuple[FileRef, ...] = ()
     committed_at: str = ""  # informational only: ordering is by checkpoint id
     lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle({}))
+    # coordinator name -> its snapshot taken when this checkpoint was triggered (include.coordinator)
+    coordinators: dict[str, Any] = field(default_factory=dict)
 
     @property
     def objects(self) -> list[FileRef]:
@@ -196,6 +198,7 @@ class Manifest:
             "extra_objects": [f.to_dict() for f in self.extra_objects],
             "committed_at": self.committed_at,
             "lifecycle": self.lifecycle.to_dict(),
+            "coordinators": self.coordinators,
         }
 
     def to_bytes(self) -> bytes:
@@ -235,6 +238,7 @@ class Manifest:
             extra_objects=tuple(FileRef.from_dict(f) for f in d.get("extra_objects", [])),
             committed_at=d.get("committed_at", ""),
             lifecycle=Lifecycle.from_dict(d.get("lifecycle")),
+            coordinators=d.get("coordinators", {}),
         )
 
 

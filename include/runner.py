@@ -53,11 +53,25 @@ class IterationRunner:
         store_options: Mapping[str, Any] | None = None,
         checks: Sequence[Check] = DEFAULT_CHECKS,
         warm_start: Manifest | None = None,
+        coordinators: Mapping[str, Any] | None = None,
+        attempt_retries: int = 0,
+        wait_for_input: float | None = None,
+        poll_interval: float = 1.0,
     ):
-        """``warm_start``: a final checkpoint (of another job, same store) epoch 0 starts from."""
+        """``warm_start``: a final checkpoint (of another job, same store) epoch 0 starts from.
+        ``coordinators``: extra coordinators by name (``include.coordinator``).
+        ``attempt_retries``: how many times an epoch attempt that failed in some partitions is
+        run again in this process (its coordinators told which partitions failed, not reset).
+        ``wait_for_input``: for a job whose input arrives while it runs (a split enumerator), wait
+        up to this many seconds before each epoch for new input, polling every
+        ``poll_interval``; the run stops (status RUNNING, resumable) when none came."""
         self.config = config
         self.store_options = dict(store_options or {})
-        self.job = IterationJob(config, store, checks=checks, store_options=self.store_options, warm_start=warm_start)
+        self.attempt_retries = attempt_retries
+        self.wait_for_input = wait_for_input
+        self.poll_interval = poll_interval
+        self.job = IterationJob(config, store, checks=checks, store_options=self.store_options, warm_start=warm_start,
+                                coordinators=coordinators)
         self._spark = spark
         self._executor = None
 
@@ -83,6 +97,9 @@ class IterationRunner:
         try:
             self.executor.run(plan, self.job.store)
         except BaseException as e:
+            # which partitions did not finish (the others' reports are in), before the abort
+            self._failed_partitions = sorted({p for _h, p in plan.aligner().missing(self.job.reports(plan))}) \
+                if plan.kind == "epoch" else []
             # A failed attempt never becomes state; its files are deleted now, not left to GC.
             self.job.abort(plan, reason=f"{type(e).__name__}: {e}"[:500])
             raise
@@ -90,6 +107,40 @@ class IterationRunner:
     def run(self, *, batch_id: str | None = None, max_epochs_in_batch: int | None = None) -> RunResult:
         """Run epochs until the job terminates (then finish and publish) or the batch's epoch
         budget is spent. Safe to call again after any failure: it resumes."""
+        try:
+            return self._run(batch_id, max_epochs_in_batch)
+        except BaseException:
+            self.job.reset_coordinators()  # a failure resets the coordinators to the checkpoint
+            raise
+
+    def _await_input(self, state) -> bool:
+        deadline = time.monotonic() + self.wait_for_input
+        while not self.job.input_available(state):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(self.poll_interval)
+        return True
+
+    def _run_epoch_attempt(self, batch_id, state) -> EpochPlan:
+        """Plan and run epoch ``state.next_epoch``; a failure that left some partitions without
+        a report is retried up to ``attempt_retries`` times with the same inbox."""
+        retries = self.attempt_retries
+        while True:
+            plan = self.job.plan_epoch(batch_id, state)
+            try:
+                self._execute(plan)
+                return plan
+            except Exception as e:
+                failed = getattr(self, "_failed_partitions", [])
+                if retries <= 0 or not failed:
+                    raise
+                retries -= 1
+                log.warning("job %s epoch %d attempt %s failed in partition(s) %s (%s); retrying",
+                            self.config.job_id, plan.epoch, plan.attempt_id, failed, type(e).__name__)
+                for p in failed:
+                    self.job.partition_failed(plan, p)
+
+    def _run(self, batch_id: str | None, max_epochs_in_batch: int | None) -> RunResult:
         job = self.job
         state = job.state()
         result = RunResult(
@@ -117,11 +168,15 @@ class IterationRunner:
                 log.info("job %s: drain requested: finishing at checkpoint %d", self.config.job_id, state.latest.checkpoint_id)
                 drain = True
                 break
+            if self.wait_for_input is not None and not self._await_input(state):
+                log.info("job %s: no new input for %.0fs: stopping before epoch %d (run again to go on)",
+                         self.config.job_id, self.wait_for_input, state.next_epoch)
+                break
             started = time.monotonic()
-            plan = job.plan_epoch(batch_id, state)
-            self._execute(plan)
+            plan = self._run_epoch_attempt(batch_id, state)
             decision = job.align(plan)
             manifest = job.commit(plan, decision)
+            decision = manifest.decision  # as committed (the end of the input may have ended the job)
             result.published.update(job.notify_checkpoint_complete(manifest))
             (result.epochs_adopted if plan.adopted else result.epochs_computed).append(plan.epoch)
             result.decisions.append(decision)

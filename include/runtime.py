@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 from include.body import resolve_body
 from include.checkpoint import CheckpointLog, DatasetRef, Manifest
 from include.config import InputSpec, JobConfig
+from include.coordinator import AlignmentCoordinator, Coordinator, CoordinatorHolder, Coordinators
 from include.errors import CheckpointError, CheckpointSuperseded, IterationError
 from include.head import (
     AlignmentDecision,
@@ -67,6 +68,10 @@ class EpochPlan:
     warm_start: dict[str, Any] | None = None
     # "drain" for a finish that a drain request started before the job terminated by itself
     stop: str | None = None
+    # the epoch's inbox (coordinator -> its events, as dicts) and the coordinators' snapshots
+    # taken when this checkpoint was triggered (include.coordinator)
+    events: dict[str, list[dict[str, Any]]] | None = None
+    coordinators: dict[str, Any] | None = None
     adopted: bool = False  # a complete earlier attempt is reused instead of running again
 
     @property
@@ -159,10 +164,12 @@ class IterationJob:
         checks: Sequence[Check] = DEFAULT_CHECKS,
         store_options: Mapping[str, Any] | None = None,
         warm_start: Manifest | None = None,
+        coordinators: Mapping[str, Coordinator] | None = None,
     ):
         """``warm_start``: the final checkpoint (of another job in the same store) whose
         variables epoch 0 starts from, through the body's ``warm_start``; used only while this
-        job has no checkpoint of its own."""
+        job has no checkpoint of its own. ``coordinators``: extra coordinators by name, besides
+        the body's and the built-in ``alignment``."""
         if warm_start is not None and warm_start.kind != "final":
             raise CheckpointError(
                 f"a job warm-starts from a final checkpoint; checkpoint {warm_start.checkpoint_id} "
@@ -175,12 +182,17 @@ class IterationJob:
         self.log = CheckpointLog(self.store, config.job_id)
         self.checks = tuple(checks)
         self._body_meta: dict[str, Any] | None = None
+        self._extra_coordinators = dict(coordinators or {})
+        self._coords: Coordinators | None = None
+        self._coords_valid = False  # False: restore from the store before the next use
 
     @property
     def body_meta(self) -> dict[str, Any]:
         if self._body_meta is None:
             body = resolve_body(self.config.body)
             meta = body.describe()
+            if self.config.body != meta["name"]:
+                meta["ref"] = self.config.body  # how to load it ("package.module:Class")
             meta["params"] = dict(self.config.body_params)
             body.parse_params(self.config.body_params)  # refuse bad parameters before any work
             self._body_meta = meta
@@ -246,10 +258,93 @@ class IterationJob:
             )
         epoch = state.next_epoch
         base = self._base_plan("epoch", epoch, state.latest, batch_id)
+        events, snapshots = self._trigger_coordinators(state.latest, epoch)
+        base = dataclasses.replace(base, events=events, coordinators=snapshots)
         adopted = self._adoptable(base)
         if adopted is not None:
             return adopted
         return self._record(base)
+
+    # --- coordinators -----------------------------------------------------------------------
+
+    @property
+    def coordinators(self) -> Coordinators:
+        """The job's coordinators: the built-in ``alignment``, the body's, the extra ones."""
+        if self._coords is None:
+            meta = self.body_meta
+            body = resolve_body(self.config.body)
+            found = dict(body.coordinators(body.parse_params(self.config.body_params), self.config.input,
+                                           self.store_options))
+            found.update(self._extra_coordinators)
+            if "alignment" in found:
+                raise CheckpointError("coordinator name 'alignment' is reserved for the global alignment")
+            P = self.config.num_partitions
+            holders = {"alignment": CoordinatorHolder(
+                "alignment", AlignmentCoordinator({h: P for h in meta["heads"]}), P)}
+            holders.update({name: CoordinatorHolder(name, c, P) for name, c in sorted(found.items())})
+            self._coords = Coordinators(holders)
+        return self._coords
+
+    def reset_coordinators(self) -> None:
+        """Forget the coordinators' in-memory state: the next use restores it from the store
+        (after a failure: held events dropped, coordinators reset to the checkpoint)."""
+        self._coords_valid = False
+
+    def _restored_coordinators(self, latest: Manifest | None) -> Coordinators:
+        coords = self.coordinators
+        at = latest.checkpoint_id if latest is not None else None
+        if self._coords_valid and coords.at_checkpoint == at:
+            return coords  # this process committed ``latest``: its released events are the inbox
+        coords.restore(latest.coordinators if latest is not None else None, at,
+                       latest.epoch + 1 if latest is not None else 0)
+        if latest is not None and latest.kind == "epoch" and latest.decision is not None:
+            # the partitions re-report what the checkpoint recorded (flink-ml's heads after a
+            # restore): the alignment decision on that epoch is sent again
+            d = latest.decision
+            coords.holders["alignment"].coordinator.decide = lambda epoch: (d.terminated, d.reason or "")
+            coords.reports(latest.epoch, [(p, {"head": h, "restored": True})
+                                          for h, head in latest.head_state.heads.items()
+                                          for p in range(len(head.partitions))])
+        self._coords_valid = True
+        return coords
+
+    def _trigger_coordinators(self, latest: Manifest | None, epoch: int) -> tuple[dict, dict]:
+        coords = self._restored_coordinators(latest)
+        if coords.pending_trigger is not None and coords.pending_trigger[0] == epoch:
+            _, inboxes, snapshots = coords.pending_trigger  # a retry in this process: same inbox
+        else:
+            inboxes, snapshots = coords.trigger(epoch)
+        failpoint("coordinator.triggered", job=self.config.job_id, epoch=epoch)
+        return ({name: [e.to_dict() for e in evs] for name, evs in inboxes.items()},
+                {name: s for name, s in snapshots.items()})
+
+    def _committing_coordinators(self, plan: EpochPlan) -> Coordinators:
+        """The coordinators as they were when ``plan``'s checkpoint was triggered, valves shut."""
+        coords = self.coordinators
+        pending = coords.pending_trigger
+        if self._coords_valid and pending is not None and pending[0] == plan.epoch and pending[2] == plan.coordinators:
+            return coords
+        coords.restore(plan.coordinators, plan.parent_id, plan.epoch + 1)
+        coords.shut()
+        coords.pending_trigger = (plan.epoch, {}, plan.coordinators or {})
+        self._coords_valid = True
+        return coords
+
+    def input_available(self, state: JobState | None = None) -> bool:
+        """Has every coordinator that feeds input something for the next epoch (pending or new
+        files, or the end of its input)? True for jobs without such coordinators."""
+        state = state or self.state(verify="none")
+        coords = self._restored_coordinators(state.latest)
+        return all(h.coordinator.input_available() for h in coords.holders.values()
+                   if hasattr(h.coordinator, "input_available"))
+
+    def partition_failed(self, plan: EpochPlan, partition: int) -> None:
+        """Partition ``partition``'s attempt of ``plan`` failed and this process goes on (a
+        retry): drop its held events and tell the coordinators; nothing else is reset."""
+        if self._coords_valid:
+            dropped = self.coordinators.partition_failed(plan.epoch, partition)
+            log.info("epoch %d: partition %d failed; held events dropped: %s", plan.epoch, partition,
+                     {k: len(v) for k, v in dropped.items() if v} or "none")
 
     def plan_finish(self, batch_id: str | None = None, state: JobState | None = None, *,
                     drain: bool = False) -> EpochPlan:
@@ -341,20 +436,40 @@ class IterationJob:
             return done
         reports = list(self.reports(plan) if reports is None else reports)
         decision = decision or self.align(plan, reports)
+        if any(s.get("input_finished") for s in (plan.coordinators or {}).values()) and not decision.terminated:
+            decision = dataclasses.replace(decision, terminated=True, reason="end of input")
         missing = self._missing_outputs(plan)
         if missing:
             raise CheckpointError(f"epoch {plan.epoch} attempt {plan.attempt_id} of job {plan.job_id} "
                                   f"has not written its epoch outputs {missing}")
-        self.check(plan, decision, reports)
-        return self._commit_manifest(
-            plan,
-            epoch=plan.epoch,
-            head_state=JobHeadState.from_dict(plan.head_state).after(decision, reports),
-            decision=decision,
-            variables=_datasets(reports, plan.heads, plan.num_partitions),
-            outputs=_datasets(self._output_reports(plan), self._output_names(plan), plan.num_partitions),
-            lifecycle=Lifecycle.at_epoch(plan.body, terminating=decision.terminated),
-        )
+        try:
+            self.check(plan, decision, reports)
+        except DataCheckFailed:
+            self.reset_coordinators()  # the checkpoint is aborted: held events dropped
+            raise
+        coords = self._committing_coordinators(plan)
+        coords.holders["alignment"].coordinator.decide = lambda epoch: (decision.terminated, decision.reason or "")
+        coords.reports(plan.epoch, [(r.partition, {"head": r.head, "records": r.feedback_count, "metrics": r.metrics})
+                                    for r in reports], plan.events or {})
+        failpoint("commit.before_write", job=plan.job_id, epoch=plan.epoch)
+        try:
+            manifest = self._commit_manifest(
+                plan,
+                epoch=plan.epoch,
+                head_state=JobHeadState.from_dict(plan.head_state).after(decision, reports),
+                decision=decision,
+                variables=_datasets(reports, plan.heads, plan.num_partitions),
+                outputs=_datasets(self._output_reports(plan), self._output_names(plan), plan.num_partitions),
+                lifecycle=Lifecycle.at_epoch(plan.body, terminating=decision.terminated),
+                coordinators=plan.coordinators or {},
+            )
+        except BaseException:
+            self.reset_coordinators()
+            raise
+        failpoint("commit.after_write", job=plan.job_id, epoch=plan.epoch)
+        coords.committed(manifest.checkpoint_id)  # the valves open: held events go to the next inbox
+        failpoint("commit.after_release", job=plan.job_id, epoch=plan.epoch)
+        return manifest
 
     def _commit_manifest(self, plan: EpochPlan, **content: Any) -> Manifest:
         manifest = Manifest(
@@ -435,6 +550,7 @@ class IterationJob:
             variables=plan.restore_datasets(),
             outputs=_datasets(self._output_reports(plan), plan.body.get("outputs", []), plan.num_partitions),
             lifecycle=Lifecycle.at_final(plan.body, stop),
+            coordinators=self.log.load(plan.parent_id, verify="none").coordinators if plan.parent_id is not None else {},
         )
         self.log.clear_stop_request()  # the job is terminated: a request it did not honour is moot
         if stop is StopMode.DRAIN:

@@ -22,6 +22,7 @@ from typing import Any, Mapping
 from include.body import EpochContext, IterationBody, resolve_body
 from include.checkpoint import CheckpointLog
 from include.errors import CheckpointError, InputDataError
+from include.failpoints import failpoint
 from include.head import EpochReport
 from include.runtime import EpochPlan
 from include.store import ObjectStore, open_store
@@ -42,7 +43,8 @@ class EpochExecutor:
 
         key = json.dumps([plan.body["name"], plan.body.get("params"), plan.input], sort_keys=True, default=str)
         if key not in self._data:
-            raw = read_input(self.spark, plan.input_spec(), plan.num_partitions, **self.store_options)
+            raw = read_input(self.spark, plan.input_spec(), plan.num_partitions, **self.store_options) \
+                if body.static_input else None
             data = body.load(raw, params)
             self._data[key] = (data, [df for df in data.values() if hasattr(df, "unpersist")])
         return self._data[key][0]
@@ -54,10 +56,11 @@ class EpochExecutor:
         self._data.clear()
 
     def _context(self, plan: EpochPlan) -> tuple[IterationBody, Any, EpochContext]:
-        body = resolve_body(plan.body["name"])
+        body = resolve_body(plan.body.get("ref") or plan.body["name"])
         params = body.parse_params(plan.body.get("params", {}))
         self.spark.conf.set("spark.sql.shuffle.partitions", str(plan.num_partitions))
-        return body, params, EpochContext(plan.epoch, plan.num_partitions, params, self.spark)
+        return body, params, EpochContext(plan.epoch, plan.num_partitions, params, self.spark, plan.events or {},
+                                         plan.input_spec(), self.store_options)
 
     def _variables(self, plan: EpochPlan, store: ObjectStore) -> dict | None:
         from spark_jobs.storeio import read_dataset
@@ -107,6 +110,7 @@ class EpochExecutor:
         metrics: dict[str, dict[str, tuple[str, str]]] = {}
         for name, (head, col) in result.metrics.items():
             metrics.setdefault(head, {})[name] = (col, aggregations[name])
+        failpoint("epoch.before_write", epoch=plan.epoch)
         # per-epoch outputs are staged like the finish step's: the checkpoint covers them and
         # they are published once it commits (a two-phase commit per epoch)
         if declared:

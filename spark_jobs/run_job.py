@@ -36,6 +36,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-epochs-in-batch", type=int, default=None)
     p.add_argument("--batch-id", default=None)
     p.add_argument("--endpoint-url", default=None, help="S3 endpoint (MinIO, moto); default from the environment")
+    p.add_argument("--wait-for-input", type=float, default=None, metavar="SECONDS",
+                   help="input arriving while the job runs (body sgd): wait up to SECONDS before each epoch")
     return p.parse_args(argv)
 
 
@@ -63,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         from include.runner import IterationRunner
 
         options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
-        result = IterationRunner(config, store_options=options).run(
+        result = IterationRunner(config, store_options=options, wait_for_input=args.wait_for_input).run(
             batch_id=args.batch_id, max_epochs_in_batch=args.max_epochs_in_batch
         )
     except IterationError as e:

@@ -193,6 +193,7 @@ class _StoreReader(DataSourceReader):
         self.groups = json.loads(options["groups"])
         self.format = options.get("format", "parquet")
         self.csv_header = options.get("header", "true").lower() == "true"
+        self.source_column = options.get("source_column") or None
         self.schema_json = schema.json()
 
     def partitions(self) -> list[InputPartition]:
@@ -210,6 +211,8 @@ class _StoreReader(DataSourceReader):
             if f.get("sha256"):
                 verify_bytes(data, FileRef.from_dict(f), self.store.location(f["key"]))
             table = _decode(data, self.format, self.csv_header)
+            if self.source_column:  # which object each row came from
+                table = table.append_column(self.source_column, pa.array([f["key"]] * table.num_rows, pa.string()))
             missing = [n for n in target.names if n not in table.column_names]
             if missing:
                 raise InputDataError(f"{self.store.location(f['key'])} has no column(s) {missing}")

@@ -80,6 +80,14 @@ def pagerank_params(damping: float = 0.85) -> dict[str, Param]:
                              description="Probability of following a link.")}
 
 
+def sgd_params(learning_rate: float = 0.1, max_splits_per_epoch: int = 0, target: str = "y") -> dict[str, Param]:
+    """The incremental gradient descent body's params."""
+    return {"learning_rate": Param(learning_rate, type="number", exclusiveMinimum=0, description="Step size."),
+            "max_splits_per_epoch": Param(max_splits_per_epoch, type="integer", minimum=0,
+                                          description="Files one epoch takes at most (0: all new ones)."),
+            "target": Param(target, type="string", minLength=1, description="The column to predict.")}
+
+
 def kmeans_params(k: int = 3, seed: int = 42) -> dict[str, Param]:
     """The k-means body's params."""
     return {"k": Param(k, type="integer", minimum=1, maximum=10_000, description="Number of clusters."),
@@ -101,10 +109,16 @@ def iteration_dag(
     tags: tuple[str, ...] = (),
     doc_md: str | None = None,
     retries: int = 2,
+    wait_for_input: bool = False,
+    input_timeout: float = 3600.0,
 ) -> DAG:
+    """``wait_for_input``: for a body whose input arrives while it runs (``sgd``), each epoch
+    group starts with ``wait_input``, a deferrable sensor that waits up to ``input_timeout``
+    seconds for new input before the head plans the epoch."""
     from iterations.operators.continuation import ContinuationOperator
     from iterations.operators.epoch import EpochCommitOperator, EpochHeadOperator, FinishOperator
     from iterations.sensors.alignment import AlignmentSensor
+    from iterations.sensors.input import InputSensor
 
     # an override for trying things out and for tests: smaller batches, same DAG files
     epochs_per_batch = int(os.environ.get("ITERATIONS_EPOCHS_PER_BATCH") or epochs_per_batch)
@@ -132,6 +146,10 @@ def iteration_dag(
                 commit = EpochCommitOperator(task_id="commit", index=i, head_task_id=head.task_id,
                                              align_task_id=align.task_id, **common)
                 head >> align >> commit
+                if wait_for_input:
+                    InputSensor(task_id="wait_input", index=i, timeout=input_timeout,
+                                poll_interval=float(os.environ.get("ITERATIONS_INPUT_POLL_SECONDS") or 5.0),
+                                **common) >> head
             if previous is not None:
                 previous >> group
             previous = group

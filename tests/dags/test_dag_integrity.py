@@ -27,7 +27,8 @@ def dagbag(tmp_path_factory):
 
 def test_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
-    assert set(dagbag.dag_ids) == {"iterate_pagerank", "iterate_kmeans", "iterate_pagerank_daily", "iterations_stop"}
+    assert set(dagbag.dag_ids) == {"iterate_pagerank", "iterate_kmeans", "iterate_pagerank_daily", "iterations_stop",
+                                   "iterate_sgd_incremental"}
 
 
 def test_control_dag(dagbag):
@@ -53,7 +54,8 @@ def test_dag_file_imports_fast_without_spark(path):
     assert float(done.stdout.strip().splitlines()[-1]) < 5.0
 
 
-@pytest.mark.parametrize("dag_id", ["iterate_pagerank", "iterate_kmeans", "iterate_pagerank_daily"])
+@pytest.mark.parametrize("dag_id", ["iterate_pagerank", "iterate_kmeans", "iterate_pagerank_daily",
+                                    "iterate_sgd_incremental"])
 def test_dag_shape(dagbag, dag_id):
     dag = dagbag.dags[dag_id]
     assert "iterations" in dag.tags and dag.doc_md
@@ -63,7 +65,12 @@ def test_dag_shape(dagbag, dag_id):
     groups = sorted({t.task_id.split(".")[0] for t in dag.tasks if t.task_id.startswith("epoch_")},
                     key=lambda g: int(g.split("_")[1]))
     assert groups[0] == "epoch_0" and len(groups) >= 2
-    assert {t.task_id for t in dag.tasks if t.task_id.startswith("epoch_0.")} == {"epoch_0.run", "epoch_0.align", "epoch_0.commit"}
+    expected = {"epoch_0.run", "epoch_0.align", "epoch_0.commit"}
+    if dag_id == "iterate_sgd_incremental":  # input arrives while it runs: each epoch waits for it
+        expected.add("epoch_0.wait_input")
+        assert dag.get_task("epoch_1.wait_input").upstream_task_ids == {"epoch_0.commit"}
+        assert dag.get_task("epoch_1.run").upstream_task_ids == {"epoch_1.wait_input"}
+    assert {t.task_id for t in dag.tasks if t.task_id.startswith("epoch_0.")} == expected
     finish = dag.get_task("finish")
     assert finish.trigger_rule == "none_failed"
     assert {"job_id", "input_path", "checkpoint_root", "max_epochs", "tolerance", "num_partitions",
@@ -82,6 +89,8 @@ def test_dag_shape(dagbag, dag_id):
         ("iterate_pagerank", "max_epochs", 0),
         ("iterate_pagerank", "num_partitions", "4; rm -rf /"),
         ("iterate_kmeans", "k", 0),
+        ("iterate_sgd_incremental", "learning_rate", 0),
+        ("iterate_sgd_incremental", "max_splits_per_epoch", -1),
         ("iterate_kmeans", "tolerance", -1),
         ("iterate_pagerank_daily", "recompute", "yes"),
         ("iterate_kmeans", "output_format", "csv"),

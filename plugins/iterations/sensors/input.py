@@ -1,0 +1,52 @@
+"""Deferrable sensor: an epoch of a job whose input arrives while it runs waits for input."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Mapping
+
+from airflow.sdk import BaseSensorOperator
+
+from iterations.operators.epoch import IterationOperator
+
+
+class InputSensor(IterationOperator, BaseSensorOperator):
+    """Before epoch ``index`` of the batch: waits (deferred, in the triggerer) until the job's
+    input coordinators have something for the next epoch: a new file under the input prefix, a
+    split not yet assigned, or the end-of-input marker. Passes at once when the epoch is
+    already committed or the job is no longer running (the head then restores or skips)."""
+
+    ui_color = "#e0f7fa"
+
+    def __init__(self, *, index: int, poll_interval: float = 5.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.index = index
+        self.poll_interval = poll_interval
+
+    def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        from include.head import HeadStatus
+        from iterations.operators.epoch import batch_id_of
+        from iterations.triggers.input import InputTrigger
+
+        job, _options = self.iteration_job(context)
+        state = job.state(verify="none")
+        start = self.batch_start(job, batch_id_of(context), state.next_epoch)
+        epoch = start + self.index
+        if state.status is not HeadStatus.RUNNING or epoch < state.next_epoch:
+            return {"status": "not needed", "epoch": epoch}
+        if job.input_available(state):
+            self.log.info("job %s: input for epoch %d is there", job.config.job_id, epoch)
+            return {"status": "available", "epoch": epoch}
+        self.log.info("job %s: waiting for new input under %s before epoch %d", job.config.job_id,
+                      job.config.input.path, epoch)
+        self.defer(
+            trigger=InputTrigger(config=job.config.to_dict(), aws_conn_id=self.aws_conn_id,
+                                 poll_interval=self.poll_interval),
+            method_name="execute_complete",
+            timeout=dt.timedelta(seconds=float(self.timeout)),
+        )
+
+    def execute_complete(self, context: Mapping[str, Any], event: dict[str, Any] | None = None) -> dict[str, Any]:
+        if not event or event.get("status") != "available":
+            raise RuntimeError(f"waiting for input did not complete: {event}")
+        return {"status": "available"}

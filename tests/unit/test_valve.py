@@ -1,0 +1,185 @@
+"""The valve (a port of OperatorEventValveTest) and a coordinator holder's checkpoint protocol."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from include.coordinator import (
+    AlignmentCoordinator,
+    Coordinator,
+    CoordinatorError,
+    CoordinatorHolder,
+    Event,
+    Valve,
+)
+
+
+def ev(partition: int, seq: int) -> Event:
+    return Event("c", partition, seq, {"n": seq})
+
+
+def make():
+    delivered: list[Event] = []
+    return Valve(delivered.append), delivered
+
+
+def test_events_pass_through_an_open_valve():
+    valve, delivered = make()
+    d = valve.send(ev(11, 0))
+    assert delivered == [ev(11, 0)] and d.state == "sent" and d.delivered
+
+
+def test_events_are_held_by_a_shut_valve():
+    valve, delivered = make()
+    valve.shut()
+    d = valve.send(ev(1, 0))
+    assert delivered == [] and d.state == "blocked" and not d.delivered
+    assert valve.is_shut and valve.blocked() == [ev(1, 0)]
+
+
+def test_opening_releases_in_send_order_across_partitions():
+    valve, delivered = make()
+    valve.shut()
+    sent = [ev(1, 0), ev(2, 1), ev(1, 2), ev(0, 3), ev(2, 4)]
+    handles = [valve.send(e) for e in sent]
+    assert valve.open() == sent
+    assert delivered == sent, "released in the order they were sent (so in order per partition)"
+    assert all(h.state == "released" for h in handles) and not valve.is_shut
+    assert valve.open() == [], "opening an open valve releases nothing"
+
+
+def test_reset_drops_everything_held_and_opens():
+    valve, delivered = make()
+    valve.shut()
+    handles = [valve.send(ev(p, i)) for i, p in enumerate([0, 1, 0])]
+    assert valve.reset() == [ev(0, 0), ev(1, 1), ev(0, 2)]
+    assert delivered == [] and all(h.state == "dropped" for h in handles)
+    assert not valve.is_shut
+    valve.send(ev(0, 3))
+    assert delivered == [ev(0, 3)], "open after a reset"
+
+
+def test_reset_of_one_partition_drops_only_its_events():
+    valve, delivered = make()
+    valve.shut()
+    a, b, c = valve.send(ev(0, 0)), valve.send(ev(1, 1)), valve.send(ev(0, 2))
+    assert valve.reset_partition(0) == [ev(0, 0), ev(0, 2)]
+    assert (a.state, b.state, c.state) == ("dropped", "blocked", "dropped")
+    assert valve.is_shut, "the valve stays shut"
+    assert valve.open() == [ev(1, 1)] and delivered == [ev(1, 1)]
+
+
+def test_no_event_slips_between_release_and_reopen():
+    """Senders racing with open(): every event is delivered exactly once, per-sender order kept."""
+    valve, delivered = make()
+    valve.shut()
+    seqs = iter(range(10_000))
+    lock = threading.Lock()
+
+    def sender(partition):
+        for _ in range(500):
+            with lock:
+                seq = next(seqs)
+                valve.send(ev(partition, seq))  # under the lock: seq order == send order
+
+    threads = [threading.Thread(target=sender, args=(p,)) for p in range(4)]
+    for t in threads:
+        t.start()
+    valve.open()
+    for t in threads:
+        t.join()
+    assert sorted(e.seq for e in delivered) == list(range(2000))
+    assert [e.seq for e in delivered] == sorted(e.seq for e in delivered)
+
+
+class Counter(Coordinator):
+    """Sends 0, 1, 2... to partition 0, one per call of ``tick``."""
+
+    def __init__(self):
+        self.next = 0
+        self.ctx = None
+
+    def start(self, ctx):
+        self.ctx = ctx
+
+    def tick(self):
+        d = self.ctx.send(0, self.next)
+        self.next += 1
+        return d
+
+    def partition_failed(self, epoch, partition, dropped, ctx):
+        if dropped:
+            self.next = min(e.payload for e in dropped)  # send the lost ones again
+
+    def snapshot(self):
+        return {"next": self.next}
+
+    def reset_to(self, state):
+        self.next = 0 if state is None else state["next"]
+
+
+def test_holder_checkpoint_protocol():
+    coord = Counter()
+    h = CoordinatorHolder("counter", coord, num_partitions=2)
+    h.restore(None, next_epoch=0)
+    coord.tick(), coord.tick()
+    inbox0, snap0 = h.trigger(0)  # checkpoint 0 triggered: 0 and 1 go to epoch 0
+    assert [e.payload for e in inbox0] == [0, 1] and snap0["state"] == {"next": 2} and snap0["seq"] == 2
+    blocked = coord.tick()  # while epoch 0 runs: held
+    assert blocked.state == "blocked" and h.pending() == []
+    assert [e.payload for e in h.committed()] == [2], "released when checkpoint 0 commits"
+    coord.tick()  # open: straight into the next inbox
+    inbox1, snap1 = h.trigger(1)
+    assert [e.payload for e in inbox1] == [2, 3] and [e.seq for e in inbox1] == [2, 3]
+
+    # the checkpoint aborts / the job resets to checkpoint 0: held events dropped, state back
+    held = coord.tick()
+    h.restore(snap1, next_epoch=1)
+    assert held.state == "dropped" and coord.next == 4 and h.pending() == []
+    coord.tick()
+    assert [e.seq for e in h.pending()] == [4], "seq numbering restored with the snapshot"
+
+
+def test_partition_failure_drops_only_that_partition_and_keeps_the_coordinator():
+    coord = Counter()
+    h = CoordinatorHolder("counter", coord, num_partitions=2)
+    h.restore(None, next_epoch=0)
+    h.trigger(0)
+    coord.tick(), coord.tick()  # 0, 1 held for partition 0
+    other = h.send(1, "x")  # held for partition 1
+    dropped = h.partition_failed(0, 0)
+    assert [e.payload for e in dropped] == [0, 1] and other.state == "blocked"
+    assert coord.next == 0, "the coordinator was told and sends the lost events again"
+    coord.tick()
+    assert [e.payload for e in h.committed()] == ["x", 0]
+
+
+def test_bad_sends_are_refused():
+    h = CoordinatorHolder("c", Counter(), num_partitions=2)
+    h.restore(None, 0)
+    with pytest.raises(CoordinatorError, match="partition 2 is not in 0..1"):
+        h.send(2, 1)
+    with pytest.raises(CoordinatorError, match="not JSON-able"):
+        h.send(0, object())
+    with pytest.raises(Exception, match="invalid coordinator name"):
+        CoordinatorHolder("a/b", Counter(), 1)
+
+
+def test_alignment_decision_is_an_event_through_the_valve():
+    align = AlignmentCoordinator({"ranks": 2}, decide=lambda e: (e == 1, "max epochs" if e == 1 else ""))
+    h = CoordinatorHolder("alignment", align, num_partitions=2)
+    h.restore(None, 0)
+    h.trigger(0)
+    h.reports(0, [(0, {"head": "ranks"})])
+    assert h.valve.blocked() == [], "not aligned until every partition reported"
+    h.reports(0, [(1, {"head": "ranks"})])
+    assert [e.payload for e in h.valve.blocked()] == [{"type": "globally_aligned", "epoch": 0, "terminated": False,
+                                                      "reason": ""}] * 2
+    h.reports(0, [(1, {"head": "ranks"})])  # a re-report of a decided epoch sends nothing again
+    assert len(h.valve.blocked()) == 2
+    h.committed()
+    inbox, snap = h.trigger(1)
+    assert [(e.partition, e.payload["epoch"]) for e in inbox] == [(0, 0), (1, 0)]
+    assert snap["state"] == {"latest_aligned": 0}
