@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import numpy as np
 import pandas as pd
@@ -183,3 +184,42 @@ def test_stop_modes_suspend_by_param_and_drain_by_the_control_dag(airflow_env, s
     expected = IterationRunner(limited, spark).run().outputs["centroids"].toPandas().sort_values("cluster_id")
     got = read_published(tmp_path / "out", "centroids").sort_values("cluster_id")
     np.testing.assert_allclose(got[["x", "y"]].to_numpy(), expected[["x", "y"]].to_numpy(), rtol=0, atol=1e-9)
+
+
+def test_incremental_dag_picks_up_files_dropped_while_it_runs(airflow_env, tmp_path):
+    """iterate_sgd_incremental: each epoch's wait_input sensor defers until a file arrives;
+    files dropped during the run are each processed once; _DONE ends the input and the job."""
+    import threading
+
+    from tests.integration.test_incremental import LR, check_exactly_once, drop_file, end_input
+
+    env = {**airflow_env, "ITERATIONS_EPOCHS_PER_BATCH": "6", "ITERATIONS_INPUT_POLL_SECONDS": "1"}
+    inbox = str(tmp_path / "in")
+    os.makedirs(inbox)
+    conf = {"job_id": "sgd-dag", "input_path": inbox, "checkpoint_root": str(tmp_path / "store"),
+            "output_path": str(tmp_path / "out"), "num_partitions": 2, "learning_rate": LR,
+            "max_splits_per_epoch": 1}
+    stop = threading.Event()
+    started = tmp_path / "store" / "jobs" / "sgd-dag" / "batch-starts"
+
+    def writer():  # the first file comes once epoch 0 waits for it; more keep arriving, then the end
+        while not started.exists():
+            if stop.wait(0.2):
+                return
+        for i in range(4):
+            if stop.wait(3):
+                return
+            drop_file(inbox, i)
+        if not stop.wait(3):
+            end_input(inbox)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        log = dags_test(env, "iterate_sgd_incremental", conf)
+    finally:
+        stop.set()
+        thread.join()
+    assert "waiting for new input under" in log, "an epoch waited for input"
+    assert "-> terminating (end of input)" in log
+    check_exactly_once(inbox, conf["output_path"], files=4)
