@@ -370,33 +370,34 @@ class IterationJob:
         self.log.start_attempt(plan.checkpoint_id, attempt_id, plan.to_dict())
         return plan
 
-    def _adoptable(self, base: EpochPlan) -> EpochPlan | None:
-        for attempt_id in reversed(self.log.attempt_ids(base.checkpoint_id)):
-            if self.log.is_aborted(base.checkpoint_id, attempt_id):
+    def live_attempts(self, checkpoint_id: int) -> tuple[list[EpochPlan], list[EpochPlan]]:
+        """The attempts recorded for a checkpoint and not aborted, newest first, split into
+        (complete: every report / output is in, unfinished: an earlier try's, whose Spark job
+        may still be running)."""
+        complete, unfinished = [], []
+        for attempt_id in reversed(self.log.attempt_ids(checkpoint_id)):
+            if self.log.is_aborted(checkpoint_id, attempt_id):
                 continue
-            recorded = self.log.read_plan(base.checkpoint_id, attempt_id)
+            recorded = self.log.read_plan(checkpoint_id, attempt_id)
             if recorded is None:
                 continue
-            candidate = EpochPlan.from_dict(recorded, adopted=True)
-            if candidate.identity() != base.identity():
-                continue
-            if self._complete(candidate):
+            plan = EpochPlan.from_dict(recorded)
+            (complete if self._complete(plan) else unfinished).append(plan)
+        return complete, unfinished
+
+    def _adoptable(self, base: EpochPlan) -> EpochPlan | None:
+        complete, _ = self.live_attempts(base.checkpoint_id)
+        for candidate in complete:
+            if candidate.identity() == base.identity():
                 log.info("epoch %d: adopting complete attempt %s (its reports are all in)",
-                         candidate.epoch, attempt_id)
-                return candidate
+                         candidate.epoch, candidate.attempt_id)
+                return dataclasses.replace(candidate, adopted=True)
         return None
 
     def unfinished_attempts(self, checkpoint_id: int) -> list[EpochPlan]:
         """Attempts recorded for a checkpoint that are neither aborted nor complete: an earlier
         try's, whose Spark job may still be running."""
-        out = []
-        for attempt_id in self.log.attempt_ids(checkpoint_id):
-            if self.log.is_aborted(checkpoint_id, attempt_id):
-                continue
-            recorded = self.log.read_plan(checkpoint_id, attempt_id)
-            if recorded is not None and not self._complete(EpochPlan.from_dict(recorded)):
-                out.append(EpochPlan.from_dict(recorded))
-        return out
+        return self.live_attempts(checkpoint_id)[1]
 
     def _complete(self, plan: EpochPlan) -> bool:
         if self._missing_outputs(plan):

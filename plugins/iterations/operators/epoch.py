@@ -118,15 +118,10 @@ class IterationOperator(BaseOperator):
             return {"status": "restored", "epoch": epoch}
         if state.status is not HeadStatus.RUNNING:
             raise AirflowSkipException(f"job {job.config.job_id} is {state.status.value}: epoch {epoch} is not needed")
-        recorded = [a for a in job.log.attempt_ids(epoch)
-                    if not job.log.is_aborted(epoch, a) and job.log.read_plan(epoch, a) is not None]
-        if not recorded:
+        complete, unfinished = job.live_attempts(epoch)
+        if not complete and not unfinished:
             raise RuntimeError(f"no attempt of epoch {epoch} is recorded: run {head_task_id} first")
-        from include.runtime import EpochPlan
-
-        complete = [a for a in recorded
-                    if not EpochPlan.from_dict(job.log.read_plan(epoch, a)).aligner().missing(job.log.reports(epoch, a))]
-        return {"status": "run", "epoch": epoch, "attempt_id": (complete or recorded)[0]}
+        return {"status": "run", "epoch": epoch, "attempt_id": (complete or unfinished)[0].attempt_id}
 
     def epoch_attempt(self, context: Mapping[str, Any], head_task_id: str, index: int):
         """(job, head result, plan of the head's attempt, or None when the head ran nothing)."""
@@ -267,7 +262,9 @@ class EpochHeadOperator(SparkAttemptOperator):
             raise AirflowSkipException(f"job {job.config.job_id}: {stop.value} requested before epoch {epoch}")
         self.fence_earlier_attempts(job, epoch)
         plan = job.plan_epoch(batch, state)
-        self.log.info("epoch %d: attempt %s%s", epoch, plan.attempt_id, " (adopted, complete)" if plan.adopted else "")
+        inbox = ", ".join(f"{name}: {len(events)}" for name, events in sorted((plan.events or {}).items()) if events)
+        self.log.info("epoch %d: attempt %s%s; coordinator events in its inbox: %s", epoch, plan.attempt_id,
+                      " (adopted, complete)" if plan.adopted else "", inbox or "none")
         self.run_attempt(job, plan, options)
         return {"status": "run", "epoch": epoch, "attempt_id": plan.attempt_id}
 
