@@ -471,7 +471,7 @@ class CheckpointLog:
     def request_stop(self, mode: StopMode | str, *, requested_by: str = "") -> dict[str, Any]:
         """Ask the running job to stop at its next epoch boundary (``drain`` or ``suspend``);
         a later request replaces an earlier one that was not honoured yet."""
-        mode = StopMode.parse(mode.value if isinstance(mode, StopMode) else mode)
+        mode = StopMode.parse(mode)
         request = {"mode": mode.value, "requested_at": _now(), "requested_by": requested_by}
         self.store.put(self.layout.stop_request(), json.dumps(request, sort_keys=True).encode())
         log.info("job %s: %s requested%s", self.job_id, mode.value, f" by {requested_by}" if requested_by else "")

@@ -56,6 +56,19 @@ def _manifest(out: ObjectStore, name: str) -> dict[str, Any] | None:
     return data
 
 
+def _copy_version(source: ObjectStore, out: ObjectStore, name: str, ds: DatasetRef,
+                  stamp: Mapping[str, Any]) -> dict[str, Any]:
+    """Copy ``ds`` under ``<name>/v-<job>-<checkpoint>/``; the record that lists the copies."""
+    version = f"v-{stamp['job_id']}-{stamp['checkpoint_id']}"
+    files = []
+    for i, ref in enumerate(ds.files):
+        key = f"{name}/{version}/part-{i:05d}.parquet"
+        out.put(key, source.get(ref.key))
+        files.append({"key": key, "size": ref.size, "sha256": ref.sha256})
+    return {"format": FORMAT, "name": name, **{k: stamp[k] for k in ("job_id", "checkpoint_id", "attempt_id")},
+            "version": version, "rows": ds.rows, "schema": ds.schema, "files": files}
+
+
 def publish_dataset(source: ObjectStore, out: ObjectStore, name: str, ds: DatasetRef, stamp: Mapping[str, Any]) -> bool:
     """Copy ``ds`` (objects of ``source``) under a new version of output ``name`` and switch the
     manifest to it. ``stamp`` names the checkpoint: job_id, checkpoint_id, attempt_id.
@@ -63,22 +76,9 @@ def publish_dataset(source: ObjectStore, out: ObjectStore, name: str, ds: Datase
     current = _manifest(out, name)
     if current and (current["job_id"], current["checkpoint_id"]) == (stamp["job_id"], stamp["checkpoint_id"]):
         return False
-    version = f"v-{stamp['job_id']}-{stamp['checkpoint_id']}"
-    files = []
-    for i, ref in enumerate(ds.files):
-        key = f"{name}/{version}/part-{i:05d}.parquet"
-        out.put(key, source.get(ref.key))
-        files.append({"key": key, "size": ref.size, "sha256": ref.sha256})
-    manifest = {
-        "format": FORMAT,
-        "name": name,
-        **{k: stamp[k] for k in ("job_id", "checkpoint_id", "attempt_id")},
-        "version": version,
-        "rows": ds.rows,
-        "schema": ds.schema,
-        "files": files,
-        "replaces": current["version"] if current else None,
-    }
+    manifest = _copy_version(source, out, name, ds, stamp)
+    version, files = manifest["version"], manifest["files"]
+    manifest["replaces"] = current["version"] if current else None
     out.put(f"{name}/{PUBLISHED}", json.dumps(manifest, indent=1).encode())  # the switch
     keep = {version, current["version"] if current else None}
     stale = [o.key for o in out.list(f"{name}/")
@@ -111,14 +111,7 @@ def publish_increment(source: ObjectStore, out: ObjectStore, name: str, ds: Data
     record_key = f"{name}/{INCREMENTS}/{stamp['job_id']}-{cid:010d}.json"
     if out.exists(record_key):
         return False
-    version = f"v-{stamp['job_id']}-{cid}"
-    files = []
-    for i, ref in enumerate(ds.files):
-        key = f"{name}/{version}/part-{i:05d}.parquet"
-        out.put(key, source.get(ref.key))
-        files.append({"key": key, "size": ref.size, "sha256": ref.sha256})
-    record = {"format": FORMAT, "name": name, **{k: stamp[k] for k in ("job_id", "checkpoint_id", "attempt_id")},
-              "version": version, "rows": ds.rows, "schema": ds.schema, "files": files}
+    record = _copy_version(source, out, name, ds, stamp)
     if not out.put_if_absent(record_key, json.dumps(record, indent=1).encode()):  # the append
         return False
     log.info("appended epoch %s of job %s to output %s (%d rows)", cid, stamp["job_id"], out.location(name), ds.rows)

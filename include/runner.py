@@ -69,6 +69,7 @@ class IterationRunner:
         self.store_options = dict(store_options or {})
         self.attempt_retries = attempt_retries
         self.wait_for_input = wait_for_input
+        self._failed_partitions: list[int] = []  # of the last failed attempt (reports missing)
         self.poll_interval = poll_interval
         self.job = IterationJob(config, store, checks=checks, store_options=self.store_options, warm_start=warm_start,
                                 coordinators=coordinators)
@@ -131,7 +132,7 @@ class IterationRunner:
                 self._execute(plan)
                 return plan
             except Exception as e:
-                failed = getattr(self, "_failed_partitions", [])
+                failed = self._failed_partitions
                 if retries <= 0 or not failed:
                     raise
                 retries -= 1
@@ -158,7 +159,7 @@ class IterationRunner:
         while state.status is HeadStatus.RUNNING:
             if max_epochs_in_batch is not None and len(result.epochs_computed) + len(result.epochs_adopted) >= max_epochs_in_batch:
                 break
-            stop = job.log.stop_request() if state.latest is not None else None  # honoured once a checkpoint exists
+            stop = job.stop_requested(state)
             if stop is StopMode.SUSPEND:
                 result.suspended_at = job.suspend(state)
                 result.status = HeadStatus.SUSPENDED

@@ -315,8 +315,7 @@ class IterationJob:
         else:
             inboxes, snapshots = coords.trigger(epoch)
         failpoint("coordinator.triggered", job=self.config.job_id, epoch=epoch)
-        return ({name: [e.to_dict() for e in evs] for name, evs in inboxes.items()},
-                {name: s for name, s in snapshots.items()})
+        return {name: [e.to_dict() for e in evs] for name, evs in inboxes.items()}, dict(snapshots)
 
     def _committing_coordinators(self, plan: EpochPlan) -> Coordinators:
         """The coordinators as they were when ``plan``'s checkpoint was triggered, valves shut."""
@@ -359,8 +358,9 @@ class IterationJob:
                 "decided (or a drain is requested after at least one epoch) and before the job is terminated"
             )
         base = self._base_plan("final", state.latest.checkpoint_id + 1, state.latest, batch_id)
-        if drainable:
-            base = dataclasses.replace(base, stop=StopMode.DRAIN.value)
+        # the coordinators stay as the latest checkpoint left them
+        base = dataclasses.replace(base, coordinators=state.latest.coordinators,
+                                   stop=StopMode.DRAIN.value if drainable else None)
         adopted = self._adoptable(base)
         return adopted if adopted is not None else self._record(base)
 
@@ -551,7 +551,7 @@ class IterationJob:
             variables=plan.restore_datasets(),
             outputs=_datasets(self._output_reports(plan), plan.body.get("outputs", []), plan.num_partitions),
             lifecycle=Lifecycle.at_final(plan.body, stop),
-            coordinators=self.log.load(plan.parent_id, verify="none").coordinators if plan.parent_id is not None else {},
+            coordinators=plan.coordinators or {},
         )
         self.log.clear_stop_request()  # the job is terminated: a request it did not honour is moot
         if stop is StopMode.DRAIN:
@@ -631,6 +631,11 @@ class IterationJob:
     def request_stop(self, mode: StopMode | str, *, requested_by: str = "") -> dict[str, Any]:
         """Ask the job, running or not, to stop at its next epoch boundary (see ``StopMode``)."""
         return self.log.request_stop(mode, requested_by=requested_by)
+
+    def stop_requested(self, state: JobState) -> StopMode | None:
+        """The pending stop request, honoured once the job has a checkpoint (before that, epoch 0
+        runs first: there is nothing to drain from or suspend at)."""
+        return self.log.stop_request() if state.latest is not None else None
 
     def suspend(self, state: JobState, reason: str = "suspend requested") -> int | None:
         """Suspend at the latest checkpoint: mark it a savepoint (kept by retention), consume

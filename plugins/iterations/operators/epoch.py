@@ -250,8 +250,8 @@ class EpochHeadOperator(SparkAttemptOperator):
                                f"{state.latest.checkpoint_id if state.latest else None}")
         if state.latest is not None:  # a crash between a commit and its publication: publish now
             job.notify_checkpoint_complete(state.latest)
-        stop = job.log.stop_request()
-        if stop is not None and state.latest is not None:  # honoured once a checkpoint exists
+        stop = job.stop_requested(state)
+        if stop is not None:
             self.log.info("job %s: %s requested: epoch %d and the rest of the batch are not run; %s",
                           job.config.job_id, stop.value, epoch,
                           "finish drains the job" if stop is StopMode.DRAIN else "the job is suspended")
