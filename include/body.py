@@ -46,11 +46,14 @@ class StepResult:
         tail aggregates per partition (the body's ``metric_aggregations``) and then drops.
     outputs: the body's per-epoch outputs (one per name in ``epoch_outputs``): staged with the
         epoch's attempt and published when the epoch's checkpoint commits, exactly once.
+    facts: scalars the body knows about the epoch (the input's record count, say), checked
+        against what the epoch wrote by the data checks (``include.checks``).
     """
 
     variables: dict[str, "DataFrame"]
     metrics: dict[str, tuple[str, str]] = field(default_factory=dict)
     outputs: dict[str, "DataFrame"] = field(default_factory=dict)
+    facts: dict[str, float] = field(default_factory=dict)
 
 
 class IterationBody(ABC):
@@ -71,6 +74,10 @@ class IterationBody(ABC):
     # names of the datasets step() returns every epoch in StepResult.outputs (appended to the
     # published output as each epoch commits)
     epoch_outputs: ClassVar[tuple[str, ...]] = ()
+    # the body's data checks, validated before each checkpoint commits (include.checks):
+    # Great Expectations configurations ({"name", "type", "kwargs", "severity", "description"})
+    # over the columns of the attempt's profile, e.g. "ranks.rank.min" or "l1_delta"
+    expectations: ClassVar[tuple[Mapping[str, Any], ...]] = ()
 
     def coordinators(self, params: Any, input: Any, store_options: Mapping[str, Any]) -> dict[str, Any]:
         """The job's coordinators (``include.coordinator.Coordinator``) by name, created for a
@@ -122,6 +129,7 @@ class IterationBody(ABC):
             "convergence_metric": cls.convergence_metric,
             "outputs": list(cls.outputs),
             "epoch_outputs": list(cls.epoch_outputs),
+            "expectations": [dict(e) for e in cls.expectations],
         }
 
 

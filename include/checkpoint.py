@@ -94,6 +94,11 @@ class JobLayout:
     def aborted(self, epoch: int, attempt_id: str) -> str:
         return f"{self.root}/aborted/{epoch:010d}/{check_attempt_id(attempt_id)}"
 
+    def checks(self, epoch: int, attempt_id: str) -> str:
+        """Where an attempt's data-check results are kept (beside ``attempts/``: an aborted
+        attempt's files are deleted, the evidence of why is not)."""
+        return f"{self.root}/checks/{epoch:010d}/{check_attempt_id(attempt_id)}"
+
     def batch(self, batch_id: str) -> str:
         return f"{self.root}/batches/{check_attempt_id(batch_id)}.json"
 
@@ -538,6 +543,11 @@ class CheckpointLog:
                 live.add(f"{int(epoch_s)}/{attempt}")
                 continue
             garbage.append(o.key)
+        # check results of retired epochs go with them (those of kept and later epochs stay)
+        checks = [o.key for o in self.store.list(f"{self.layout.root}/checks/")
+                  if (cid := self.layout.parse_id(o.key.rsplit("/", 3)[-3])) is not None
+                  and cid in ids and cid not in keep]
+        garbage += checks
         self.store.delete(garbage + settled)
         report.deleted_objects = len(garbage)
         report.kept_live_attempts = sorted(live)

@@ -60,6 +60,9 @@ class JobConfig:
     tolerance: float | None = 1e-6
     num_partitions: int = 4
     retain_last: int = 3
+    # the data checks: {"enabled": bool, "expectations": [...]} (include.checks), merged over
+    # the runtime's and the body's expectations; None: those alone
+    checks: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         check_job_id(self.job_id)
@@ -85,6 +88,10 @@ class JobConfig:
             raise ConfigError(f"tolerance must be a finite number >= 0 (or None), got {self.tolerance!r}")
         if not isinstance(self.body_params, Mapping):
             raise ConfigError(f"body_params must be a mapping, got {type(self.body_params).__name__}")
+        from include.checks import CheckSettings
+
+        if self.checks is not None:
+            object.__setattr__(self, "checks", CheckSettings.parse(self.checks).to_dict())
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -60,10 +60,14 @@ class EpochReport:
     metrics: dict[str, float] = field(default_factory=dict)
     files: tuple[FileRef, ...] = ()
     schema: str = ""  # Spark StructType JSON of the written records
+    # the partition's profile for the data checks (spark_jobs.storeio._Profile); None: not profiled
+    profile: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         d = asdict(self)
         d["files"] = [f.to_dict() for f in self.files]
+        if d["profile"] is None:
+            d.pop("profile")
         return json.dumps(d, sort_keys=True, allow_nan=True)
 
     @classmethod
@@ -78,6 +82,7 @@ class EpochReport:
             metrics={k: float(v) for k, v in d.get("metrics", {}).items()},
             files=tuple(FileRef.from_dict(f) for f in d.get("files", [])),
             schema=d.get("schema", ""),
+            profile=d.get("profile"),
         )
 
 

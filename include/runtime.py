@@ -15,13 +15,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from include.body import resolve_body
 from include.checkpoint import CheckpointLog, DatasetRef, Manifest
+from include.checks import CheckReport, CheckSettings, merge, profile_row, runtime_expectations, schema_string, validate
 from include.config import InputSpec, JobConfig
 from include.coordinator import AlignmentCoordinator, Coordinator, CoordinatorHolder, Coordinators
 from include.errors import CheckpointError, CheckpointSuperseded, IterationError
@@ -43,7 +43,12 @@ log = logging.getLogger("iterations")
 
 
 class DataCheckFailed(IterationError):
-    """A check between rounds refused what an attempt wrote; the attempt was aborted."""
+    """A check between rounds refused what an attempt wrote; the attempt was aborted.
+    ``report``: the data checks' report (include.checks.CheckReport), when they refused it."""
+
+    def __init__(self, message: str, report: Any = None):
+        super().__init__(message)
+        self.report = report
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,8 @@ class EpochPlan:
     # taken when this checkpoint was triggered (include.coordinator)
     events: dict[str, list[dict[str, Any]]] | None = None
     coordinators: dict[str, Any] | None = None
+    # the tail profiles what it writes for the data checks (off when the job's checks are)
+    profile: bool = True
     adopted: bool = False  # a complete earlier attempt is reused instead of running again
 
     @property
@@ -121,36 +128,9 @@ class JobState:
 Check = Callable[[EpochPlan, AlignmentDecision, Sequence[EpochReport]], None]
 
 
-def check_finite_metrics(plan: EpochPlan, decision: AlignmentDecision, reports: Sequence[EpochReport]) -> None:
-    bad = {k: v for k, v in decision.metrics.items() if not math.isfinite(v)}
-    if bad:
-        raise DataCheckFailed(
-            f"epoch {plan.epoch} attempt {plan.attempt_id}: metric(s) not finite: "
-            + ", ".join(f"{k}={v}" for k, v in bad.items())
-        )
-
-
-def check_schema_stable(plan: EpochPlan, decision: AlignmentDecision, reports: Sequence[EpochReport]) -> None:
-    """The variables keep the schema they were restored with (a changed schema is a bug in a body)."""
-    for head, ds in plan.restore_datasets().items():
-        for r in reports:
-            if r.head == head and r.schema and _columns(r.schema) != _columns(ds.schema):
-                raise DataCheckFailed(
-                    f"epoch {plan.epoch}: head {head!r} changed its schema from "
-                    f"{_schema_str(ds.schema)} to {_schema_str(r.schema)}"
-                )
-
-
-def _columns(schema_json: str) -> list[tuple[str, Any]]:
-    return [(f["name"], f["type"]) for f in json.loads(schema_json).get("fields", [])]
-
-
-def _schema_str(schema_json: str) -> str:
-    fields = json.loads(schema_json).get("fields", [])
-    return "(" + ", ".join(f"{f['name']} {f['type']}" for f in fields) + ")"
-
-
-DEFAULT_CHECKS: tuple[Check, ...] = (check_finite_metrics, check_schema_stable)
+# Python checks besides the data checks (include.checks), for tests and embedders: a callable
+# that raises DataCheckFailed refuses the attempt. None by default.
+DEFAULT_CHECKS: tuple[Check, ...] = ()
 
 
 class IterationJob:
@@ -181,6 +161,8 @@ class IterationJob:
         self.store = store or open_store(config.checkpoint_root, **self.store_options)
         self.log = CheckpointLog(self.store, config.job_id)
         self.checks = tuple(checks)
+        self.check_settings = CheckSettings.parse(config.checks)
+        self.last_check_report: CheckReport | None = None  # of the latest check() in this process
         self._body_meta: dict[str, Any] | None = None
         self._extra_coordinators = dict(coordinators or {})
         self._coords: Coordinators | None = None
@@ -242,6 +224,7 @@ class IterationJob:
             tolerance=self.config.tolerance,
             warm_start=None if latest is not None or source is None
             else {"job_id": source.job_id, "checkpoint_id": source.checkpoint_id},
+            profile=self.check_settings.enabled,
         )
 
     def plan_epoch(self, batch_id: str | None = None, state: JobState | None = None) -> EpochPlan:
@@ -414,14 +397,62 @@ class IterationJob:
         reports = self.reports(plan) if reports is None else reports
         return plan.aligner().align(plan.epoch, plan.attempt_id, list(reports))
 
-    def check(self, plan: EpochPlan, decision: AlignmentDecision, reports: Sequence[EpochReport]) -> None:
-        """Run the checks between rounds; on failure abort the attempt and raise."""
-        for check in self.checks:
-            try:
+    def check(self, plan: EpochPlan, decision: AlignmentDecision | None, reports: Sequence[EpochReport]) -> None:
+        """Run the checks between rounds: the Python checks, then the data checks; on a
+        blocking failure abort the attempt (nothing of it is ever read) and raise
+        DataCheckFailed with a readable summary. The data checks' results are kept in the
+        store either way (``last_check_report.locations``)."""
+        try:
+            for check in self.checks if plan.kind == "epoch" else ():
                 check(plan, decision, reports)
-            except DataCheckFailed as e:
-                self.log.abort(plan.checkpoint_id, plan.attempt_id, reason=str(e))
-                raise
+            report = self.data_checks(plan, decision, reports)
+            if report is not None and not report.success:
+                raise DataCheckFailed(report.summary(), report)
+        except DataCheckFailed as e:
+            self.log.abort(plan.checkpoint_id, plan.attempt_id, reason=str(e))
+            raise
+
+    def data_checks(self, plan: EpochPlan, decision: AlignmentDecision | None,
+                    reports: Sequence[EpochReport]) -> CheckReport | None:
+        """Validate the attempt's profile with its suite (include.checks); keep the results
+        (JSON and Great Expectations' Data Docs page) under ``checks/<epoch>/<attempt>/``."""
+        self.last_check_report = None
+        if not self.check_settings.enabled:
+            return None
+        datasets: dict[str, list[EpochReport]] = {}
+        for r in list(reports) + self._output_reports(plan):
+            datasets.setdefault(r.head, []).append(r)
+        profile = profile_row(epoch=plan.checkpoint_id, kind=plan.kind, decision=decision, datasets=datasets)
+        parameters: dict[str, Any] = {}
+        if plan.kind == "epoch" and plan.parent_id is not None:
+            parent = self.log.load(plan.parent_id, verify="none")
+            if parent.decision is not None:
+                parameters = {f"previous__{k}": v for k, v in parent.decision.metrics.items()}
+        restored = {h: schema_string(ds.schema) for h, ds in plan.restore_datasets().items()} \
+            if plan.kind == "epoch" else {}
+        specs = merge([
+            *runtime_expectations(plan.heads if plan.kind == "epoch" else {},
+                                  decision.metrics if decision is not None else (), restored),
+            *plan.body.get("expectations", []),
+            *self.check_settings.expectations,
+        ])
+        report, gx_json, html = validate(specs, profile, parameters, job_id=plan.job_id,
+                                         checkpoint_id=plan.checkpoint_id, attempt_id=plan.attempt_id, kind=plan.kind)
+        where = self.log.layout.checks(plan.checkpoint_id, plan.attempt_id)
+        self.store.put(f"{where}/validation.json", json.dumps(
+            {"report": report.to_dict(), "great_expectations": gx_json}, indent=1, sort_keys=True).encode())
+        report.locations["json"] = self.store.url(f"{where}/validation.json")
+        if html is not None:
+            self.store.put(f"{where}/data_docs.html", html.encode())
+            report.locations["html"] = self.store.url(f"{where}/data_docs.html")
+        self.last_check_report = report
+        if report.blocking:
+            log.error("%s", report.summary())
+        elif report.warnings:
+            log.warning("%s", report.summary())
+        else:
+            log.info("%s", report.headline())
+        return report
 
     def commit(
         self,
@@ -541,6 +572,7 @@ class IterationJob:
             raise CheckpointError(
                 f"finish attempt {plan.attempt_id} of job {plan.job_id} has not written outputs {missing}"
             )
+        self.check(plan, None, [])
         failpoint("finish.before_final_checkpoint", job=plan.job_id)
         stop = StopMode(plan.stop) if plan.stop else None
         final = self._commit_manifest(

@@ -102,6 +102,10 @@ class EpochExecutor:
         undeclared = sorted(set(result.metrics) - set(aggregations))
         if undeclared:
             raise CheckpointError(f"body {plan.body['name']!r} returned undeclared metric(s) {undeclared}")
+        bad = {k: v for k, v in result.facts.items()
+               if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, (int, float))}
+        if bad:
+            raise CheckpointError(f"body {plan.body['name']!r} returned facts that are not numbers: {bad}")
         declared = list(plan.body.get("epoch_outputs", []))
         if sorted(result.outputs) != sorted(declared):
             raise CheckpointError(
@@ -116,9 +120,10 @@ class EpochExecutor:
         if declared:
             self._write(plan, store, result.outputs, declared, data_dir="outputs", report_dir="_outputs")
         return self._write(plan, store, result.variables, list(plan.heads), data_dir="",
-                           report_dir="_reports", keys=plan.heads, metrics=metrics)
+                           report_dir="_reports", keys=plan.heads, metrics=metrics, facts=result.facts)
 
-    def _write(self, plan, store, frames, names, *, data_dir, report_dir, keys=None, metrics=None) -> list[EpochReport]:
+    def _write(self, plan, store, frames, names, *, data_dir, report_dir, keys=None, metrics=None,
+               facts=None) -> list[EpochReport]:
         """The tail: write each named dataset under the attempt, one report per partition."""
         from spark_jobs.storeio import write_dataset
 
@@ -136,6 +141,8 @@ class EpochExecutor:
                 num_partitions=plan.num_partitions,
                 key_columns=(keys or {}).get(name, ()),
                 metrics=(metrics or {}).get(name),
+                profile=plan.profile,
+                facts=facts,
             )
         return reports
 

@@ -44,10 +44,14 @@ def write_dataset(
     num_partitions: int,
     key_columns: Sequence[str] = (),
     metrics: Mapping[str, tuple[str, str]] | None = None,
+    profile: bool = True,
+    facts: Mapping[str, float] | None = None,
 ) -> list[EpochReport]:
     """Write ``df`` as P partitions of Parquet under ``prefix`` and one report per partition
     under ``report_prefix``. ``metrics``: name -> (column, aggregation); metric columns are
-    aggregated per partition and not written.
+    aggregated per partition and not written. ``profile``: each report also carries the
+    partition's profile (``_Profile``), computed from the batches as they are written, for the
+    data checks; ``facts``: scalars the body knows about the epoch, carried in every profile.
 
     A record's partition is ``pmod(hash(keys), P)`` (all columns when there are no keys),
     computed as a column: Spark may coalesce or reuse shuffles, so its own partition ids are
@@ -88,7 +92,8 @@ def write_dataset(
                     if current is not None:
                         yield pa.RecordBatch.from_pylist([{"report": current.close()}], schema=out_schema)
                     current = _PartitionWriter(store, prefix, report_prefix, head, epoch, attempt_id,
-                                               pid, task, metrics, data_columns, schema_json)
+                                               pid, task, metrics, data_columns, schema_json,
+                                               _Profile(key_columns, facts) if profile else None)
                 current.write(batch.slice(start, stop - start))
         if current is not None:
             yield pa.RecordBatch.from_pylist([{"report": current.close()}], schema=out_schema)
@@ -100,7 +105,8 @@ def write_dataset(
     for p in range(num_partitions):
         if p not in reports:
             empty = {name: 0.0 for name, (_c, agg) in metrics.items() if agg == "sum"}
-            reports[p] = EpochReport(head, p, epoch, attempt_id, 0, empty, (), schema_json)
+            reports[p] = EpochReport(head, p, epoch, attempt_id, 0, empty, (), schema_json,
+                                     _Profile(key_columns, facts).to_dict() if profile else None)
             store.put(f"{report_prefix}/part-{p:05d}.json", reports[p].to_json().encode())
     return [reports[p] for p in range(num_partitions)]
 
@@ -112,7 +118,7 @@ class _PartitionWriter:
     """Writes one partition's records to one Parquet object and reports it."""
 
     def __init__(self, store, prefix, report_prefix, head, epoch, attempt_id, partition, task,
-                 metrics, data_columns, schema_json):
+                 metrics, data_columns, schema_json, profile=None):
         self.store, self.prefix, self.report_prefix = store, prefix, report_prefix
         self.head, self.epoch, self.attempt_id = head, epoch, attempt_id
         self.partition, self.task = partition, task
@@ -121,6 +127,7 @@ class _PartitionWriter:
         self.writer = None
         self.rows = 0
         self.partial: dict[str, float] = {}
+        self.profile: _Profile | None = profile
 
     def write(self, batch) -> None:
         import numpy as np
@@ -136,6 +143,8 @@ class _PartitionWriter:
             else:
                 self.partial[name] = (max if agg == "max" else min)(self.partial[name], value, key=_nan_first)
         data = batch.select(self.data_columns)
+        if self.profile is not None:
+            self.profile.add(data)
         if self.writer is None:
             self.writer = pq.ParquetWriter(self.buf, data.schema, compression="snappy")
         self.writer.write_batch(data)
@@ -156,10 +165,67 @@ class _PartitionWriter:
             if agg == "sum":
                 self.partial.setdefault(name, 0.0)
         report = EpochReport(self.head, self.partition, self.epoch, self.attempt_id, self.rows,
-                             self.partial, files, self.schema_json)
+                             self.partial, files, self.schema_json,
+                             None if self.profile is None else self.profile.to_dict())
         text = report.to_json()
         self.store.put(f"{self.report_prefix}/part-{self.partition:05d}.json", text.encode())
         return text
+
+
+class _Profile:
+    """A partition's profile for the data checks, built from the record batches the tail
+    writes (no second pass): records; per column its nulls; per numeric column its
+    non-finite values (NaN, +-inf) and the min, max and sum of its finite values; the records
+    whose key equals the previous record's (records arrive sorted by key, so these are the
+    duplicate keys). ``include.checks`` combines the partitions' profiles."""
+
+    def __init__(self, key_columns: Sequence[str] = (), facts: Mapping[str, float] | None = None):
+        self.key_columns = tuple(key_columns)
+        self.facts = {k: float(v) for k, v in (facts or {}).items()}
+        self.rows = 0
+        self.columns: dict[str, dict[str, Any]] = {}
+        self.duplicate_keys = 0
+        self._last_key: tuple | None = None
+
+    def add(self, batch) -> None:
+        import numpy as np
+        import pyarrow as pa
+
+        self.rows += batch.num_rows
+        for name, column in zip(batch.schema.names, batch.columns):
+            stats = self.columns.setdefault(name, {"nulls": 0})
+            stats["nulls"] += column.null_count
+            kind = column.type
+            if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
+                continue
+            values = column.drop_null().to_numpy(zero_copy_only=False)
+            if pa.types.is_floating(kind):
+                finite = np.isfinite(values)
+                stats["nonfinite"] = stats.get("nonfinite", 0) + int(values.size - finite.sum())
+                values = values[finite]
+            else:
+                stats.setdefault("nonfinite", 0)
+            stats["sum"] = stats.get("sum", 0.0) + float(values.sum(dtype="float64"))
+            if values.size:
+                low, high = float(values.min()), float(values.max())
+                stats["min"] = low if stats.get("min") is None else min(stats["min"], low)
+                stats["max"] = high if stats.get("max") is None else max(stats["max"], high)
+        if self.key_columns and batch.num_rows:
+            keys = [batch.column(k).to_numpy(zero_copy_only=False) for k in self.key_columns]
+            same = np.ones(batch.num_rows - 1, dtype=bool)
+            for k in keys:
+                same &= k[1:] == k[:-1]
+            first = tuple(k[0] for k in keys)
+            self.duplicate_keys += int(same.sum()) + int(self._last_key == first)
+            self._last_key = tuple(k[-1] for k in keys)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"rows": self.rows, "columns": self.columns}
+        if self.key_columns:
+            d["duplicate_keys"] = self.duplicate_keys
+        if self.facts:
+            d["facts"] = self.facts
+        return d
 
 
 def _nan_first(v: float) -> tuple[int, float]:

@@ -58,6 +58,23 @@ def job_params(
                                   "(continuation); drain = finish now (final checkpoint, publish outputs); "
                                   "suspend = stop with the state checkpointed, nothing published (trigger "
                                   "again to resume). A running job is stopped by the iterations_stop DAG."),
+        "checks": Param({}, type="object",
+                        properties={"enabled": {"type": "boolean"},
+                                    "expectations": {"type": "array", "items": {
+                                        "type": "object", "required": ["name"],
+                                        "properties": {"name": {"type": "string", "minLength": 1},
+                                                       "type": {"type": "string", "pattern": "^expect_"},
+                                                       "kwargs": {"type": "object"},
+                                                       "severity": {"type": "string",
+                                                                    "enum": ["critical", "warning", "info"]},
+                                                       "description": {"type": "string"},
+                                                       "enabled": {"type": "boolean"}},
+                                        "additionalProperties": False}}},
+                        additionalProperties=False,
+                        description="Data checks for this run, over the DAG's: {\"expectations\": [{\"name\", "
+                                    "\"type\", \"kwargs\", \"severity\"}]}; an entry named like an existing "
+                                    "expectation changes it (e.g. {\"name\": \"rank_mass\", \"severity\": "
+                                    "\"warning\"}); {\"enabled\": false} turns the checks off. See README, Data checks."),
         "continuation": Param(True, type="boolean",
                               description="If the job has not terminated when the batch's epochs are done, "
                                           "trigger the next batch (a linked run of this DAG)."),
@@ -111,10 +128,14 @@ def iteration_dag(
     retries: int = 2,
     wait_for_input: bool = False,
     input_timeout: float = 3600.0,
+    checks_file: str | None = None,
 ) -> DAG:
     """``wait_for_input``: for a body whose input arrives while it runs (``sgd``), each epoch
     group starts with ``wait_input``, a deferrable sensor that waits up to ``input_timeout``
-    seconds for new input before the head plans the epoch."""
+    seconds for new input before the head plans the epoch. ``checks_file``: the DAG's data
+    checks (JSON, ``include.checks``; a path relative to the project root), over the body's and
+    under each run's ``checks`` param."""
+    from include.checks import load_checks_file
     from iterations.operators.continuation import ContinuationOperator
     from iterations.operators.epoch import EpochCommitOperator, EpochHeadOperator, FinishOperator
     from iterations.sensors.alignment import AlignmentSensor
@@ -125,7 +146,9 @@ def iteration_dag(
     if epochs_per_batch < 1:
         raise ValueError(f"epochs_per_batch must be >= 1, got {epochs_per_batch}")
     scheduled = schedule is not None
-    common = {"body": body, "body_param_names": body_param_names, "aws_conn_id": aws_conn_id, "scheduled": scheduled}
+    checks = load_checks_file(os.path.join(PROJECT_ROOT, checks_file)) if checks_file else None
+    common = {"body": body, "body_param_names": body_param_names, "aws_conn_id": aws_conn_id, "scheduled": scheduled,
+              "checks": checks}
     with DAG(
         dag_id=dag_id,
         schedule=schedule,

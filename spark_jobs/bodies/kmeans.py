@@ -7,7 +7,8 @@ Initialisation is k-means++ made deterministic by a seed: each round picks the p
 largest ``log(u) / D(x)^2`` (Efraimidis-Spirakis weighted sampling, weights D(x)^2), where
 ``u`` in (0, 1) is a hash of (seed, round, the point's features): the same data and seed give
 the same centroids whatever the partitioning. A cluster that loses all its points keeps its
-centroid. Converged when no centroid moves more than the job's tolerance (Euclidean).
+centroid; the data check ``no_empty_cluster`` refuses such an epoch unless the job lowers its
+severity to ``warning``. Converged when no centroid moves more than the job's tolerance (Euclidean).
 Outputs: ``centroids`` and ``assignments`` (the input rows plus ``cluster_id``); every epoch
 also emits ``centroid_history`` rows (epoch, cluster_id, features, shift), published as each
 epoch's checkpoint commits, so a running job's trajectory can be watched and plotted.
@@ -59,10 +60,25 @@ def _uniform(seed: int, round_: int, features: Sequence[str]) -> Column:
 class KMeans(IterationBody):
     name = "kmeans"
     heads = {"centroids": ("cluster_id",)}
-    metric_aggregations = {"max_shift": "max"}
+    metric_aggregations = {"max_shift": "max", "min_cluster_size": "min", "assigned_points": "sum"}
     convergence_metric = "max_shift"
     outputs = ("centroids", "assignments")
     epoch_outputs = ("centroid_history",)
+    # checked before each checkpoint commits (include.checks)
+    expectations = (
+        {"name": "centroids_finite", "type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "centroids.*.nonfinite", "max_value": 0},
+         "description": "every centroid coordinate is a finite number"},
+        {"name": "centroids_count", "type": "expect_column_pair_values_to_be_equal",
+         "kwargs": {"column_A": "centroids.rows", "column_B": "k"},
+         "description": "k centroids"},
+        {"name": "no_empty_cluster", "type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "min_cluster_size", "min_value": 1},
+         "description": "every cluster has a point (set severity warning to let an empty cluster keep its centroid)"},
+        {"name": "points_all_assigned", "type": "expect_column_pair_values_to_be_equal",
+         "kwargs": {"column_A": "assigned_points", "column_B": "input_points"},
+         "description": "each input point is in exactly one cluster"},
+    )
 
     def parse_params(self, raw: Mapping[str, Any]) -> KMeansParams:
         unknown = set(raw) - {"k", "seed", "features"}
@@ -102,7 +118,7 @@ class KMeans(IterationBody):
             raise InputDataError(f"k-means feature column(s) {nulls} have null or NaN values")
         if stats["n"] < params.k:
             raise InputDataError(f"k-means with k={params.k} needs at least {params.k} points, the input has {stats['n']}")
-        return {"points": points, "features": features, "fcols": fcols}
+        return {"points": points, "features": features, "fcols": fcols, "num_points": int(stats["n"])}
 
     def initial_centroids(self, data: Mapping[str, Any], params: KMeansParams) -> list[list[float]]:
         """Deterministic k-means++ (see the module docstring)."""
@@ -147,7 +163,7 @@ class KMeans(IterationBody):
             for r in data["points"]
             .select(self._assign(data["points"], fcols, centroids).alias("cluster_id"), *fcols)
             .groupBy("cluster_id")
-            .agg(*[F.avg(c).alias(c) for c in fcols])
+            .agg(*[F.avg(c).alias(c) for c in fcols], F.count("*").alias("__size"))
             .collect()
         }
         new_rows = []
@@ -155,13 +171,16 @@ class KMeans(IterationBody):
             mean = means.get(i)  # None: the cluster lost all its points and keeps its centroid
             moved = old if mean is None else [float(mean[c]) for c in fcols]
             shift = math.sqrt(sum((m - o) ** 2 for m, o in zip(moved, old)))
-            new_rows.append((int(row["cluster_id"]), *moved, shift))
+            new_rows.append((int(row["cluster_id"]), *moved, shift, 0 if mean is None else int(mean["__size"])))
         columns = ", ".join(f"`{f}` double" for f in features)
-        new = ctx.spark.createDataFrame(new_rows, f"cluster_id int, {columns}, shift double")
+        new = ctx.spark.createDataFrame(new_rows, f"cluster_id int, {columns}, shift double, __size long")
         history = ctx.spark.createDataFrame(
-            [(ctx.epoch, *r) for r in new_rows], f"epoch int, cluster_id int, {columns}, shift double")
-        return StepResult(variables={"centroids": new}, metrics={"max_shift": ("centroids", "shift")},
-                          outputs={"centroid_history": history})
+            [(ctx.epoch, *r[:-1]) for r in new_rows], f"epoch int, cluster_id int, {columns}, shift double")
+        return StepResult(variables={"centroids": new},
+                          metrics={"max_shift": ("centroids", "shift"), "min_cluster_size": ("centroids", "__size"),
+                                   "assigned_points": ("centroids", "__size")},
+                          outputs={"centroid_history": history},
+                          facts={"input_points": data["num_points"], "k": ctx.params.k})
 
     def finish(self, variables: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> dict[str, DataFrame]:
         centroids_df = variables["centroids"]

@@ -50,6 +50,24 @@ class PageRank(IterationBody):
     metric_aggregations = {"l1_delta": "sum"}
     convergence_metric = "l1_delta"
     outputs = ("ranks",)
+    # checked before each checkpoint commits (include.checks), on the feedback ranks and the output
+    expectations = (
+        {"name": "ranks_finite", "type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "ranks.rank.nonfinite", "max_value": 0},
+         "description": "every rank is a finite number"},
+        {"name": "ranks_nonnegative", "type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "ranks.rank.min", "min_value": 0},
+         "description": "no rank is negative"},
+        {"name": "rank_mass", "type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "ranks.rank.sum", "min_value": 1 - 1e-6, "max_value": 1 + 1e-6},
+         "description": "the ranks sum to 1: no mass lost or created"},
+        {"name": "ranks_cover_input", "type": "expect_column_pair_values_to_be_equal",
+         "kwargs": {"column_A": "ranks.rows", "column_B": "input_nodes"},
+         "description": "one rank per node of the input graph"},
+        {"name": "l1_delta_not_increasing", "type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "l1_delta", "max_value": {"$PARAMETER": "previous__l1_delta + 1e-9"}},
+         "description": "the power iteration contracts: the L1 change never grows (1e-9 slack)"},
+    )
 
     def parse_params(self, raw: Mapping[str, Any]) -> PageRankParams:
         unknown = set(raw) - {"damping"}
@@ -128,7 +146,8 @@ class PageRank(IterationBody):
             .select("node", new_rank.alias("rank"), F.col("rank").alias("previous"))
             .select("node", "rank", F.abs(F.col("rank") - F.col("previous")).alias("delta"))
         )
-        return StepResult(variables={"ranks": new}, metrics={"l1_delta": ("ranks", "delta")})
+        return StepResult(variables={"ranks": new}, metrics={"l1_delta": ("ranks", "delta")},
+                          facts={"input_nodes": n})
 
     def finish(self, variables: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> dict[str, DataFrame]:
         return {"ranks": variables["ranks"].select("node", "rank")}

@@ -62,6 +62,13 @@ class IncrementalSGD(IterationBody):
     metric_aggregations = {"points": "sum", "new_points": "sum"}
     convergence_metric = None
     outputs = ("model", "splits")
+    # checked before each checkpoint commits (include.checks); the runtime's own checks already
+    # refuse a split recorded twice (splits_keys_unique)
+    expectations = (
+        {"name": "model_finite", "type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "model.weight.nonfinite", "max_value": 0},
+         "description": "every weight is a finite number"},
+    )
     static_input = False
 
     def parse_params(self, raw: Mapping[str, Any]) -> SGDParams:

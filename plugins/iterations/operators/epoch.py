@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Sequence
 
-from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk import BaseOperator, BaseOperatorLink
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 JOB_FIELDS = ("job_id", "checkpoint_root", "output_path", "output_format", "max_epochs", "tolerance", "num_partitions", "retain_last")
 
@@ -24,6 +24,21 @@ def batch_id_of(context: Mapping[str, Any]) -> str:
     if run_id.startswith("__airflow_temporary_run_") and context.get("logical_date") is not None:
         run_id = f"tasks-test-{context['logical_date']:%Y%m%dT%H%M%S}"
     return re.sub(r"[^A-Za-z0-9_.\-]", "_", run_id).strip("._-")[:120] or "batch"
+
+
+class DataChecksLink(BaseOperatorLink):
+    """The data checks' report (Great Expectations Data Docs page) of the attempt a commit or
+    finish task checked: a file:// URL for a local store, s3://bucket/key for S3."""
+
+    name = "Data checks"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
+        # called in the task's own process when it ends (Airflow pushes the link as an XCom)
+        return getattr(operator, "data_checks_url", "") or ""
+
+
+def _link_url(location: str) -> str:
+    return location if "://" in location else "file://" + location
 
 
 class IterationOperator(BaseOperator):
@@ -40,9 +55,12 @@ class IterationOperator(BaseOperator):
         job: dict[str, Any] | None = None,
         aws_conn_id: str | None = "aws_default",
         scheduled: bool = False,
+        checks: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        """``checks``: the DAG's data checks (its checks file), under the run's ``checks`` param."""
         super().__init__(**kwargs)
+        self.checks = checks or {}
         self.body = body
         self.body_param_names = tuple(body_param_names)
         self.job = job or {}
@@ -66,6 +84,7 @@ class IterationOperator(BaseOperator):
         return batch_date(when)
 
     def job_config(self, context: Mapping[str, Any]):
+        from include.checks import CheckSettings
         from include.config import InputSpec, JobConfig
 
         settings = self.settings(context)
@@ -81,8 +100,35 @@ class IterationOperator(BaseOperator):
             body=self.body,
             input=InputSpec(settings["input_path"], settings.get("input_format") or None),
             body_params={k: settings[k] for k in self.body_param_names if settings.get(k) is not None},
+            checks=CheckSettings.parse(settings.get("checks"), "the checks param")
+            .over(CheckSettings.parse(self.checks, "the DAG's checks")).to_dict(),
             **{k: settings[k] for k in JOB_FIELDS if settings.get(k) is not None},
         )
+
+    def checked(self, job, commit, what: str, hint: str):
+        """Run ``commit()`` (which runs the data checks first); keep the checks' report link;
+        a refusal fails the task at once (no retry: the attempt is aborted, a retry cannot
+        change its data) with the report's summary."""
+        from include.runtime import DataCheckFailed
+
+        try:
+            return commit()
+        except DataCheckFailed as e:
+            self.note_checks(job)
+            raise AirflowFailException(
+                f"{what}: the data checks refused the attempt; it is aborted and the previous "
+                f"checkpoint stays the latest.\n{e}\n{hint}") from e
+        finally:
+            if getattr(self, "data_checks_url", None) is None:
+                self.note_checks(job)
+
+    def note_checks(self, job) -> None:
+        report = job.last_check_report
+        self.data_checks_url = _link_url(report.locations["html"]) if report and "html" in report.locations else ""
+        if report is not None:
+            self.log.info("%s", report.summary() if report.blocking or report.warnings else report.headline())
+            if report.locations:
+                self.log.info("data checks report: %s", ", ".join(f"{k} {v}" for k, v in sorted(report.locations.items())))
 
     @staticmethod
     def batch_start(job, batch: str, next_epoch: int | None = None) -> int | None:
@@ -273,6 +319,7 @@ class EpochCommitOperator(IterationOperator):
     """Runs the checks between rounds, then commits the epoch's checkpoint atomically."""
 
     ui_color = "#d9f2d9"
+    operator_extra_links = (DataChecksLink(),)
 
     def __init__(self, *, index: int, head_task_id: str, align_task_id: str, **kwargs: Any):
         super().__init__(**kwargs)
@@ -289,7 +336,11 @@ class EpochCommitOperator(IterationOperator):
         aligned = context["ti"].xcom_pull(task_ids=self.align_task_id) or {}
         same = aligned.get("decision") and aligned.get("attempt_id") == plan.attempt_id
         decision = AlignmentDecision.from_dict(aligned["decision"]) if same else None  # else: aligned again
-        manifest = job.commit(plan, decision)
+        group = self.task_id.rsplit(".", 1)[0]
+        manifest = self.checked(
+            job, lambda: job.commit(plan, decision), f"epoch {plan.epoch}",
+            f"Fix the input (or the checks), then clear the tasks of {group} (run, align, commit) "
+            f"to recompute epoch {plan.epoch}; the run goes on from there.")
         d = manifest.decision
         metrics = " ".join(f"{k}={v:.3e}" for k, v in sorted(d.metrics.items()))
         self.log.info("epoch %d committed: feedback=%d %s%s", d.epoch, d.feedback_count, metrics,
@@ -313,6 +364,7 @@ class FinishOperator(SparkAttemptOperator):
     batch just ends (and ``continue`` goes on)."""
 
     ui_color = "#fde9c9"
+    operator_extra_links = (DataChecksLink(),)
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.head import HeadStatus
@@ -332,7 +384,9 @@ class FinishOperator(SparkAttemptOperator):
             self.fence_earlier_attempts(job, state.latest.checkpoint_id + 1)
             plan = job.plan_finish(batch, state, drain=drain)
             self.run_attempt(job, plan, options)
-            final = job.commit_finish(plan)
+            final = self.checked(
+                job, lambda: job.commit_finish(plan), "the final checkpoint",
+                "Fix the input (or the checks), then clear the finish task to compute the outputs again.")
             self.log.info("final checkpoint %d committed", final.checkpoint_id)
             state = job.state(verify="none")
         elif stop is StopMode.SUSPEND and state.status is HeadStatus.RUNNING and job.suspended_at(state) is None:
