@@ -16,7 +16,8 @@ or, for the final checkpoint, an output; ``C`` one of its columns)::
     <metric>, <metric>.nonfinite   each metric of the epoch, and 1 if it is NaN or infinite
     <fact>                         scalars the body reported (StepResult.facts), e.g. input_nodes
     D.rows, D.schema               records; the schema as "name type, name type"
-    D.duplicate_keys               (heads) records whose key another record has too
+    D.duplicate_keys               (heads) records whose key (the head's key columns) an
+                                   earlier record has too
     D.C.nulls                      null values
     D.C.nonfinite, D.C.min, D.C.max, D.C.sum    (numeric C) NaN/inf count; min/max/sum of the finite values
 
@@ -29,8 +30,8 @@ checkpoint's metrics as ``previous__<metric>``. An expectation whose columns or 
 attempt does not have (the final checkpoint has no metrics; epoch 0 no parent) is reported as
 skipped.
 
-The suite of an attempt: the runtime's (metrics finite; each head's keys not null and unique
-and its schema the one it was restored with), then the body's (``IterationBody.expectations``),
+The suite of an attempt: the runtime's (metrics finite; each head's schema the one it was
+restored with), then the body's (``IterationBody.expectations``),
 then the job's (``JobConfig.checks``: a DAG's checks file, then the run's ``checks`` param). A
 later entry with the name of an earlier one replaces the keys it gives (``{"name":
 "rank_mass", "severity": "warning"}`` only downgrades it; ``"enabled": false`` removes it).
@@ -287,22 +288,15 @@ def runtime_expectations(
     metrics: Iterable[str],
     restored_schemas: Mapping[str, str],
 ) -> list[dict[str, Any]]:
-    """What every job checks: metrics finite; each head's keys not null and unique; a head's
-    schema the one it was restored with."""
+    """What every job checks: metrics finite; a head's schema the one it was restored with.
+    (A head's key columns only partition its records: whether they are unique is the body's
+    to say, in its own expectations.)"""
     out: list[dict[str, Any]] = []
     for m in sorted(metrics):
         out.append({"name": f"{m}_finite", "type": "expect_column_values_to_be_between",
                     "kwargs": {"column": f"{m}.nonfinite", "max_value": 0},
                     "description": f"the metric {m} is a finite number"})
-    for head, keys in heads.items():
-        for key in keys:
-            out.append({"name": f"{head}_{key}_not_null", "type": "expect_column_values_to_be_between",
-                        "kwargs": {"column": f"{head}.{key}.nulls", "max_value": 0},
-                        "description": f"no {head} record has a null {key}"})
-        if keys:
-            out.append({"name": f"{head}_keys_unique", "type": "expect_column_values_to_be_between",
-                        "kwargs": {"column": f"{head}.duplicate_keys", "max_value": 0},
-                        "description": f"each key ({', '.join(keys)}) is in one {head} record"})
+    for head in heads:
         if restored_schemas.get(head):
             out.append({"name": f"{head}_schema_stable", "type": "expect_column_values_to_be_in_set",
                         "kwargs": {"column": f"{head}.schema", "value_set": [restored_schemas[head]]},

@@ -66,6 +66,9 @@ class KMeans(IterationBody):
     epoch_outputs = ("centroid_history",)
     # checked before each checkpoint commits (include.checks)
     expectations = (
+        {"name": "cluster_ids_unique", "type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "centroids.duplicate_keys", "max_value": 0},
+         "description": "one centroid per cluster"},
         {"name": "centroids_finite", "type": "expect_column_values_to_be_between",
          "kwargs": {"column": "centroids.*.nonfinite", "max_value": 0},
          "description": "every centroid coordinate is a finite number"},

@@ -52,6 +52,12 @@ class PageRank(IterationBody):
     outputs = ("ranks",)
     # checked before each checkpoint commits (include.checks), on the feedback ranks and the output
     expectations = (
+        {"name": "ranks_node_unique", "type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "ranks.duplicate_keys", "max_value": 0},
+         "description": "one rank per node"},
+        {"name": "ranks_node_not_null", "type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "ranks.node.nulls", "max_value": 0},
+         "description": "no rank without its node"},
         {"name": "ranks_finite", "type": "expect_column_values_to_be_between",
          "kwargs": {"column": "ranks.rank.nonfinite", "max_value": 0},
          "description": "every rank is a finite number"},

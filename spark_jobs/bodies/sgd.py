@@ -62,9 +62,14 @@ class IncrementalSGD(IterationBody):
     metric_aggregations = {"points": "sum", "new_points": "sum"}
     convergence_metric = None
     outputs = ("model", "splits")
-    # checked before each checkpoint commits (include.checks); the runtime's own checks already
-    # refuse a split recorded twice (splits_keys_unique)
+    # checked before each checkpoint commits (include.checks)
     expectations = (
+        {"name": "splits_once", "type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "splits.duplicate_keys", "max_value": 0},
+         "description": "each input split is recorded once: no file is learned from twice"},
+        {"name": "model_names_unique", "type": "expect_column_values_to_be_between",
+         "kwargs": {"column": "model.duplicate_keys", "max_value": 0},
+         "description": "one weight per feature"},
         {"name": "model_finite", "type": "expect_column_values_to_be_between",
          "kwargs": {"column": "model.weight.nonfinite", "max_value": 0},
          "description": "every weight is a finite number"},

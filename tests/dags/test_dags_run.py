@@ -223,3 +223,47 @@ def test_incremental_dag_picks_up_files_dropped_while_it_runs(airflow_env, tmp_p
     assert "waiting for new input under" in log, "an epoch waited for input"
     assert "-> terminating (end of input)" in log
     check_exactly_once(inbox, conf["output_path"], files=4)
+
+
+def test_data_checks_refuse_a_round_then_the_fixed_run_goes_on(airflow_env, spark, tmp_path):
+    """A run of a job is given a wrong input (another graph, with more nodes): its first
+    epoch's commit is refused by the data checks (the ranks no longer cover the input, their
+    mass is off), the task fails at once with the report's summary and a Data checks link;
+    epoch 1 stays the latest checkpoint. With the input fixed, the same DAG run again (same
+    logical date: the same batch) recomputes epoch 2 and the job ends as if nothing had happened."""
+    import sqlite3
+
+    env = {**airflow_env, "ITERATIONS_EPOCHS_PER_BATCH": "2"}
+    good = graph_with_dangling(30, 0.12, seed=5)
+    edges = write_edges(tmp_path / "edges.csv", good)
+    conf = {"job_id": "pr-checked", "input_path": edges, "checkpoint_root": str(tmp_path / "store"),
+            "output_path": str(tmp_path / "out"), "max_epochs": 4, "tolerance": 0, "num_partitions": 2,
+            "continuation": False}
+    first = airflow(env, "dags", "test", "iterate_pagerank", "2026-03-01", "--conf", json.dumps(conf))
+    assert "state=success" in first.stdout + first.stderr, (first.stdout + first.stderr)[-3000:]
+
+    wrong = write_edges(tmp_path / "other.csv", graph_with_dangling(45, 0.12, seed=6))
+    refused = airflow(env, "dags", "test", "iterate_pagerank", "2026-03-02", "--conf",
+                      json.dumps({**conf, "input_path": wrong}))
+    log = refused.stdout + refused.stderr
+    assert "state=failed" in log, log[-3000:]
+    assert "epoch 2: the data checks refused the attempt" in log
+    assert "FAILED  ranks_cover_input [critical]" in log and "FAILED  rank_mass [critical]" in log
+    assert "clear the tasks of epoch_0 (run, align, commit)" in log
+    job = IterationJob(JobConfig(job_id="pr-checked", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "store")))
+    assert job.log.latest_id() == 1
+    with sqlite3.connect(os.path.join(env["AIRFLOW_HOME"], "airflow.db")) as db:
+        links = [json.loads(v) for (v,) in db.execute(
+            "select value from xcom where dag_id='iterate_pagerank' and task_id='epoch_0.commit' "
+            "and key='_link_DataChecksLink'")]
+    assert any(link.startswith("file://") and link.endswith("/data_docs.html") and "/checks/0000000002/" in link
+               for link in links), links
+
+    again = airflow(env, "dags", "test", "iterate_pagerank", "2026-03-02", "--conf", json.dumps(conf))
+    log = again.stdout + again.stderr
+    assert "state=success" in log, log[-3000:]
+    assert "epoch 2 committed" in log and "epoch 3 committed" in log
+    reference = JobConfig(job_id="pr-ref", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "lib"),
+                          max_epochs=4, tolerance=0.0, num_partitions=2)
+    published = read_published(tmp_path / "out", "ranks")
+    assert dict(zip(published["node"], published["rank"])) == ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])

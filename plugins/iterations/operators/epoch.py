@@ -125,10 +125,9 @@ class IterationOperator(BaseOperator):
     def note_checks(self, job) -> None:
         report = job.last_check_report
         self.data_checks_url = _link_url(report.locations["html"]) if report and "html" in report.locations else ""
-        if report is not None:
-            self.log.info("%s", report.summary() if report.blocking or report.warnings else report.headline())
-            if report.locations:
-                self.log.info("data checks report: %s", ", ".join(f"{k} {v}" for k, v in sorted(report.locations.items())))
+        # the runtime has logged the report's summary (the "iterations" logger reaches the task log)
+        if report is not None and report.locations:
+            self.log.info("data checks report: %s", ", ".join(f"{k} {v}" for k, v in sorted(report.locations.items())))
 
     @staticmethod
     def batch_start(job, batch: str, next_epoch: int | None = None) -> int | None:
