@@ -416,7 +416,9 @@ def validate(
     html: bool = True,
 ) -> tuple[CheckReport, dict[str, Any] | None, str | None]:
     """Validate ``profile`` with ``specs``: (report, Great Expectations' validation result as
-    JSON, its Data Docs page as HTML; both None when no expectation applied)."""
+    JSON or None when no expectation applied, its Data Docs page as HTML when an expectation
+    failed or warned, else None: rendering costs more than validating, and a page of passes is
+    rarely read)."""
     started = time.perf_counter()
     columns = list(profile)
     outcomes: list[Outcome] = []
@@ -432,9 +434,11 @@ def validate(
             runnable.append(spec)
     gx_json = page = None
     if runnable:
-        results, gx_json, page = _run_gx(runnable, profile, parameters, html)
+        results, gx_json, rendered = _run_gx(runnable, profile, parameters, html)
         for spec, result in zip(runnable, results):
             outcomes.append(_outcome(spec, result, profile))
+        if html and any(o.status in ("failed", "error") for o in outcomes):
+            page = rendered()
     report = CheckReport(job_id, checkpoint_id, attempt_id, kind, outcomes, dict(profile), dict(parameters))
     report.seconds = time.perf_counter() - started
     return report, gx_json, page
@@ -459,7 +463,8 @@ def _make_gx() -> None:
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    for name in ("great_expectations", "great_expectations.data_context.types.base"):  # the latter sets INFO itself
+        logging.getLogger(name).setLevel(logging.WARNING)
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
     batch = ctx.data_sources.add_pandas("iterations").add_dataframe_asset("profile") \
@@ -468,7 +473,7 @@ def _make_gx() -> None:
 
 
 def _run_gx(specs: Sequence[ExpectationSpec], profile: Mapping[str, Any], parameters: Mapping[str, Any],
-            html: bool) -> tuple[list[Any], dict[str, Any], str | None]:
+            html: bool) -> tuple[list[Any], dict[str, Any], Any]:
     import pandas as pd
 
     gx, ctx, batch = _gx()
@@ -498,13 +503,14 @@ def _run_gx(specs: Sequence[ExpectationSpec], profile: Mapping[str, Any], parame
     _plain_numbers(result)
     by_name = {r.expectation_config.meta.get("name"): r for r in result.results}
     ordered = [by_name.get(s.name) for s in specs]
-    page = None
-    if html:
+
+    def render() -> str:
         from great_expectations.render.renderer import ValidationResultsPageRenderer
         from great_expectations.render.view import DefaultJinjaPageView
 
-        page = DefaultJinjaPageView().render(ValidationResultsPageRenderer().render(result))
-    return ordered, _jsonable(result.to_json_dict()), page
+        return DefaultJinjaPageView().render(ValidationResultsPageRenderer().render(result))
+
+    return ordered, _jsonable(result.to_json_dict()), render
 
 
 def _plain_numbers(result: Any) -> None:

@@ -137,6 +137,9 @@ def test_a_warning_only_expectation_never_blocks_and_is_kept(spark, edges, tmp_p
         assert outcomes["impossible_max"]["observed"]["ranks.rank.max"] > 1e-12
         assert "ranks_nonnegative" not in outcomes, "disabled by the job's checks"
         assert outcomes["rank_mass"]["status"] == "passed"
+        attempt = kept["report"]["attempt_id"]
+        page = IterationJob(cfg).store.get(IterationJob(cfg).log.layout.checks(epoch, attempt) + "/data_docs.html")
+        assert b"fails on purpose" in page, "the warning's Data Docs page is kept (it shows the description)"
     # final checkpoint: the output's checks ran too (metrics and the input fact are absent there)
     [final] = check_results(cfg.checkpoint_root, cfg.job_id, 3)
     statuses = {o["name"]: o["status"] for o in final["report"]["outcomes"]}

@@ -168,8 +168,9 @@ def test_a_blocking_failure_names_expectation_observed_and_expected():
 
 
 def test_warnings_do_not_block_and_are_reported():
-    report, _, _ = run([spec("dominant", "ranks.rank.max", severity="warning", max_value=0.5),
-                        spec("info_only", "ranks.rank.max", severity="info", max_value=0.1)])
+    report, _, html = run([spec("dominant", "ranks.rank.max", severity="warning", max_value=0.5),
+                           spec("info_only", "ranks.rank.max", severity="info", max_value=0.1)])
+    assert html is not None, "a page for what warned"
     assert report.success and [o.name for o in report.warnings] == ["dominant", "info_only"]
     assert "WARNING" not in report.headline() and "2 warning(s)" in report.headline()
 
@@ -184,7 +185,8 @@ def test_missing_columns_and_parameters_skip_globs_expand():
         ExpectationSpec("schema", "expect_column_values_to_be_in_set",
                         {"column": "ranks.schema", "value_set": ["node bigint, rank double"]}),
     ]
-    first, _, _ = run(specs)
+    first, gx_json, html = run(specs)
+    assert gx_json["success"] is True and html is None, "no Data Docs page when everything passed"
     status = {o.name: o.status for o in first.outcomes}
     assert status == {"not_here": "skipped", "not_increasing": "skipped", "finite[ranks.rank.nonfinite]": "passed",
                       "finite[ranks.node.nonfinite]": "passed", "cover": "passed", "schema": "passed"}

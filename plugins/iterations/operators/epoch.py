@@ -27,8 +27,9 @@ def batch_id_of(context: Mapping[str, Any]) -> str:
 
 
 class DataChecksLink(BaseOperatorLink):
-    """The data checks' report (Great Expectations Data Docs page) of the attempt a commit or
-    finish task checked: a file:// URL for a local store, s3://bucket/key for S3."""
+    """The data checks' report of the attempt a commit or finish task checked (the Great
+    Expectations Data Docs page when something failed or warned, else the JSON result): a
+    file:// URL for a local store, s3://bucket/key for S3."""
 
     name = "Data checks"
 
@@ -124,7 +125,8 @@ class IterationOperator(BaseOperator):
 
     def note_checks(self, job) -> None:
         report = job.last_check_report
-        self.data_checks_url = _link_url(report.locations["html"]) if report and "html" in report.locations else ""
+        where = (report.locations.get("html") or report.locations.get("json")) if report else None
+        self.data_checks_url = _link_url(where) if where else ""
         # the runtime has logged the report's summary (the "iterations" logger reaches the task log)
         if report is not None and report.locations:
             self.log.info("data checks report: %s", ", ".join(f"{k} {v}" for k, v in sorted(report.locations.items())))
