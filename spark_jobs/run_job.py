@@ -36,6 +36,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-epochs-in-batch", type=int, default=None)
     p.add_argument("--batch-id", default=None)
     p.add_argument("--endpoint-url", default=None, help="S3 endpoint (MinIO, moto); default from the environment")
+    p.add_argument("--checks", default=None, metavar="FILE",
+                   help="data checks (JSON: {\"expectations\": [...]}), over the body's; see README, Data checks")
+    p.add_argument("--no-checks", action="store_true", help="turn the data checks off")
     p.add_argument("--wait-for-input", type=float, default=None, metavar="SECONDS",
                    help="input arriving while the job runs (body sgd): wait up to SECONDS before each epoch")
     return p.parse_args(argv)
@@ -56,11 +59,16 @@ def main(argv: list[str] | None = None) -> int:
         except json.JSONDecodeError:
             params[name] = value
     try:
+        from include.checks import load_checks_file
+
+        checks = load_checks_file(args.checks) if args.checks else None
+        if args.no_checks:
+            checks = {**(checks or {}), "enabled": False}
         config = JobConfig(
             job_id=args.job_id, body=args.body, input=InputSpec(args.input, args.input_format),
             checkpoint_root=args.checkpoint_root, output_path=args.output_path, output_format=args.output_format, body_params=params,
             max_epochs=args.max_epochs, tolerance=args.tolerance, num_partitions=args.num_partitions,
-            retain_last=args.retain_last,
+            retain_last=args.retain_last, checks=checks,
         )
         from include.runner import IterationRunner
 

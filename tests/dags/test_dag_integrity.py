@@ -74,7 +74,9 @@ def test_dag_shape(dagbag, dag_id):
     finish = dag.get_task("finish")
     assert finish.trigger_rule == "none_failed"
     assert {"job_id", "input_path", "checkpoint_root", "max_epochs", "tolerance", "num_partitions",
-            "continuation", "stop"} <= set(dag.params)
+            "continuation", "stop", "checks"} <= set(dag.params)
+    for task in (dag.get_task("epoch_0.commit"), finish):  # the data checks' report is linked
+        assert [link.name for link in task.operator_extra_links] == ["Data checks"]
     continuation = dag.get_task("continue")
     assert continuation.upstream_task_ids == {"finish"} and continuation.trigger_dag_id == dag_id
     if dag.timetable.can_be_scheduled:
@@ -97,6 +99,9 @@ def test_dag_shape(dagbag, dag_id):
         ("iterate_kmeans", "stop", "halt"),
         ("iterations_stop", "mode", "pause"),
         ("iterations_stop", "job_id", "../other"),
+        ("iterate_pagerank", "checks", {"expectations": [{"name": "x", "severity": "fatal"}]}),
+        ("iterate_pagerank", "checks", {"expectations": [{"type": "expect_column_to_exist"}]}),
+        ("iterate_kmeans", "checks", {"enable": False}),
     ],
 )
 def test_bad_params_are_refused_naming_the_field(dagbag, dag_id, field, value):
@@ -106,3 +111,23 @@ def test_bad_params_are_refused_naming_the_field(dagbag, dag_id, field, value):
     params = ParamsDict({k: dag.params.get_param(k) for k in dag.params})
     with pytest.raises(ParamValidationError, match=f"Invalid input for param {field}:"):
         params[field] = value
+
+
+def test_data_checks_of_the_dags_and_the_plugin(dagbag):
+    """iterate_pagerank carries its checks file; the plugin that registers the Data checks link
+    loads; a checks param in the right shape validates."""
+    from airflow.sdk.definitions.param import ParamsDict
+
+    from include.checks import CheckSettings
+
+    commit = dagbag.dags["iterate_pagerank"].get_task("epoch_0.commit")
+    assert {e["name"] for e in CheckSettings.parse(commit.checks).expectations} >= {"no_dominant_node", "rank_mass"}
+    assert dagbag.dags["iterate_kmeans"].get_task("epoch_0.commit").checks == {}
+    dag = dagbag.dags["iterate_kmeans"]
+    params = ParamsDict({k: dag.params.get_param(k) for k in dag.params})
+    params["checks"] = {"expectations": [{"name": "no_empty_cluster", "severity": "warning"}]}
+
+    sys.path.insert(0, os.path.join(ROOT, "plugins"))
+    import iterations_plugin
+
+    assert [link.name for link in iterations_plugin.IterationsPlugin.operator_extra_links] == ["Data checks"]
