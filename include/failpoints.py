@@ -1,4 +1,6 @@
-"""Named failure points for tests. Off, and one dict lookup, unless ITERATIONS_FAILPOINTS is set.
+"""Fault injection for tests: named failure points, and S3 faults. Off, and one dict lookup
+(failpoints) or one check per S3 client (S3 faults), unless ITERATIONS_FAILPOINTS or
+ITERATIONS_S3_FAULTS is set.
 
 Syntax: ``name[@key=value...]=action`` separated by ``;``, for example::
 
@@ -58,3 +60,97 @@ def failpoint(name: str, **context: object) -> None:
                     os.killpg(driver, signal.SIGKILL)
                 os.kill(driver, signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+# --- S3 faults ---------------------------------------------------------------------------------
+
+S3_ENV = "ITERATIONS_S3_FAULTS"
+S3_LOG_ENV = "ITERATIONS_S3_FAULTS_LOG"
+S3_KINDS = ("500", "503", "throttle", "timeout")
+
+
+def _parse_s3(text: str) -> dict[str, object] | None:
+    """``rate=0.07,seed=3,kinds=500|503|throttle|timeout,lose_reply=checkpoints/``: each S3
+    call fails with probability ``rate`` before it is sent (a 500 InternalError, a 503
+    ServiceUnavailable, a 503 SlowDown, or a read time-out); ``lose_reply``: the first PutObject
+    whose key contains the string (in each process) is accepted by S3 and its reply lost."""
+    if not text.strip():
+        return None
+    conf: dict[str, object] = {"rate": 0.0, "seed": 0, "kinds": S3_KINDS, "lose_reply": None}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or key not in conf:
+            raise ValueError(f"{S3_ENV}: {item!r}: expected rate=, seed=, kinds= or lose_reply=")
+        if key == "rate":
+            conf["rate"] = float(value)
+        elif key == "seed":
+            conf["seed"] = int(value)
+        elif key == "kinds":
+            kinds = tuple(value.split("|"))
+            bad = [k for k in kinds if k not in S3_KINDS]
+            if bad:
+                raise ValueError(f"{S3_ENV}: unknown fault kind(s) {bad}; accepted: {'|'.join(S3_KINDS)}")
+            conf["kinds"] = kinds
+        else:
+            conf["lose_reply"] = value
+    return conf
+
+
+_S3 = _parse_s3(os.environ.get(S3_ENV, ""))
+
+
+def configure_s3(text: str) -> None:
+    """Replace the S3 fault settings for clients created from now on in this process."""
+    global _S3
+    _S3 = _parse_s3(text)
+
+
+def install_s3_faults(client, endpoint_url: str | None = None) -> None:
+    """Register the configured S3 faults on a boto3 client; nothing when none are set."""
+    if _S3 is None:
+        return
+    import random
+
+    from botocore.awsrequest import AWSResponse
+    from botocore.exceptions import ConnectionClosedError, ReadTimeoutError
+
+    conf = _S3
+    rng = random.Random(f"{conf['seed']}:{os.getpid()}:{id(client)}")
+    lost = {"done": False}
+    bodies = {
+        "500": (500, b"<Error><Code>InternalError</Code><Message>injected</Message></Error>"),
+        "503": (503, b"<Error><Code>ServiceUnavailable</Code><Message>injected</Message></Error>"),
+        "throttle": (503, b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"),
+    }
+
+    def record(kind: str, operation: str) -> None:
+        path = os.environ.get(S3_LOG_ENV)
+        if path:
+            with open(path, "a") as f:  # one short line per fault: appends do not interleave
+                f.write(f"{os.getpid()} {kind} {operation}\n")
+
+    def before_send(request, **kwargs):
+        if rng.random() >= float(conf["rate"]):
+            return None
+        kind = rng.choice(conf["kinds"])
+        record(kind, request.method)
+        if kind == "timeout":
+            raise ReadTimeoutError(endpoint_url=endpoint_url or request.url)
+        status, body = bodies[kind]
+
+        class Raw:
+            def stream(self, **kw):
+                yield body
+
+        return AWSResponse(request.url, status, {}, Raw())
+
+    def after_put(http_response, parsed, model, context=None, **kwargs):
+        key = str(((context or {}).get("input_params") or {}).get("Key", ""))
+        if conf["lose_reply"] and not lost["done"] and conf["lose_reply"] in key \
+                and http_response is not None and http_response.status_code == 200:
+            lost["done"] = True
+            record("lost-reply", f"PutObject {key}")
+            raise ConnectionClosedError(endpoint_url=endpoint_url or "s3")
+
+    client.meta.events.register("before-send.s3", before_send)
+    client.meta.events.register("after-call.s3.PutObject", after_put)

@@ -350,7 +350,11 @@ class S3Store(ObjectStore):
                 s3={"addressing_style": "path"} if self.endpoint_url else None,
                 region_name=self.region or session.region_name or "us-east-1",
             )
-            self._client = session.client("s3", endpoint_url=self.endpoint_url, config=config)
+            client = session.client("s3", endpoint_url=self.endpoint_url, config=config)
+            from include.failpoints import install_s3_faults
+
+            install_s3_faults(client, self.endpoint_url)  # tests only: nothing unless configured
+            self._client = client
         return self._client
 
     def _key(self, key: str) -> str:
