@@ -16,7 +16,7 @@ import dataclasses
 import json
 import logging
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from include.body import resolve_body
