@@ -79,6 +79,8 @@ class EpochPlan:
     coordinators: dict[str, Any] | None = None
     # the tail profiles what it writes for the data checks (off when the job's checks are)
     profile: bool = True
+    # the parent checkpoint's convergence metrics (the data checks' ``previous__<metric>``)
+    parent_metrics: dict[str, float] | None = None
     adopted: bool = False  # a complete earlier attempt is reused instead of running again
 
     @property
@@ -225,6 +227,7 @@ class IterationJob:
             warm_start=None if latest is not None or source is None
             else {"job_id": source.job_id, "checkpoint_id": source.checkpoint_id},
             profile=self.check_settings.enabled,
+            parent_metrics=dict(latest.decision.metrics) if latest is not None and latest.decision else None,
         )
 
     def plan_epoch(self, batch_id: str | None = None, state: JobState | None = None) -> EpochPlan:
@@ -397,7 +400,8 @@ class IterationJob:
         reports = self.reports(plan) if reports is None else reports
         return plan.aligner().align(plan.epoch, plan.attempt_id, list(reports))
 
-    def check(self, plan: EpochPlan, decision: AlignmentDecision | None, reports: Sequence[EpochReport]) -> None:
+    def check(self, plan: EpochPlan, decision: AlignmentDecision | None, reports: Sequence[EpochReport],
+              output_reports: Sequence[EpochReport] | None = None) -> None:
         """Run the checks between rounds: the Python checks, then the data checks; on a
         blocking failure abort the attempt (nothing of it is ever read) and raise
         DataCheckFailed with a readable summary. The data checks' results are kept in the
@@ -405,29 +409,33 @@ class IterationJob:
         try:
             for check in self.checks if plan.kind == "epoch" else ():
                 check(plan, decision, reports)
-            report = self.data_checks(plan, decision, reports)
+            report = self.data_checks(plan, decision, reports, output_reports)
             if report is not None and not report.success:
                 raise DataCheckFailed(report.summary(), report)
         except DataCheckFailed as e:
             self.log.abort(plan.checkpoint_id, plan.attempt_id, reason=str(e))
             raise
 
-    def data_checks(self, plan: EpochPlan, decision: AlignmentDecision | None,
-                    reports: Sequence[EpochReport]) -> CheckReport | None:
+    def data_checks(self, plan: EpochPlan, decision: AlignmentDecision | None, reports: Sequence[EpochReport],
+                    output_reports: Sequence[EpochReport] | None = None) -> CheckReport | None:
         """Validate the attempt's profile with its suite (include.checks); keep the results
         (JSON and Great Expectations' Data Docs page) under ``checks/<epoch>/<attempt>/``."""
         self.last_check_report = None
         if not self.check_settings.enabled:
             return None
         datasets: dict[str, list[EpochReport]] = {}
-        for r in list(reports) + self._output_reports(plan):
+        if output_reports is None:
+            output_reports = self._output_reports(plan)
+        for r in list(reports) + list(output_reports):
             datasets.setdefault(r.head, []).append(r)
         profile = profile_row(epoch=plan.checkpoint_id, kind=plan.kind, decision=decision, datasets=datasets)
         parameters: dict[str, Any] = {}
         if plan.kind == "epoch" and plan.parent_id is not None:
-            parent = self.log.load(plan.parent_id, verify="none")
-            if parent.decision is not None:
-                parameters = {f"previous__{k}": v for k, v in parent.decision.metrics.items()}
+            metrics = plan.parent_metrics
+            if metrics is None:  # a plan recorded before plans carried them
+                parent = self.log.load(plan.parent_id, verify="none")
+                metrics = parent.decision.metrics if parent.decision is not None else {}
+            parameters = {f"previous__{k}": v for k, v in metrics.items()}
         restored = {h: schema_string(ds.schema) for h, ds in plan.restore_datasets().items()} \
             if plan.kind == "epoch" else {}
         specs = merge([
@@ -470,12 +478,13 @@ class IterationJob:
         decision = decision or self.align(plan, reports)
         if any(s.get("input_finished") for s in (plan.coordinators or {}).values()) and not decision.terminated:
             decision = dataclasses.replace(decision, terminated=True, reason="end of input")
-        missing = self._missing_outputs(plan)
+        output_reports = self._output_reports(plan)
+        missing = self._missing_outputs(plan, output_reports)
         if missing:
             raise CheckpointError(f"epoch {plan.epoch} attempt {plan.attempt_id} of job {plan.job_id} "
                                   f"has not written its epoch outputs {missing}")
         try:
-            self.check(plan, decision, reports)
+            self.check(plan, decision, reports, output_reports)
         except DataCheckFailed:
             self.reset_coordinators()  # the checkpoint is aborted: held events dropped
             raise
@@ -491,7 +500,7 @@ class IterationJob:
                 head_state=JobHeadState.from_dict(plan.head_state).after(decision, reports),
                 decision=decision,
                 variables=_datasets(reports, plan.heads, plan.num_partitions),
-                outputs=_datasets(self._output_reports(plan), self._output_names(plan), plan.num_partitions),
+                outputs=_datasets(output_reports, self._output_names(plan), plan.num_partitions),
                 lifecycle=Lifecycle.at_epoch(plan.body, terminating=decision.terminated),
                 coordinators=plan.coordinators or {},
             )
@@ -547,11 +556,13 @@ class IterationJob:
     def _output_names(plan: EpochPlan) -> list[str]:
         return list(plan.body.get("outputs" if plan.kind == "final" else "epoch_outputs", []))
 
-    def _missing_outputs(self, plan: EpochPlan) -> list[str]:
+    def _missing_outputs(self, plan: EpochPlan, output_reports: Sequence[EpochReport] | None = None) -> list[str]:
         names = self._output_names(plan)
         if not names:
             return []
-        got = {(r.head, r.partition) for r in self._output_reports(plan)}
+        if output_reports is None:
+            output_reports = self._output_reports(plan)
+        got = {(r.head, r.partition) for r in output_reports}
         return [
             f"{name}/{p}"
             for name in names
@@ -567,12 +578,13 @@ class IterationJob:
         done = self._already_committed(plan)
         if done is not None:
             return done
-        missing = self._missing_outputs(plan)
+        output_reports = self._output_reports(plan)
+        missing = self._missing_outputs(plan, output_reports)
         if missing:
             raise CheckpointError(
                 f"finish attempt {plan.attempt_id} of job {plan.job_id} has not written outputs {missing}"
             )
-        self.check(plan, None, [])
+        self.check(plan, None, [], output_reports)
         failpoint("finish.before_final_checkpoint", job=plan.job_id)
         stop = StopMode(plan.stop) if plan.stop else None
         final = self._commit_manifest(
@@ -581,7 +593,7 @@ class IterationJob:
             head_state=JobHeadState.from_dict(plan.head_state).with_status(HeadStatus.TERMINATED),
             decision=None,
             variables=plan.restore_datasets(),
-            outputs=_datasets(self._output_reports(plan), plan.body.get("outputs", []), plan.num_partitions),
+            outputs=_datasets(output_reports, plan.body.get("outputs", []), plan.num_partitions),
             lifecycle=Lifecycle.at_final(plan.body, stop),
             coordinators=plan.coordinators or {},
         )

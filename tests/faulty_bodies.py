@@ -26,15 +26,21 @@ def _fault_params(raw: Mapping[str, Any], faults) -> tuple[dict, dict]:
     return raw, fault
 
 
-def _active(fault: Mapping[str, Any], epoch: int) -> bool:
-    return epoch == fault.get("at_epoch", 1) and os.path.exists(fault["while_exists"])
+@dataclass(frozen=True)
+class _Fault:
+    """The fault fields both faulty bodies' params add (after the body's own)."""
+
+    fault: str = ""
+    at_epoch: int = 1
+    while_exists: str = ""
+
+    def active(self, epoch: int) -> bool:
+        return epoch == self.at_epoch and os.path.exists(self.while_exists)
 
 
 @dataclass(frozen=True)
-class FaultyPageRankParams(PageRankParams):
-    fault: str = "nan"
-    at_epoch: int = 1
-    while_exists: str = ""
+class FaultyPageRankParams(_Fault, PageRankParams):
+    pass
 
 
 class FaultyPageRank(PageRank):
@@ -47,7 +53,7 @@ class FaultyPageRank(PageRank):
     def step(self, variables, data, ctx: EpochContext) -> StepResult:
         result = super().step(variables, data, ctx)
         p = ctx.params
-        if not _active({"at_epoch": p.at_epoch, "while_exists": p.while_exists}, ctx.epoch):
+        if not p.active(ctx.epoch):
             return result
         ranks = result.variables["ranks"]
         victim = F.pmod(F.xxhash64("node"), F.lit(5)) == 0  # about a fifth of the nodes
@@ -63,10 +69,8 @@ class FaultyPageRank(PageRank):
 
 
 @dataclass(frozen=True)
-class FaultyKMeansParams(KMeansParams):
-    fault: str = "empty_cluster"
-    at_epoch: int = 1
-    while_exists: str = ""
+class FaultyKMeansParams(_Fault, KMeansParams):
+    pass
 
 
 class FaultyKMeans(KMeans):
@@ -82,7 +86,7 @@ class FaultyKMeans(KMeans):
 
     def step(self, variables, data, ctx: EpochContext) -> StepResult:
         p = ctx.params
-        if _active({"at_epoch": p.at_epoch, "while_exists": p.while_exists}, ctx.epoch):
+        if p.active(ctx.epoch):
             centroids = variables["centroids"]
             moved = [F.when(F.col("cluster_id") == 0, F.lit(1e9)).otherwise(F.col(f)).alias(f)
                      for f in data["features"]]

@@ -113,15 +113,17 @@ class IterationOperator(BaseOperator):
         from include.runtime import DataCheckFailed
 
         try:
-            return commit()
+            result = commit()
         except DataCheckFailed as e:
             self.note_checks(job)
             raise AirflowFailException(
                 f"{what}: the data checks refused the attempt; it is aborted and the previous "
                 f"checkpoint stays the latest.\n{e}\n{hint}") from e
-        finally:
-            if getattr(self, "data_checks_url", None) is None:
-                self.note_checks(job)
+        except BaseException:
+            self.note_checks(job)  # whatever the checks found before the failure
+            raise
+        self.note_checks(job)
+        return result
 
     def note_checks(self, job) -> None:
         report = job.last_check_report
