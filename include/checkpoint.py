@@ -8,6 +8,8 @@ Layout under ``jobs/<job_id>/`` of the store::
     attempts/<epoch>/<attempt_id>/_reports/<head>/part-<p>.json   per-partition epoch reports
     attempts/<epoch>/<attempt_id>/outputs/<name>/part-...     staged outputs
     checkpoints/<id>.json      manifest; its create-if-absent write IS the commit
+    rejected/<id>.json         a rewind (fall-back from a damaged checkpoint) rejected this
+                               checkpoint: the reason and its manifest as it was
     retired/<id>               retention removed this checkpoint's data (its manifest stays a
                                tombstone so that nobody can ever commit that id again)
     aborted/<epoch>/<attempt_id>  the attempt was aborted: never adopted, its files are garbage
@@ -28,7 +30,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 from include.errors import (
     CheckpointCorrupted,
@@ -37,6 +39,7 @@ from include.errors import (
     ConfigError,
     ObjectNotFound,
 )
+from include.failpoints import clock_skew, trace
 from include.head import AlignmentDecision, EpochReport, FileRef, JobHeadState
 from include.lifecycle import Lifecycle, StopMode
 from include.store import ObjectStore, join_key, sha256_hex
@@ -90,6 +93,9 @@ class JobLayout:
 
     def report(self, epoch: int, attempt_id: str, head: str, partition: int) -> str:
         return f"{self.reports(epoch, attempt_id)}{head}/part-{partition:05d}.json"
+
+    def rejected(self, checkpoint_id: int) -> str:
+        return f"{self.root}/rejected/{checkpoint_id:010d}.json"
 
     def aborted(self, epoch: int, attempt_id: str) -> str:
         return f"{self.root}/aborted/{epoch:010d}/{check_attempt_id(attempt_id)}"
@@ -350,6 +356,17 @@ class CheckpointLog:
     def is_aborted(self, epoch: int, attempt_id: str) -> bool:
         return self.store.exists(self.layout.aborted(epoch, attempt_id))
 
+    def abort_reason(self, epoch: int, attempt_id: str) -> str | None:
+        """None if the attempt was not aborted, else why (possibly empty)."""
+        try:
+            data = self.store.get(self.layout.aborted(epoch, attempt_id))
+        except ObjectNotFound:
+            return None
+        try:
+            return str(json.loads(data).get("reason") or "")
+        except (ValueError, AttributeError):
+            return ""
+
     def read_plan(self, epoch: int, attempt_id: str) -> dict[str, Any] | None:
         try:
             return json.loads(self.store.get(self.layout.plan(epoch, attempt_id)))
@@ -390,6 +407,8 @@ class CheckpointLog:
             )
         stamped = Manifest(**{**manifest.__dict__, "committed_at": _now()})
         if self.store.put_if_absent(self.layout.checkpoint(cid), stamped.to_bytes()):
+            trace("checkpoint.committed", job=self.job_id, checkpoint=cid, attempt=manifest.attempt_id,
+                  kind=manifest.kind, at=stamped.committed_at)
             return CommitOutcome(cid, manifest.attempt_id, first_write=True)
         return self._already_committed(manifest)
 
@@ -501,6 +520,50 @@ class CheckpointLog:
         ids = (self.layout.parse_id(o.key) for o in self.store.list(f"{self.layout.root}/savepoints/"))
         return sorted(i for i in ids if i is not None)
 
+    # --- falling back from a damaged checkpoint --------------------------------------------
+
+    def rewind(self, to_id: int, reason: str) -> list[int]:
+        """Make checkpoint ``to_id`` the latest again, on the user's request after a later one
+        was found damaged: every checkpoint after it is rejected (its manifest moved to
+        ``rejected/<id>.json`` with the reason, its batch and publication records dropped) and
+        every attempt of those epochs is aborted, so that none of them can commit any more.
+        The epochs after ``to_id`` are then computed again. Returns the rejected ids."""
+        self.load(to_id, verify="none")  # it must be a kept, committed checkpoint
+        prefix = f"{self.layout.root}/checkpoints/"
+        later = sorted((i for o in self.store.list(prefix) if (i := self.layout.parse_id(o.key)) is not None
+                        and i > to_id), reverse=True)
+        if not later:
+            return []
+        at = _now()
+        for cid in later:  # evidence and fencing first, then the manifests go
+            try:
+                damaged = self.store.get(self.layout.checkpoint(cid)).decode(errors="replace")
+            except ObjectNotFound:
+                continue
+            self.store.put(self.layout.rejected(cid), json.dumps(
+                {"checkpoint_id": cid, "rewound_to": to_id, "reason": reason, "at": at, "manifest": damaged},
+                indent=1, sort_keys=True).encode())
+            for attempt_id in self.attempt_ids(cid):
+                self.store.put(self.layout.aborted(cid, attempt_id),
+                               json.dumps({"reason": f"rejected: rewound to checkpoint {to_id}", "at": at}).encode())
+        stale_batches = [self.layout.batch(b) for b, cid in self.batch_finals().items() if cid in later]
+        publications = [o.key for cid in later for o in self.store.list(f"{self.layout.root}/published/{cid:010d}/")]
+        self.store.delete(stale_batches + publications + [self.layout.retired(cid) for cid in later])
+        for cid in later:  # highest first: the latest id only ever goes down to ``to_id``
+            self.store.delete([self.layout.checkpoint(cid)])
+        log.warning("job %s: rewound to checkpoint %d; rejected checkpoints %s (%s)", self.job_id, to_id,
+                    sorted(later), reason)
+        trace("checkpoint.rewound", job=self.job_id, to=to_id, rejected=sorted(later))
+        return sorted(later)
+
+    def rejected(self) -> dict[int, dict[str, Any]]:
+        """Checkpoints rejected by a rewind: id -> the record (reason, the manifest as it was)."""
+        out = {}
+        for o in self.store.list(f"{self.layout.root}/rejected/"):
+            if (cid := self.layout.parse_id(o.key)) is not None:
+                out[cid] = json.loads(self.store.get(o.key))
+        return out
+
     # --- retention ----------------------------------------------------------------------
 
     def collect_garbage(self, retain_last: int) -> GcReport:
@@ -569,7 +632,8 @@ def verify_bytes(data: bytes, ref: FileRef, where: str) -> None:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")
+    now = _dt.datetime.now(_dt.timezone.utc) + _dt.timedelta(seconds=clock_skew())
+    return now.isoformat(timespec="milliseconds")
 
 
 __all__ = [

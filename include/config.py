@@ -13,6 +13,7 @@ from include.errors import ConfigError
 
 INPUT_FORMATS = ("csv", "parquet", "json")
 OUTPUT_FORMATS = ("parquet", "delta")
+ON_DAMAGED = ("fail", "previous")
 _EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "json"}
 
 
@@ -63,6 +64,9 @@ class JobConfig:
     # the data checks: {"enabled": bool, "expectations": [...]} (include.checks), merged over
     # the runtime's and the body's expectations; None: those alone
     checks: dict[str, Any] | None = None
+    # a damaged latest checkpoint: "fail" (refuse, the default) or "previous" (verify restores in
+    # full and fall back to the newest intact checkpoint, recomputing the epochs after it)
+    on_damaged_checkpoint: str = "fail"
 
     def __post_init__(self) -> None:
         check_job_id(self.job_id)
@@ -76,6 +80,9 @@ class JobConfig:
             raise ConfigError(f"checkpoint_root must be a local path or s3://bucket/prefix, got {self.checkpoint_root!r}")
         if self.output_format not in OUTPUT_FORMATS:
             raise ConfigError(f"output_format {self.output_format!r} is not supported; accepted: {', '.join(OUTPUT_FORMATS)}")
+        if self.on_damaged_checkpoint not in ON_DAMAGED:
+            raise ConfigError(f"on_damaged_checkpoint must be one of {', '.join(ON_DAMAGED)}, "
+                              f"got {self.on_damaged_checkpoint!r}")
         _check_int("max_epochs", self.max_epochs, 1, 1_000_000)
         _check_int("num_partitions", self.num_partitions, 1, 100_000)
         _check_int("retain_last", self.retain_last, 1, 1_000_000)

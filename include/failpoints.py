@@ -62,6 +62,37 @@ def failpoint(name: str, **context: object) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+# --- trace and clock skew ------------------------------------------------------------------
+
+TRACE_ENV = "ITERATIONS_TRACE"
+SKEW_ENV = "ITERATIONS_CLOCK_SKEW"
+
+
+def trace(event: str, **context: object) -> None:
+    """Append ``event`` to the file named by ITERATIONS_TRACE (one JSON line; nothing when
+    unset). The fault suite counts commits and publications from it across processes."""
+    path = os.environ.get(TRACE_ENV)
+    if not path:
+        return
+    import json
+
+    line = json.dumps({"event": event, "pid": os.getpid(), **context}, sort_keys=True, default=str)
+    with open(path, "a") as f:  # one short line per write: appends do not interleave
+        f.write(line + "\n")
+
+
+def clock_skew() -> float:
+    """Seconds added to this process's wall clock (ITERATIONS_CLOCK_SKEW, e.g. ``-600``): the
+    timestamps the runtime writes are informational, and tests skew them to prove it."""
+    text = os.environ.get(SKEW_ENV)
+    if not text:
+        return 0.0
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{SKEW_ENV} must be a number of seconds, got {text!r}") from None
+
+
 # --- S3 faults ---------------------------------------------------------------------------------
 
 S3_ENV = "ITERATIONS_S3_FAULTS"

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from include.checkpoint import Manifest
 from include.config import JobConfig
+from include.failpoints import failpoint
 from include.head import AlignmentDecision, HeadStatus
 from include.lifecycle import StopMode
 from include.runtime import DEFAULT_CHECKS, Check, DataCheckFailed, EpochPlan, IterationJob
@@ -175,6 +176,7 @@ class IterationRunner:
                 break
             started = time.monotonic()
             plan = self._run_epoch_attempt(batch_id, state)
+            failpoint("epoch.before_align", job=self.config.job_id, epoch=plan.epoch)
             decision = job.align(plan)
             manifest = job.commit(plan, decision)
             decision = manifest.decision  # as committed (the end of the input may have ended the job)

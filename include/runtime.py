@@ -24,7 +24,7 @@ from include.checkpoint import CheckpointLog, DatasetRef, Manifest
 from include.checks import CheckReport, CheckSettings, merge, profile_row, runtime_expectations, schema_string, validate
 from include.config import InputSpec, JobConfig
 from include.coordinator import AlignmentCoordinator, Coordinator, CoordinatorHolder, Coordinators
-from include.errors import CheckpointError, CheckpointSuperseded, IterationError
+from include.errors import CheckpointCorrupted, CheckpointError, CheckpointSuperseded, IterationError
 from include.head import (
     AlignmentDecision,
     Aligner,
@@ -34,7 +34,7 @@ from include.head import (
     JobHeadState,
     TerminationCriteria,
 )
-from include.failpoints import failpoint
+from include.failpoints import failpoint, trace
 from include.lifecycle import Lifecycle, OperatorState, StopMode
 from include.outputs import publish_dataset, publish_delta, publish_increment
 from include.store import ObjectStore, open_store
@@ -185,10 +185,45 @@ class IterationJob:
     # --- plan -----------------------------------------------------------------------------
 
     def state(self, *, verify: str = "sizes") -> JobState:
-        latest = self.log.latest(verify=verify)
+        """The job's state at its latest checkpoint, verified (``sizes`` by default: every object
+        there with its size). A damaged checkpoint is refused (CheckpointCorrupted), or, when
+        the job says ``on_damaged_checkpoint="previous"``, verified in full (SHA-256 of every
+        byte) and replaced by the newest intact checkpoint (``fall_back``)."""
+        fall_back = self.config.on_damaged_checkpoint == "previous" and verify != "none"
+        try:
+            latest = self.log.latest(verify="full" if fall_back else verify)
+        except CheckpointCorrupted as e:
+            if not fall_back:
+                raise CheckpointCorrupted(
+                    f"{e}. Nothing was computed from it. To restart from the newest intact checkpoint "
+                    "before it (recomputing the epochs after that one), run the job with "
+                    "on_damaged_checkpoint='previous' (run_job --on-damaged-checkpoint previous)") from e
+            latest = self.fall_back(str(e))
         if latest is None:
             return JobState(None, HeadStatus.RUNNING, 0)
         return JobState(latest, latest.head_state.status, latest.epoch + 1)
+
+    def fall_back(self, reason: str) -> Manifest:
+        """Rewind the job to its newest checkpoint that verifies in full (the user asked for it:
+        ``on_damaged_checkpoint="previous"``); the checkpoints after it are rejected, their
+        epochs computed again. CheckpointCorrupted if no kept checkpoint is intact."""
+        latest = self.log.latest_id()
+        for cid in reversed(self.log.checkpoint_ids()):
+            if latest is not None and cid >= latest:
+                continue
+            try:
+                manifest = self.log.load(cid, verify="full")
+            except CheckpointCorrupted as e:
+                log.warning("job %s: checkpoint %d is damaged too: %s", self.config.job_id, cid, e)
+                continue
+            rejected = self.log.rewind(cid, reason)
+            log.warning("job %s: falling back to checkpoint %d (epoch %d): %s; checkpoints %s rejected, "
+                        "their epochs are computed again", self.config.job_id, cid, manifest.epoch, reason, rejected)
+            self.reset_coordinators()
+            return manifest
+        raise CheckpointCorrupted(
+            f"job {self.config.job_id}: {reason}; and no kept checkpoint before it is intact "
+            f"(kept: {self.log.checkpoint_ids()}): nothing to fall back to")
 
     def _base_plan(self, kind: str, checkpoint_id: int, latest: Manifest | None, batch_id: str | None) -> EpochPlan:
         meta = self.body_meta
@@ -513,6 +548,11 @@ class IterationJob:
         return manifest
 
     def _commit_manifest(self, plan: EpochPlan, **content: Any) -> Manifest:
+        reason = self.log.abort_reason(plan.checkpoint_id, plan.attempt_id)
+        if reason is not None:  # fenced: a retry took over, or a rewind rejected its epoch
+            raise CheckpointSuperseded(
+                f"attempt {plan.attempt_id} of checkpoint {plan.checkpoint_id} of job {plan.job_id} was aborted "
+                f"({reason or 'no reason given'}): it cannot commit, it is superseded and its files are garbage")
         manifest = Manifest(
             job_id=plan.job_id,
             checkpoint_id=plan.checkpoint_id,
@@ -647,6 +687,8 @@ class IterationJob:
                 publish_increment(self.store, out, name, ds, stamp)
                 where = out.location(name)
             failpoint("publish.after_output", job=manifest.job_id, checkpoint=manifest.checkpoint_id, output=name)
+            trace("output.published", job=manifest.job_id, checkpoint=manifest.checkpoint_id, output=name,
+                  kind=manifest.kind, rows=ds.rows)
             self.log.record_publication(manifest.checkpoint_id, name, {
                 "location": where, "format": self.config.output_format, "rows": ds.rows,
                 "attempt_id": manifest.attempt_id})

@@ -39,6 +39,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--checks", default=None, metavar="FILE",
                    help="data checks (JSON: {\"expectations\": [...]}), over the body's; see README, Data checks")
     p.add_argument("--no-checks", action="store_true", help="turn the data checks off")
+    p.add_argument("--on-damaged-checkpoint", choices=["fail", "previous"], default="fail",
+                   help="a damaged latest checkpoint: fail (default), or fall back to the newest intact one")
     p.add_argument("--wait-for-input", type=float, default=None, metavar="SECONDS",
                    help="input arriving while the job runs (body sgd): wait up to SECONDS before each epoch")
     return p.parse_args(argv)
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
             job_id=args.job_id, body=args.body, input=InputSpec(args.input, args.input_format),
             checkpoint_root=args.checkpoint_root, output_path=args.output_path, output_format=args.output_format, body_params=params,
             max_epochs=args.max_epochs, tolerance=args.tolerance, num_partitions=args.num_partitions,
-            retain_last=args.retain_last, checks=checks,
+            retain_last=args.retain_last, checks=checks, on_damaged_checkpoint=args.on_damaged_checkpoint,
         )
         from include.runner import IterationRunner
 

@@ -53,6 +53,11 @@ def job_params(
                            description="Converged when the body's metric is under this."),
         "num_partitions": Param(num_partitions, type="integer", minimum=1, maximum=100_000,
                                 description="Partitions of the feedback datasets; may change between runs."),
+        "on_damaged_checkpoint": Param("fail", type="string", enum=["fail", "previous"],
+                                       description="If the latest checkpoint is found damaged: fail (refuse it, "
+                                                   "the default), or previous (verify restores in full and fall "
+                                                   "back to the newest intact checkpoint, recomputing the epochs "
+                                                   "after it)."),
         "stop": Param("none", type="string", enum=["none", "drain", "suspend"],
                       description="At the end of this run's batch, if the job has not terminated: none = go on "
                                   "(continuation); drain = finish now (final checkpoint, publish outputs); "

@@ -13,7 +13,8 @@ from typing import Any, Mapping, Sequence
 from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-JOB_FIELDS = ("job_id", "checkpoint_root", "output_path", "output_format", "max_epochs", "tolerance", "num_partitions", "retain_last")
+JOB_FIELDS = ("job_id", "checkpoint_root", "output_path", "output_format", "max_epochs", "tolerance", "num_partitions", "retain_last",
+              "on_damaged_checkpoint")
 
 
 def batch_id_of(context: Mapping[str, Any]) -> str:
