@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from include.checkpoint import Manifest
 from include.config import JobConfig
+from include.errors import CheckpointCorrupted
 from include.failpoints import failpoint
 from include.head import AlignmentDecision, HeadStatus
 from include.lifecycle import StopMode
@@ -104,6 +105,8 @@ class IterationRunner:
                 if plan.kind == "epoch" else []
             # A failed attempt never becomes state; its files are deleted now, not left to GC.
             self.job.abort(plan, reason=f"{type(e).__name__}: {e}"[:500])
+            if isinstance(e, CheckpointCorrupted):  # the restored state failed its checksums
+                raise self.job.refuse_damaged(e) from e
             raise
 
     def run(self, *, batch_id: str | None = None, max_epochs_in_batch: int | None = None) -> RunResult:

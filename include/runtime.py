@@ -194,14 +194,21 @@ class IterationJob:
             latest = self.log.latest(verify="full" if fall_back else verify)
         except CheckpointCorrupted as e:
             if not fall_back:
-                raise CheckpointCorrupted(
-                    f"{e}. Nothing was computed from it. To restart from the newest intact checkpoint "
-                    "before it (recomputing the epochs after that one), run the job with "
-                    "on_damaged_checkpoint='previous' (run_job --on-damaged-checkpoint previous)") from e
+                raise self.refuse_damaged(e) from e
             latest = self.fall_back(str(e))
         if latest is None:
             return JobState(None, HeadStatus.RUNNING, 0)
         return JobState(latest, latest.head_state.status, latest.epoch + 1)
+
+    @staticmethod
+    def refuse_damaged(error: Exception) -> CheckpointCorrupted:
+        """The error for a damaged checkpoint found while restoring (by the restore's checks, or
+        by an epoch's Spark tasks verifying each file's SHA-256 as they read it)."""
+        return CheckpointCorrupted(
+            f"{error}. Nothing was computed from it. To restart from the newest intact checkpoint "
+            "before it (recomputing the epochs after that one), run the job with "
+            "on_damaged_checkpoint='previous' (run_job --on-damaged-checkpoint previous; the DAG's "
+            "on_damaged_checkpoint param)")
 
     def fall_back(self, reason: str) -> Manifest:
         """Rewind the job to its newest checkpoint that verifies in full (the user asked for it:

@@ -23,6 +23,8 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 # Airflow imported by a test must never write into the user's ~/airflow.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="iterations-airflow-home-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+# The DAG tests give runs paths under the temporary directory and random moto buckets.
+os.environ.setdefault("ITERATIONS_ALLOWED_ROOTS", f"{os.path.realpath(tempfile.gettempdir())},s3://")
 
 S3_ENV = {
     "AWS_ACCESS_KEY_ID": "testing-key-id",

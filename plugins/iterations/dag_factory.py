@@ -141,6 +141,7 @@ def iteration_dag(
     checks (JSON, ``include.checks``; a path relative to the project root), over the body's and
     under each run's ``checks`` param."""
     from include.checks import load_checks_file
+    from include.paths import configured_roots
     from iterations.operators.continuation import ContinuationOperator
     from iterations.operators.epoch import EpochCommitOperator, EpochHeadOperator, FinishOperator
     from iterations.sensors.alignment import AlignmentSensor
@@ -152,8 +153,12 @@ def iteration_dag(
         raise ValueError(f"epochs_per_batch must be >= 1, got {epochs_per_batch}")
     scheduled = schedule is not None
     checks = load_checks_file(os.path.join(PROJECT_ROOT, checks_file)) if checks_file else None
+    # where a run's params may point: the directories/prefixes of the defaults, the embedded
+    # local directory, and the deployment's ITERATIONS_ALLOWED_ROOTS (include.paths)
+    defaults = {k: getattr(params.get(k), "value", None) for k in ("input_path", "output_path", "checkpoint_root")}
+    allowed_roots = [*configured_roots(defaults), LOCAL_DIR]
     common = {"body": body, "body_param_names": body_param_names, "aws_conn_id": aws_conn_id, "scheduled": scheduled,
-              "checks": checks}
+              "checks": checks, "allowed_roots": allowed_roots}
     with DAG(
         dag_id=dag_id,
         schedule=schedule,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import uuid
 
 import numpy as np
 import pandas as pd
@@ -109,13 +110,36 @@ def test_iterate_pagerank_on_s3_through_the_aws_connection(airflow_env, spark, m
     edges = write_edges(tmp_path / "edges.csv", graph)
     s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
     s3.put_object(Bucket=bucket, Key="in/edges.csv", Body=open(edges, "rb").read())
-    connection = {"conn_type": "aws", "login": "conn-key", "password": "conn-secret",
+    secret = f"conn-secret-{uuid.uuid4().hex}"  # moto takes any key; this one is grepped for below
+    connection = {"conn_type": "aws", "login": "conn-key", "password": secret,
                   "extra": {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}}
     env = {k: v for k, v in airflow_env.items() if not k.startswith("AWS_")}
     env["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(connection)
     conf = {"job_id": "pr-s3", "input_path": f"s3://{bucket}/in/edges.csv", "checkpoint_root": f"s3://{bucket}/ckpt",
             "output_path": f"s3://{bucket}/out", "max_epochs": 4, "tolerance": 0, "num_partitions": 2}
-    dags_test(env, "iterate_pagerank", conf)
+    output = dags_test(env, "iterate_pagerank", conf)
+
+    # The secret never leaves the connection: not in the run's output (with the task logs), not
+    # in Airflow's home (the SQLite database: XCom, rendered template fields, DAG run conf), not
+    # in the Spark Connect server's files, not in any object the job wrote to the store.
+    assert secret not in output
+    leaks, seen = [], []
+    for top in (airflow_env["AIRFLOW_HOME"], airflow_env["ITERATIONS_SPARK_CONNECT_DIR"]):
+        for folder, _dirs, files in os.walk(top):
+            for name in files:
+                with open(os.path.join(folder, name), "rb") as f:
+                    data = f.read()
+                if secret.encode() in data:
+                    leaks.append(os.path.join(folder, name))
+                if bucket.encode() in data:
+                    seen.append(name)
+    # (``dags test`` writes the task logs to its output, checked above, not to files)
+    assert "airflow.db" in seen and bucket in output, f"this run's values are where the grep looks: {seen}"
+    objects = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket)
+               for o in page.get("Contents", [])]
+    assert len(objects) > 20
+    leaks += [k for k in objects if secret.encode() in s3.get_object(Bucket=bucket, Key=k)["Body"].read()]
+    assert leaks == [], f"the connection's secret appears in {leaks}"
 
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="ckpt/jobs/pr-s3/checkpoints/")["Contents"]]
     assert [k.rsplit("/", 1)[1] for k in keys] == [f"{i:010d}.json" for i in range(5)]

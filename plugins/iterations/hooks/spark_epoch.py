@@ -28,6 +28,17 @@ SPARK_MODES = ("connect", "submit")
 _SESSION_NAMESPACE = uuid.UUID("5b0f6c1e-7d0a-4f5e-9c55-2f1d8a3c9e41")
 
 
+def submit_args(plan, checkpoint_root: str, store_options: dict[str, Any]) -> list[str]:
+    """The epoch application's arguments for spark-submit: a list, one element per value (the
+    provider's hook runs spark-submit without a shell), no credentials (they go in the
+    environment)."""
+    args = ["--checkpoint-root", checkpoint_root, "--job-id", plan.job_id,
+            "--checkpoint-id", str(plan.checkpoint_id), "--attempt-id", plan.attempt_id]
+    if store_options.get("endpoint_url"):
+        args += ["--endpoint-url", store_options["endpoint_url"]]
+    return args
+
+
 def attempt_session_id(attempt_id: str) -> str:
     """The Spark Connect session an attempt runs in: any process can find it again."""
     return str(uuid.uuid5(_SESSION_NAMESPACE, attempt_id))
@@ -102,10 +113,7 @@ class SparkEpochHook(BaseHook):
     def _run_submit(self, plan, checkpoint_root: str, store_options: dict[str, Any]) -> None:
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
-        args = ["--checkpoint-root", checkpoint_root, "--job-id", plan.job_id,
-                "--checkpoint-id", str(plan.checkpoint_id), "--attempt-id", plan.attempt_id]
-        if store_options.get("endpoint_url"):
-            args += ["--endpoint-url", store_options["endpoint_url"]]
+        args = submit_args(plan, checkpoint_root, store_options)
         env = {"PYTHONPATH": PROJECT_ROOT}
         if shutil.which("spark-submit") is None:  # not on PATH: the one pyspark installed next to Python
             env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])

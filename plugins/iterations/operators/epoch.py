@@ -58,10 +58,14 @@ class IterationOperator(BaseOperator):
         aws_conn_id: str | None = "aws_default",
         scheduled: bool = False,
         checks: dict[str, Any] | None = None,
+        allowed_roots: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
-        """``checks``: the DAG's data checks (its checks file), under the run's ``checks`` param."""
+        """``checks``: the DAG's data checks (its checks file), under the run's ``checks`` param.
+        ``allowed_roots``: where the run's paths may point (include.paths), besides
+        ITERATIONS_ALLOWED_ROOTS and the paths given in ``job``."""
         super().__init__(**kwargs)
+        self.allowed_roots = list(allowed_roots)
         self.checks = checks or {}
         self.body = body
         self.body_param_names = tuple(body_param_names)
@@ -98,6 +102,18 @@ class IterationOperator(BaseOperator):
             settings["input_path"] = settings["input_path"].replace("{date}", f"{date[:4]}-{date[4:6]}-{date[6:8]}")
             if settings.get("output_path"):
                 settings["output_path"] = f"{settings['output_path'].rstrip('/')}/{date}"
+        from include.paths import PathPolicy, configured_roots
+
+        policy = PathPolicy.for_dag([*self.allowed_roots, *configured_roots(
+            {k: self.job.get(k) for k in ("input_path", "output_path", "checkpoint_root")})])
+        from include.errors import ConfigError
+
+        try:
+            for name in ("input_path", "output_path", "checkpoint_root"):
+                if settings.get(name):
+                    policy.check(name, settings[name])
+        except ConfigError as e:  # the params are wrong: a retry would fail the same way
+            raise AirflowFailException(f"refused DAG run params: {e}") from e
         return JobConfig(
             body=self.body,
             input=InputSpec(settings["input_path"], settings.get("input_format") or None),
@@ -260,8 +276,15 @@ class SparkAttemptOperator(IterationOperator):
         except Exception as e:
             from spark_jobs.epoch import raise_executor_error
 
+            from include.errors import CheckpointCorrupted
+
             job.abort(plan, reason=f"{type(e).__name__}: {e}"[:500])
-            raise_executor_error(e)
+            try:
+                raise_executor_error(e)
+            except CheckpointCorrupted as damaged:  # a retry would read the same bytes: fail now
+                raise AirflowFailException(str(job.refuse_damaged(damaged))) from damaged
+            if isinstance(e, CheckpointCorrupted):
+                raise AirflowFailException(str(job.refuse_damaged(e))) from e
             raise
 
 

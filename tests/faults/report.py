@@ -1,0 +1,139 @@
+"""The full fault-injection sweep: every scenario of tests/faults/sweep.py over several seeds,
+then one row per scenario (runs, faults injected, lost, duplicated, wrong results, refused,
+epochs recomputed by recoveries), plus the fuzzed DAG params (refused bad inputs).
+
+    .venv/bin/python -m tests.faults.report                 # seeds 1 2 3, everything
+    .venv/bin/python -m tests.faults.report --seeds 1 2 3 4 5 --only "kill in epoch" "zombie attempt"
+    .venv/bin/python -m tests.faults.report --no-s3 --no-processes --no-fuzz
+
+Runs on a local Spark session, a moto_server it starts for the S3 scenario, and temporary
+directories it deletes. Exit status 1 if any row has lost, duplicated or wrong work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from tests.faults.sweep import PROCESS_SCENARIOS, S3_SCENARIO, SCENARIOS, Outcome, s3_faults
+
+COLUMNS = ("runs", "faults", "lost", "duplicated", "wrong", "refused", "recomputed")
+
+
+def start_moto() -> tuple[subprocess.Popen, str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    exe = shutil.which("moto_server", path=os.path.dirname(sys.executable)) or shutil.which("moto_server")
+    if not exe:
+        raise SystemExit("moto_server is not installed (pip install 'moto[server]')")
+    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc, f"http://127.0.0.1:{port}"
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("moto_server did not start")
+
+
+def table(rows: dict[str, list[Outcome]], fuzz: dict[str, int] | None) -> str:
+    head = f"{'scenario':34} {'seeds':>5} " + " ".join(f"{c:>10}" for c in COLUMNS)
+    lines = [head, "-" * len(head)]
+    for name, outs in rows.items():
+        sums = {c: sum(getattr(o, c) for o in outs) for c in COLUMNS}
+        sums["recomputed"] = max((o.recomputed for o in outs), default=0)  # the worst recovery
+        lines.append(f"{name:34} {len(outs):>5} " + " ".join(f"{sums[c]:>10}" for c in COLUMNS))
+    if fuzz is not None:
+        lines.append(f"{'fuzzed DAG params (bad inputs)':34} {'-':>5} {fuzz['runs']:>10} {'-':>10} "
+                     f"{0:>10} {0:>10} {fuzz['escaped']:>10} {fuzz['refused']:>10} {'-':>10}")
+    lines.append("recomputed: the most epochs one recovery computed again (max over seeds)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    p.add_argument("--only", nargs="+", default=None, help="scenario names (default: all)")
+    p.add_argument("--no-s3", action="store_true", help="skip the S3 scenario (moto_server)")
+    p.add_argument("--no-processes", action="store_true", help="skip two run_job processes at once")
+    p.add_argument("--no-fuzz", action="store_true", help="skip fuzzing the DAG params")
+    p.add_argument("--fuzz-examples", type=int, default=300)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    from tests.conftest import S3_ENV
+
+    os.environ.update(S3_ENV)
+    from spark_jobs.session import get_spark
+
+    scenarios = dict(SCENARIOS)
+    if not args.no_processes:
+        scenarios.update(PROCESS_SCENARIOS)
+    if not args.no_s3:
+        scenarios[S3_SCENARIO] = None
+    if args.only:
+        unknown = sorted(set(args.only) - set(scenarios))
+        if unknown:
+            raise SystemExit(f"unknown scenario(s) {unknown}; known: {sorted(scenarios)}")
+        scenarios = {k: v for k, v in scenarios.items() if k in args.only}
+    spark = get_spark("iterations-fault-sweep")
+    moto = None
+    rows: dict[str, list[Outcome]] = {}
+    failed = False
+    started = time.monotonic()
+    try:
+        if S3_SCENARIO in scenarios:
+            moto, endpoint = start_moto()
+            import boto3
+
+            boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="sweep")
+        for name, scenario in scenarios.items():
+            for seed in args.seeds:
+                work = Path(tempfile.mkdtemp(prefix="fault-sweep-"))
+                t0 = time.monotonic()
+                try:
+                    if name == S3_SCENARIO:
+                        out = s3_faults(spark, work, seed, moto_endpoint=endpoint, bucket="sweep")
+                    else:
+                        out = scenario(spark, work, seed)
+                except Exception as e:  # a scenario that breaks counts as wrong, and is shown
+                    traceback.print_exc()
+                    out = Outcome(name, seed, wrong=1, detail=f"{type(e).__name__}: {e}"[:300])
+                finally:
+                    shutil.rmtree(work, ignore_errors=True)
+                rows.setdefault(name, []).append(out)
+                failed |= not out.ok
+                print(f"[{time.monotonic() - started:6.0f}s] {name} seed {seed}: "
+                      + " ".join(f"{c}={getattr(out, c)}" for c in COLUMNS)
+                      + f" ({time.monotonic() - t0:.1f}s) {out.detail[:160]}", flush=True)
+        fuzz = None
+        if not args.no_fuzz:
+            from tests.faults.fuzz_params import fuzz_all
+
+            fuzz = fuzz_all(examples=args.fuzz_examples)
+            failed |= fuzz["escaped"] > 0
+    finally:
+        if moto is not None:
+            moto.terminate()
+        spark.stop()
+    print()
+    print(table(rows, fuzz))
+    print(f"\n{sum(len(v) for v in rows.values())} scenario runs in {time.monotonic() - started:.0f}s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
