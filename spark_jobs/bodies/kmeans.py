@@ -17,7 +17,7 @@ epoch's checkpoint commits, so a running job's trajectory can be watched and plo
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import reduce
 from typing import Any, Mapping, Sequence
 
@@ -99,7 +99,7 @@ class KMeans(IterationBody):
         else:
             features = [n for n, t in types.items() if n != "id" and isinstance(t, NumericType)]
             if not features:
-                raise InputDataError(f"k-means input has no numeric feature column; columns and types: "
+                raise InputDataError("k-means input has no numeric feature column; columns and types: "
                                      + ", ".join(f"{n} {t.simpleString()}" for n, t in types.items()))
         bad = {f: types[f].simpleString() for f in features if not isinstance(types[f], NumericType)}
         if bad:

@@ -150,7 +150,6 @@ class IncrementalSGD(IterationBody):
             split_rows = [(r[SPLIT_COLUMN], ctx.epoch, int(r["n"])) for r in sums]
             empty = {e["split"] for events in assigned.values() for e in events} - {s for s, _e, _n in split_rows}
             split_rows += [(s, ctx.epoch, 0) for s in sorted(empty)]  # a file without rows is processed too
-        new_points = sum(n for _s, _e, n in split_rows)
         model_df = ctx.spark.createDataFrame(sorted(model.items()), "name string, weight double")
         new_splits = ctx.spark.createDataFrame(split_rows, "split string, epoch int, rows long")
         splits = variables["splits"].unionByName(new_splits)

@@ -6,7 +6,6 @@ import glob
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
