@@ -210,3 +210,31 @@ def test_head_state_round_trips_in_the_manifest(log):
     assert restored == state
     assert restored.status is HeadStatus.TERMINATING
     assert restored.feedback_counts() == {0: 7}
+
+
+def test_rewind_rejects_later_checkpoints_and_fences_their_attempts(log):
+    for e in range(4):
+        log.commit(write_attempt(log, e, f"a{e}", e - 1 if e else None))
+    log.record_batch_final("b1", 3)
+    log.record_publication(3, "ranks", {"location": "x"})
+    zombie = write_attempt(log, 2, "z2", 1)  # another attempt of a rejected epoch, still running
+
+    rejected = log.rewind(1, "checkpoint 2 is damaged (test)")
+
+    assert rejected == [2, 3] and log.latest_id() == 1 and log.checkpoint_ids() == [0, 1]
+    records = log.rejected()
+    assert sorted(records) == [2, 3] and records[2]["reason"] == "checkpoint 2 is damaged (test)"
+    assert json.loads(records[3]["manifest"])["attempt_id"] == "a3", "the rejected manifest is kept as evidence"
+    assert log.batch_finals() == {} and log.publications(3) == {}
+    assert log.is_aborted(2, "a2") and log.is_aborted(2, "z2") and log.is_aborted(3, "a3")
+    assert log.abort_reason(2, "z2").startswith("rejected: rewound to checkpoint 1")
+    # the epochs after 1 are committed again, by new attempts, in order
+    log.commit(write_attempt(log, 2, "n2", 1))
+    assert log.latest_id() == 2 and log.committed_by(2) == "n2"
+    assert zombie.attempt_id == "z2" and log.rewind(2, "nothing later") == []
+
+
+def test_rewind_needs_a_kept_checkpoint(log):
+    log.commit(write_attempt(log, 0, "a0", None))
+    with pytest.raises(CheckpointError, match="does not exist"):
+        log.rewind(5, "no such checkpoint")
