@@ -55,7 +55,7 @@ class Outcome:
     duplicated: int = 0
     wrong: int = 0
     refused: int = 0
-    recomputed: int = 0  # epochs a recovery computed again (the one in flight when it died)
+    recomputed: int = 0  # epochs a recovery computed again: at most the one in flight when it died
     garbage: int = 0  # objects under attempts/ no kept checkpoint references that GC leaves behind
     detail: str = ""
     facts: dict[str, Any] = dataclasses.field(default_factory=dict)  # for the scenario's own asserts
@@ -297,9 +297,8 @@ def kill_scenario(name: str) -> Callable:
         if redone:  # a committed epoch computed again
             out.duplicated += len(redone)
         killed_at = int(point.split("@epoch=")[1].split("@")[0].split("=")[0]) if "@epoch=" in point else None
-        if killed_at is not None:
-            start = -1 if result.restored_from is None else result.restored_from
-            out.recomputed = max(0, killed_at - start)
+        if killed_at is not None:  # epochs the dead run had started that were computed again (not adopted)
+            out.recomputed = len([e for e in result.epochs_computed if e <= killed_at])
         out.facts = {"restored_from": result.restored_from, "epochs_computed": result.epochs_computed,
                      "epochs_adopted": result.epochs_adopted, "killed_at": killed_at}
         return audit(out, spark, w, cfg, trace, work)
