@@ -484,7 +484,7 @@ def damaged_checkpoint(spark, work: Path, seed: int) -> Outcome:
 def chain_gap(spark, work: Path, seed: int) -> Outcome:
     """Holes in the checkpoint chain: a manifest in the middle deleted (the latest one is whole,
     so the job goes on from it; nobody can commit into the hole), or the newest manifest lost
-    (the job goes on from the one before, adopting the lost epoch's complete attempt), and an
+    (the job goes on from the one before and computes the lost epoch again), and an
     attempt planned on an older checkpoint than the latest (its commit would leave a gap)."""
     from include.checkpoint import Manifest
 
@@ -492,7 +492,7 @@ def chain_gap(spark, work: Path, seed: int) -> Outcome:
     w = pagerank_workload(work, seed)
     cfg = w.config(work, retain_last=PAGERANK_EPOCHS)
     trace = work / "trace.jsonl"
-    k = rng.randrange(2, PAGERANK_EPOCHS - 1)
+    k = rng.randrange(1, PAGERANK_EPOCHS - 2)  # checkpoints 0..k+1 committed, the job still running
     which = rng.choice(["middle", "newest"])
     out = Outcome("gap in the chain", seed, detail=f"{which} manifest of {k + 1} deleted")
     with environment(**{failpoints.TRACE_ENV: str(trace)}):
@@ -525,10 +525,13 @@ def chain_gap(spark, work: Path, seed: int) -> Outcome:
     out.faults += 1
     result = resume(spark, cfg, trace)
     out.runs += 1
-    if which == "newest" and (result.restored_from != k or k + 1 not in result.epochs_adopted):
-        out.detail += f"; resumed from {result.restored_from}, adopted {result.epochs_adopted}"
+    if which == "newest":  # its attempt's plan and reports went with the commit's GC: computed again
+        out.recomputed = int(k + 1 in result.epochs_computed)
+        if result.restored_from != k:
+            out.lost += 1
+            out.detail += f"; resumed from {result.restored_from}, not {k}"
     out = audit(out, spark, w, cfg, trace, work, hole=hole)
-    if which == "newest":  # the lost manifest was written again, by the same attempt: not a duplicate
+    if which == "newest":  # the lost manifest's id was committed again (it was gone): not a duplicate
         out.duplicated = max(0, out.duplicated - 1)
     return out
 
