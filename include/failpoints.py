@@ -185,3 +185,4 @@ def install_s3_faults(client, endpoint_url: str | None = None) -> None:
 
     client.meta.events.register("before-send.s3", before_send)
     client.meta.events.register("after-call.s3.PutObject", after_put)
+    trace("s3_faults.installed", rate=conf["rate"])  # which processes' clients carry the faults

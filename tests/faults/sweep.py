@@ -594,7 +594,9 @@ def s3_faults(spark, work: Path, seed: int, *, moto_endpoint: str, bucket: str) 
     with environment(AWS_ENDPOINT_URL=moto_endpoint, **S3_ENV):
         out = audit(out, spark, w, audit_cfg, trace, work)
     out.detail += f"; {len(faults)} S3 faults, kept checkpoints {job.log.checkpoint_ids()}"
-    out.facts = {"fault_processes": len({f.split()[0] for f in faults}), "retried": "transient error" in done.stderr,
+    installed = {e["pid"] for e in map(json.loads, trace.read_text().splitlines()) if e["event"] == "s3_faults.installed"}
+    out.facts = {"fault_processes": len({f.split()[0] for f in faults}), "installed_processes": len(installed),
+                 "retried": "transient error" in done.stderr,
                  "kinds": sorted({f.split()[1] for f in faults}), "kept": job.log.checkpoint_ids()}
     return out
 
