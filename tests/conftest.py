@@ -48,25 +48,33 @@ def spark():
     session.stop()
 
 
-@pytest.fixture(scope="session")
-def moto_endpoint():
-    """A moto_server process on a free loopback port; stopped at the end of the session."""
+def start_moto_server() -> tuple[subprocess.Popen, str]:
+    """A moto_server process on a free loopback port, and its URL, once it accepts connections
+    (RuntimeError if it does not within 30 s). Also used by tests/faults/report.py."""
     port = free_port()
     exe = shutil.which("moto_server", path=os.path.dirname(sys.executable)) or shutil.which("moto_server")
-    assert exe, "moto_server not installed (pip install 'moto[server]')"
+    if not exe:
+        raise RuntimeError("moto_server not installed (pip install 'moto[server]')")
     proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                break
+                return proc, f"http://127.0.0.1:{port}"
         except OSError:
             time.sleep(0.1)
-    else:
-        proc.kill()
-        pytest.fail("moto_server did not start")
+    proc.kill()
+    raise RuntimeError("moto_server did not start")
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint():
+    """A moto_server process on a free loopback port; stopped at the end of the session."""
+    try:
+        proc, url = start_moto_server()
+    except RuntimeError as e:
+        pytest.fail(str(e))
     yield url
     proc.terminate()
     proc.wait(10)

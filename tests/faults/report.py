@@ -16,8 +16,6 @@ import argparse
 import logging
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,26 +25,6 @@ from pathlib import Path
 from tests.faults.sweep import PROCESS_SCENARIOS, S3_SCENARIO, SCENARIOS, Outcome, s3_faults
 
 COLUMNS = ("runs", "faults", "lost", "duplicated", "wrong", "refused", "recomputed")
-
-
-def start_moto() -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    exe = shutil.which("moto_server", path=os.path.dirname(sys.executable)) or shutil.which("moto_server")
-    if not exe:
-        raise SystemExit("moto_server is not installed (pip install 'moto[server]')")
-    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return proc, f"http://127.0.0.1:{port}"
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("moto_server did not start")
 
 
 def table(rows: dict[str, list[Outcome]], fuzz: dict[str, int] | None) -> str:
@@ -96,7 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         if S3_SCENARIO in scenarios:
-            moto, endpoint = start_moto()
+            from tests.conftest import start_moto_server
+
+            moto, endpoint = start_moto_server()
             import boto3
 
             boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket="sweep")

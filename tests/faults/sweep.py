@@ -172,6 +172,11 @@ def resume(spark, cfg: JobConfig, trace: Path, **runner_kw):
 # --- the audit ------------------------------------------------------------------------------------
 
 
+def trace_events(trace: Path) -> list[dict[str, Any]]:
+    """The events every process appended to the trace (``include.failpoints.trace``)."""
+    return [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
+
+
 def audit(out: Outcome, spark, w: Workload, cfg: JobConfig, trace: Path, work: Path,
           hole: set[int] = frozenset()) -> Outcome:
     """Count what was lost, duplicated or wrong once the job terminated. ``hole``: manifests
@@ -189,13 +194,15 @@ def audit(out: Outcome, spark, w: Workload, cfg: JobConfig, trace: Path, work: P
     if missing:
         out.lost += len(missing)
         notes.append(f"checkpoint ids missing {sorted(missing)}")
-    for cid in job.log.checkpoint_ids():
+    job.log.collect_garbage(cfg.retain_last)  # what a later commit's GC would do: leaks remain
+    referenced: set[str] = set()
+    for cid in job.log.checkpoint_ids():  # verified after that GC: it deleted nothing they need
         try:
-            job.log.load(cid, verify="full")
+            referenced.update(ref.key for ref in job.log.load(cid, verify="full").objects)
         except CheckpointError as e:
             out.lost += 1
             notes.append(f"checkpoint {cid} does not verify: {e}")
-    events = [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
+    events = trace_events(trace)
     commits = Counter(e["checkpoint"] for e in events if e["event"] == "checkpoint.committed" and e["job"] == cfg.job_id)
     rewound = [e for e in events if e["event"] == "checkpoint.rewound" and e["job"] == cfg.job_id]
     recommitted = {c for e in rewound for c in e["rejected"]}  # rejected by a rewind: committed again
@@ -246,8 +253,6 @@ def audit(out: Outcome, spark, w: Workload, cfg: JobConfig, trace: Path, work: P
                 out.duplicated += sum(n - 1 for n in counts.values())
                 out.lost += len(set(want) - set(inc))
                 notes.append(f"increments {inc}, expected {want}")
-    job.log.collect_garbage(cfg.retain_last)  # what a later commit's GC would do; leaks remain
-    referenced = {ref.key for cid in job.log.checkpoint_ids() for ref in job.log.load(cid, verify="none").objects}
     out.garbage = sum(1 for o in job.store.list(job.log.layout.attempts())
                       if o.key not in referenced and not o.key.endswith("/_PLAN.json"))
     out.detail = "; ".join([out.detail] + notes if out.detail else notes)
@@ -355,6 +360,15 @@ def zombie(spark, work: Path, seed: int) -> Outcome:
     return audit(out, spark, w, cfg, trace, work)
 
 
+def two_at_once(run: Callable[[float], None], delay: float, *, timeout: float) -> None:
+    """``run(0)`` and ``run(delay)`` in two threads (``run`` sleeps its argument first)."""
+    threads = [threading.Thread(target=run, args=(d,)) for d in (0.0, delay)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+
+
 def concurrent_runs(spark, work: Path, seed: int) -> Outcome:
     """Two runners of the same job and batch at once (threads on one warm session, started a
     seeded moment apart): each checkpoint is committed by exactly one; a runner that loses a
@@ -377,11 +391,7 @@ def concurrent_runs(spark, work: Path, seed: int) -> Outcome:
             errors.append(e)
 
     with environment(**{failpoints.TRACE_ENV: str(trace)}):
-        threads = [threading.Thread(target=run, args=(d,)) for d in (0.0, delay)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(600)
+        two_at_once(run, delay, timeout=600)
     out.runs += 2
     out.faults += 1
     for e in errors:
@@ -414,11 +424,7 @@ def concurrent_processes(spark, work: Path, seed: int) -> Outcome:
         time.sleep(wait)
         results.append(run_process(w, cfg, env))
 
-    threads = [threading.Thread(target=run, args=(d,)) for d in (0.0, delay)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(900)
+    two_at_once(run, delay, timeout=900)
     out.runs += 2
     out.faults += 1
     for r in results:
@@ -555,7 +561,7 @@ def clock_skew(spark, work: Path, seed: int) -> Outcome:
     with environment(**{failpoints.SKEW_ENV: str(-sign * 600)}):
         resume(spark, cfg, trace)
     out.runs += 1
-    events = [json.loads(line) for line in trace.read_text().splitlines()]
+    events = trace_events(trace)
     stamps = [e["at"] for e in sorted((e for e in events if e["event"] == "checkpoint.committed"),
                                        key=lambda e: e["checkpoint"])]
     if sign > 0 and stamps == sorted(stamps):
@@ -594,7 +600,7 @@ def s3_faults(spark, work: Path, seed: int, *, moto_endpoint: str, bucket: str) 
     with environment(AWS_ENDPOINT_URL=moto_endpoint, **S3_ENV):
         out = audit(out, spark, w, audit_cfg, trace, work)
     out.detail += f"; {len(faults)} S3 faults, kept checkpoints {job.log.checkpoint_ids()}"
-    installed = {e["pid"] for e in map(json.loads, trace.read_text().splitlines()) if e["event"] == "s3_faults.installed"}
+    installed = {e["pid"] for e in trace_events(trace) if e["event"] == "s3_faults.installed"}
     out.facts = {"fault_processes": len({f.split()[0] for f in faults}), "installed_processes": len(installed),
                  "retried": "transient error" in done.stderr,
                  "kinds": sorted({f.split()[1] for f in faults}), "kept": job.log.checkpoint_ids()}
