@@ -20,7 +20,7 @@ from typing import Any, Mapping, Sequence
 
 from include.checkpoint import Manifest
 from include.config import JobConfig
-from include.errors import CheckpointCorrupted
+from include.errors import AlignmentIncomplete, CheckpointCorrupted
 from include.failpoints import failpoint
 from include.head import AlignmentDecision, HeadStatus
 from include.lifecycle import StopMode
@@ -180,7 +180,13 @@ class IterationRunner:
             started = time.monotonic()
             plan = self._run_epoch_attempt(batch_id, state)
             failpoint("epoch.before_align", job=self.config.job_id, epoch=plan.epoch)
-            decision = job.align(plan)
+            try:
+                decision = job.align(plan)
+            except AlignmentIncomplete:
+                # another run committed this epoch meanwhile and its GC took this attempt's
+                # files: say so (CheckpointSuperseded) rather than "no report yet"
+                job.raise_if_superseded(plan)
+                raise
             manifest = job.commit(plan, decision)
             decision = manifest.decision  # as committed (the end of the input may have ended the job)
             result.published.update(job.notify_checkpoint_complete(manifest))

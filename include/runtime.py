@@ -590,6 +590,10 @@ class IterationJob:
             f"{plan.attempt_id} is superseded and its files are garbage"
         )
 
+    def raise_if_superseded(self, plan: EpochPlan) -> None:
+        """CheckpointSuperseded if another attempt committed ``plan``'s checkpoint."""
+        self._already_committed(plan)
+
     def abort(self, plan: EpochPlan, reason: str = "") -> bool:
         return self.log.abort(plan.checkpoint_id, plan.attempt_id, reason)
 
