@@ -185,7 +185,7 @@ class IterationRunner:
             except AlignmentIncomplete:
                 # another run committed this epoch meanwhile and its GC took this attempt's
                 # files: say so (CheckpointSuperseded) rather than "no report yet"
-                job.raise_if_superseded(plan)
+                job.raise_if_superseded(plan.checkpoint_id, plan.attempt_id)
                 raise
             manifest = job.commit(plan, decision)
             decision = manifest.decision  # as committed (the end of the input may have ended the job)

@@ -578,21 +578,24 @@ class IterationJob:
     def _already_committed(self, plan: EpochPlan) -> Manifest | None:
         """A retry of a commit that landed (its reply was lost, its reports since collected)
         gets the committed manifest; an attempt that lost the race is told it was superseded."""
-        latest = self.log.latest_id()
-        if latest is None or latest < plan.checkpoint_id:
-            return None
-        winner = self.log.committed_by(plan.checkpoint_id)
-        if winner == plan.attempt_id:
+        if self.raise_if_superseded(plan.checkpoint_id, plan.attempt_id):
             return self.log.load(plan.checkpoint_id, verify="none")
-        raise CheckpointSuperseded(
-            f"checkpoint {plan.checkpoint_id} of job {plan.job_id} was committed by "
-            f"{winner or 'an attempt whose checkpoint was since retired'}; attempt "
-            f"{plan.attempt_id} is superseded and its files are garbage"
-        )
+        return None
 
-    def raise_if_superseded(self, plan: EpochPlan) -> None:
-        """CheckpointSuperseded if another attempt committed ``plan``'s checkpoint."""
-        self._already_committed(plan)
+    def raise_if_superseded(self, checkpoint_id: int, attempt_id: str) -> bool:
+        """CheckpointSuperseded if another attempt committed checkpoint ``checkpoint_id``; True
+        if ``attempt_id`` itself did, False if it is not committed yet."""
+        latest = self.log.latest_id()
+        if latest is None or latest < checkpoint_id:
+            return False
+        winner = self.log.committed_by(checkpoint_id)
+        if winner == attempt_id:
+            return True
+        raise CheckpointSuperseded(
+            f"checkpoint {checkpoint_id} of job {self.config.job_id} was committed by "
+            f"{winner or 'an attempt whose checkpoint was since retired'}; attempt "
+            f"{attempt_id} is superseded and its files are garbage"
+        )
 
     def abort(self, plan: EpochPlan, reason: str = "") -> bool:
         return self.log.abort(plan.checkpoint_id, plan.attempt_id, reason)

@@ -1,5 +1,6 @@
 """The alignment trigger waits for every report of an attempt, serialises to JSON-able kwargs,
-and reports an aborted attempt instead of waiting forever."""
+and reports an aborted attempt, or an attempt another run's commit superseded, instead of waiting
+forever."""
 
 from __future__ import annotations
 
@@ -66,6 +67,42 @@ def test_reports_an_aborted_attempt(tmp_path):
     assert asyncio.run(first()).payload["status"] == "aborted"
 
 
+def test_reports_an_attempt_another_run_superseded(tmp_path):
+    """Two runs of one batch: the other run committed epoch 2 and its GC removed this attempt's
+    files, so partitions 1 and 2 will never report."""
+    from tests.unit.test_checkpoint_log import write_attempt
+
+    log = CheckpointLog(LocalStore(tmp_path), "job")
+    for e in range(3):
+        log.commit(write_attempt(log, e, f"w{e}", e - 1 if e else None))
+    report(log, 0)
+
+    async def first():
+        return await trigger(tmp_path).run().__anext__()
+
+    assert asyncio.run(first()).payload == {"status": "superseded", "epoch": 2, "attempt_id": "a2",
+                                            "committed_by": "w2"}
+
+
+def test_waits_while_only_earlier_epochs_are_committed(tmp_path):
+    from tests.unit.test_checkpoint_log import write_attempt
+
+    log = CheckpointLog(LocalStore(tmp_path), "job")
+    for e in range(2):
+        log.commit(write_attempt(log, e, f"w{e}", e - 1 if e else None))
+    report(log, 0)
+
+    async def scenario():
+        waiting = asyncio.ensure_future(trigger(tmp_path).run().__anext__())
+        await asyncio.sleep(0.3)
+        assert not waiting.done(), "epoch 2 is not committed: the attempt may still align"
+        report(log, 1)
+        report(log, 2)
+        return await asyncio.wait_for(waiting, 5)
+
+    assert asyncio.run(scenario()).payload["status"] == "aligned"
+
+
 @pytest.mark.parametrize("mode", ["connect", "submit"])
 def test_spark_hook_modes(mode):
     from iterations.hooks.spark_epoch import SparkEpochHook
@@ -73,3 +110,24 @@ def test_spark_hook_modes(mode):
     assert SparkEpochHook(mode).mode == mode
     with pytest.raises(ValueError, match="spark mode 'yarn' is not supported; accepted: connect, submit"):
         SparkEpochHook("yarn")
+
+
+def test_sensor_fails_without_retry_for_a_superseded_attempt(tmp_path):
+    """The sensor turns the trigger's 'superseded' into a failure that names the winner (a retry
+    would find the same), and lets an attempt that may still align go on."""
+    from airflow.sdk.exceptions import AirflowFailException
+    from iterations.sensors.alignment import AlignmentSensor
+
+    from include.config import JobConfig
+    from include.runtime import IterationJob
+    from tests.unit.test_checkpoint_log import write_attempt
+
+    job = IterationJob(JobConfig(job_id="job", body="pagerank", input=str(tmp_path / "in"),
+                                 checkpoint_root=str(tmp_path / "ckpt")))
+    for e in range(3):
+        job.log.commit(write_attempt(job.log, e, f"w{e}", e - 1 if e else None))
+    sensor = AlignmentSensor(task_id="align", body="pagerank", index=2, head_task_id="head")
+    with pytest.raises(AirflowFailException, match="committed by w2; attempt a2 is superseded"):
+        sensor._fail_if_superseded(job, 2, "a2")
+    sensor._fail_if_superseded(job, 2, "w2")  # its own commit (a retry after a lost reply)
+    sensor._fail_if_superseded(job, 3, "a3")  # not committed yet

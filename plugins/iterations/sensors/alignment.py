@@ -31,6 +31,7 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
             return head
         if not plan.aligner().missing(job.reports(plan)):
             return self._decide(job, plan)
+        self._fail_if_superseded(job, plan.epoch, plan.attempt_id)
         self.defer(
             trigger=AlignmentTrigger(
                 checkpoint_root=job.config.checkpoint_root,
@@ -47,6 +48,9 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
         )
 
     def execute_complete(self, context: Mapping[str, Any], event: dict[str, Any] | None = None) -> dict[str, Any]:
+        if event and event.get("status") == "superseded":
+            job, _ = self.iteration_job(context)
+            self._fail_if_superseded(job, event["epoch"], event["attempt_id"])
         if not event or event.get("status") != "aligned":
             raise RuntimeError(f"alignment did not complete: {event}")
         from include.runtime import EpochPlan
@@ -54,6 +58,19 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
         job, _ = self.iteration_job(context)
         plan = EpochPlan.from_dict(job.log.read_plan(event["epoch"], event["attempt_id"]))
         return self._decide(job, plan)
+
+    def _fail_if_superseded(self, job, epoch: int, attempt_id: str) -> None:
+        """Another run committed this epoch (two runs of one batch at once): its GC removed this
+        attempt's files, so the reports will never all be there. Fail now, without retries (a
+        retry would find the same), rather than wait for the sensor's timeout."""
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from include.errors import CheckpointSuperseded
+
+        try:
+            job.raise_if_superseded(epoch, attempt_id)
+        except CheckpointSuperseded as e:
+            raise AirflowFailException(f"{e}. This run lost the epoch to another run of the same job.") from e
 
     def _decide(self, job, plan) -> dict[str, Any]:
         decision = job.align(plan)

@@ -45,22 +45,31 @@ class AlignmentTrigger(BaseTrigger):
             },
         )
 
-    def _missing(self) -> tuple[list[str], bool]:
+    def _missing(self) -> tuple[list[str], dict[str, Any] | None]:
+        """The reports still missing, or the event that ends the wait without them: the
+        attempt was aborted, or another attempt committed the epoch (whose GC then removed this
+        attempt's files: its reports will never all be there)."""
         from include.checkpoint import CheckpointLog
         from iterations.hooks.iteration_store import IterationStoreHook
 
         log = CheckpointLog(IterationStoreHook(self.aws_conn_id).get_store(self.checkpoint_root), self.job_id)
+        end = {"epoch": self.epoch, "attempt_id": self.attempt_id}
         if log.is_aborted(self.epoch, self.attempt_id):
-            return [], True
+            return [], {**end, "status": "aborted"}
         seen = {(r.head, r.partition) for r in log.reports(self.epoch, self.attempt_id)}
         missing = [f"{h}/{p}" for h, n in sorted(self.expected.items()) for p in range(n) if (h, p) not in seen]
-        return missing, False
+        if missing:
+            latest = log.latest_id()
+            winner = log.committed_by(self.epoch) if latest is not None and latest >= self.epoch else None
+            if latest is not None and latest >= self.epoch and winner != self.attempt_id:
+                return missing, {**end, "status": "superseded", "committed_by": winner}
+        return missing, None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
-            missing, aborted = await asyncio.to_thread(self._missing)
-            if aborted:
-                yield TriggerEvent({"status": "aborted", "epoch": self.epoch, "attempt_id": self.attempt_id})
+            missing, ended = await asyncio.to_thread(self._missing)
+            if ended:
+                yield TriggerEvent(ended)
                 return
             if not missing:
                 yield TriggerEvent({"status": "aligned", "epoch": self.epoch, "attempt_id": self.attempt_id})
