@@ -1,0 +1,162 @@
+"""Checkpoint overhead (issue 8, benchmark 1): the library runner against the driver loop a user
+writes today, side by side in one run, on one warm Spark session.
+
+For each input, four variants run the same body for the same number of epochs:
+
+* (a) ``bare``: the loop with ``localCheckpoint()`` per epoch: nothing durable, the limit;
+* (b) ``bare+parquet``: the loop writing each epoch's variables to Parquet and reading them
+  back: durable by hand, the peer;
+* (c) ``library local`` and ``library s3``: ``IterationRunner`` with full checkpointing (tail
+  with SHA-256 per object, reports, alignment, data checks, atomic manifest commit, GC,
+  final checkpoint and two-phase publication of the outputs) to the local store, and to the S3
+  store on moto_server (HTTP on loopback).
+
+Each variant's time is end to end: load the input, the epochs, the outputs written. A warm-up
+run of every variant on a small input comes first (JIT, Python workers). ``--repeat N`` runs
+the variants N times, in alternating order, and keeps each one's best. Run::
+
+    .venv/bin/python -m bench.overhead                                  # 250k, 1M, 4M edges; k-means 1M
+    .venv/bin/python -m bench.overhead --edges 1000000 --kmeans-points 0 --no-s3
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.common import bare_loop, graph, machine, points, start_moto  # noqa: E402
+
+_EPOCH_LINE = re.compile(r"epoch (\d+): .* ([0-9.]+)s (?:committed|adopted)")
+
+
+class _EpochTimes(logging.Handler):
+    """Collects the per-epoch seconds the runner logs."""
+
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.seconds: list[float] = []
+
+    def emit(self, record):
+        m = _EPOCH_LINE.search(record.getMessage())
+        if m:
+            self.seconds.append(float(m.group(2)))
+
+
+def library_run(spark, body, input_path, params, epochs, partitions, root, output, store_options, job_id):
+    from include.config import JobConfig
+    from include.runner import IterationRunner
+
+    cfg = JobConfig(job_id=job_id, body=body, input=input_path, checkpoint_root=root, output_path=output,
+                    body_params=params, max_epochs=epochs, tolerance=0.0, num_partitions=partitions)
+    handler = _EpochTimes()
+    logger = logging.getLogger("iterations")
+    logger.addHandler(handler)
+    try:
+        started = time.perf_counter()
+        result = IterationRunner(cfg, spark, store_options=store_options).run()
+        total = time.perf_counter() - started
+    finally:
+        logger.removeHandler(handler)
+    if result.status.value != "TERMINATED" or len(result.epochs_computed) != epochs:
+        raise SystemExit(f"library run {job_id} ended {result.status} after {result.epochs_computed}")
+    return total, handler.seconds
+
+
+def run_variants(spark, body, input_path, params, epochs, partitions, work, moto_url, repeat, tag):
+    """{variant: (best total seconds, median epoch seconds)} for one input."""
+    variants = ["bare", "bare+parquet", "library local"] + (["library s3"] if moto_url else [])
+    best: dict[str, tuple[float, float]] = {}
+    for r in range(repeat):
+        for variant in (variants if r % 2 == 0 else variants[::-1]):
+            scratch = tempfile.mkdtemp(prefix="bench-", dir=work)
+            if variant.startswith("bare"):
+                out = bare_loop(spark, body, input_path, params, epochs, partitions,
+                                os.path.join(scratch, "durable") if variant == "bare+parquet" else None,
+                                os.path.join(scratch, "out"))
+                total, per_epoch = out.total, out.epochs
+            elif variant == "library local":
+                total, per_epoch = library_run(spark, body, input_path, params, epochs, partitions,
+                                               os.path.join(scratch, "store"), os.path.join(scratch, "out"),
+                                               {}, f"{tag}-{r}-local")
+            else:
+                prefix = f"s3://bench/{tag}-{r}"
+                total, per_epoch = library_run(spark, body, input_path, params, epochs, partitions,
+                                               f"{prefix}/store", f"{prefix}/out", {"endpoint_url": moto_url},
+                                               f"{tag}-{r}-s3")
+            shutil.rmtree(scratch, ignore_errors=True)
+            median = statistics.median(per_epoch) if per_epoch else float("nan")
+            print(f"    {variant:<14} run {r + 1}: {total:7.2f} s total, {median:6.3f} s median epoch", flush=True)
+            if variant not in best or total < best[variant][0]:
+                best[variant] = (total, median)
+    return best
+
+
+def print_table(title, results):
+    print(f"\n{title}")
+    print("| input | (a) bare | (b) bare+parquet | (c) library local | (c) library s3 | "
+          "(c local)/(a) | (c local)/(b) | (c s3)/(a) | (c s3)/(b) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, best in results:
+        a, b, cl = best["bare"][0], best["bare+parquet"][0], best["library local"][0]
+        cs = best.get("library s3", (float("nan"),))[0]
+        print(f"| {label} | {a:.2f} s | {b:.2f} s | {cl:.2f} s | {cs:.2f} s | "
+              f"{cl / a:.2f} | {cl / b:.2f} | {cs / a:.2f} | {cs / b:.2f} |")
+    print("median seconds per epoch (a / b / c local / c s3): " + "; ".join(
+        f"{label}: " + " / ".join(f"{best[v][1]:.3f}" for v in best) for label, best in results))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--edges", type=int, nargs="*", default=[250_000, 1_000_000, 4_000_000])
+    p.add_argument("--kmeans-points", type=int, default=1_000_000, help="0: no k-means")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--no-s3", action="store_true", help="skip the S3 store (moto_server)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("iterations").setLevel(logging.INFO)
+    logging.getLogger("iterations").propagate = False
+
+    from spark_jobs.session import get_spark
+
+    moto, moto_url = start_moto() if not args.no_s3 else (None, None)
+    work = tempfile.mkdtemp(prefix="bench-overhead-")
+    spark = get_spark("bench-overhead")
+    print(f"machine: {machine()}; {args.partitions} partitions, {args.epochs} epochs", flush=True)
+    try:
+        warm, _ = graph(20_000)
+        print("warm-up (20k edges, 2 epochs):", flush=True)
+        run_variants(spark, "pagerank", warm, {}, 2, args.partitions, work, moto_url, 1, "warm")
+        results = []
+        for edges in args.edges:
+            path, exact = graph(edges)
+            print(f"PageRank, {exact:,} edges:", flush=True)
+            results.append((f"PageRank {exact:,} edges", run_variants(
+                spark, "pagerank", path, {}, args.epochs, args.partitions, work, moto_url, args.repeat, f"pr{edges}")))
+        if args.kmeans_points:
+            path = points(args.kmeans_points)
+            print(f"k-means, {args.kmeans_points:,} points, k=4:", flush=True)
+            results.append((f"k-means {args.kmeans_points:,} points", run_variants(
+                spark, "kmeans", path, {"k": 4}, args.epochs, args.partitions, work, moto_url, args.repeat,
+                f"km{args.kmeans_points}")))
+        print_table(f"end-to-end seconds (best of {args.repeat}), {args.epochs} epochs, {machine()}", results)
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+        if moto is not None:
+            moto.terminate()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
