@@ -59,6 +59,7 @@ class IterationRunner:
         attempt_retries: int = 0,
         wait_for_input: float | None = None,
         poll_interval: float = 1.0,
+        handoff: bool = True,
     ):
         """``warm_start``: a final checkpoint (of another job, same store) epoch 0 starts from.
         ``coordinators``: extra coordinators by name (``include.coordinator``).
@@ -66,10 +67,15 @@ class IterationRunner:
         run again in this process (its coordinators told which partitions failed, not reset).
         ``wait_for_input``: for a job whose input arrives while it runs (a split enumerator), wait
         up to this many seconds before each epoch for new input, polling every
-        ``poll_interval``; the run stops (status RUNNING, resumable) when none came."""
+        ``poll_interval``; the run stops (status RUNNING, resumable) when none came.
+        ``handoff``: each epoch starts from the variables the previous one left in Spark (kept
+        as its tail wrote them) instead of reading its checkpoint back, when that checkpoint is
+        exactly what the previous attempt of this run wrote; a restart, or any other
+        checkpoint, reads the store (``EpochExecutor``)."""
         self.config = config
         self.store_options = dict(store_options or {})
         self.attempt_retries = attempt_retries
+        self.handoff = handoff
         self.wait_for_input = wait_for_input
         self._failed_partitions: list[int] = []  # of the last failed attempt (reports missing)
         self.poll_interval = poll_interval
@@ -91,7 +97,7 @@ class IterationRunner:
         if self._executor is None:
             from spark_jobs.epoch import EpochExecutor
 
-            self._executor = EpochExecutor(self.spark, self.store_options)
+            self._executor = EpochExecutor(self.spark, self.store_options, handoff=self.handoff)
         return self._executor
 
     def _execute(self, plan: EpochPlan) -> None:

@@ -16,6 +16,7 @@ import json
 import logging
 import re
 import sys
+import threading
 import time
 from typing import Any, Mapping
 
@@ -31,12 +32,23 @@ log = logging.getLogger("iterations")
 
 
 class EpochExecutor:
-    """Runs attempts on one Spark session, keeping each job's static data cached between epochs."""
+    """Runs attempts on one Spark session, keeping each job's static data cached between epochs.
 
-    def __init__(self, spark, store_options: Mapping[str, Any] | None = None):
+    ``handoff``: also keep each job's latest variables as the tail wrote them (local-checkpointed
+    in Spark), and start the next epoch from them instead of reading the checkpoint back, when
+    the plan restores exactly the files that attempt wrote (same object keys: the checkpoint
+    it committed). Anything else (another attempt's checkpoint, a rewind, a new executor after a
+    crash) reads the store. For an executor that runs epoch after epoch of a job on one session
+    (the library runner); one that runs a single attempt gains nothing from it."""
+
+    def __init__(self, spark, store_options: Mapping[str, Any] | None = None, *, handoff: bool = False):
         self.spark = spark
         self.store_options = dict(store_options or {})
+        self.handoff = handoff
         self._data: dict[str, tuple[dict, list]] = {}
+        # job id -> head -> (object keys the tail wrote, schema, (records, checkpointed frame))
+        self._kept: dict[str, dict[str, tuple[frozenset[str], str, Any]]] = {}
+        self._lock = threading.Lock()
 
     def _load(self, body: IterationBody, plan: EpochPlan, params: Any) -> dict:
         from spark_jobs.storeio import read_input
@@ -54,6 +66,32 @@ class EpochExecutor:
             for df in frames:
                 df.unpersist()
         self._data.clear()
+        with self._lock:
+            jobs = list(self._kept)
+        for job_id in jobs:
+            self._drop_kept(job_id)
+
+    def _drop_kept(self, job_id: str, keep: Mapping[str, tuple] | None = None) -> None:
+        """Forget a job's kept variables (and free them), or replace them by ``keep``."""
+        with self._lock:
+            old = self._kept.pop(job_id, {})
+            if keep:
+                self._kept[job_id] = dict(keep)
+        if old:
+            from spark_jobs.storeio import release_kept
+
+            for _keys, _schema, (_records, checkpointed) in old.values():
+                release_kept(checkpointed)
+
+    def _kept_for(self, plan: EpochPlan, ds) -> Any | None:
+        keys = frozenset(f.key for part in ds.partitions for f in part)
+        if not keys:  # nothing written (no records): nothing to match on, and nothing to read
+            return None
+        with self._lock:
+            for kept_keys, schema, (records, _checkpointed) in self._kept.get(plan.job_id, {}).values():
+                if kept_keys == keys and schema == ds.schema:
+                    return records
+        return None
 
     def _context(self, plan: EpochPlan) -> tuple[IterationBody, Any, EpochContext]:
         body = resolve_body(plan.body.get("ref") or plan.body["name"])
@@ -62,17 +100,26 @@ class EpochExecutor:
         return body, params, EpochContext(plan.epoch, plan.num_partitions, params, self.spark, plan.events or {},
                                          plan.input_spec(), self.store_options)
 
-    def _variables(self, plan: EpochPlan, store: ObjectStore) -> dict | None:
+    def _variables(self, plan: EpochPlan, store: ObjectStore) -> tuple[dict | None, list]:
+        """The restored variables, and those of them read from the store (to unpersist)."""
         from spark_jobs.storeio import read_dataset
 
         if plan.restore is None:
-            return None
-        # Cached: a body may read its variables several times in one step (PageRank does 3
-        # times); the replay then reads and verifies each object once.
-        return {
-            name: read_dataset(self.spark, store, ds, plan.num_partitions).cache()
-            for name, ds in plan.restore_datasets().items()
-        }
+            return None, []
+        variables, read = {}, []
+        for name, ds in plan.restore_datasets().items():
+            kept = self._kept_for(plan, ds) if self.handoff and len(ds.partitions) == plan.num_partitions else None
+            if kept is not None:
+                variables[name] = kept
+                continue
+            # Cached: a body may read its variables several times in one step (PageRank does 3
+            # times); the replay then reads and verifies each object once.
+            variables[name] = read_dataset(self.spark, store, ds, plan.num_partitions).cache()
+            read.append(variables[name])
+        if self.handoff:
+            log.info("job %s %s %d: variables %s", plan.job_id, plan.kind, plan.checkpoint_id,
+                     "kept in Spark from the attempt that wrote them" if not read else "read from the checkpoint")
+        return variables, read
 
     def run_epoch(self, plan: EpochPlan, store: ObjectStore) -> list[EpochReport]:
         """Compute one epoch; the tail writes the feedback log and the reports."""
@@ -80,14 +127,28 @@ class EpochExecutor:
             raise CheckpointError(f"run_epoch() takes epoch plans, not {plan.kind}")
         body, params, ctx = self._context(plan)
         data = self._load(body, plan, params)
-        restored = self._variables(plan, store)
+        restored, read = self._variables(plan, store)
+        kept: dict[str, Any] | None = {} if self.handoff else None
         try:
-            return self._step(plan, store, body, data, ctx, restored)
-        finally:
-            for df in (restored or {}).values():
-                df.unpersist()
+            reports = self._step(plan, store, body, data, ctx, restored, kept)
+        except BaseException:
+            if kept is not None:  # nothing of a failed attempt is kept, nor what it started from
+                from spark_jobs.storeio import release_kept
 
-    def _step(self, plan, store, body, data, ctx, restored) -> list[EpochReport]:
+                for _records, checkpointed in kept.values():
+                    release_kept(checkpointed)
+                self._drop_kept(plan.job_id)
+            raise
+        finally:
+            for df in read:
+                df.unpersist()
+        if kept is not None:
+            by_head = {h: frozenset(f.key for r in reports if r.head == h for f in r.files) for h in kept}
+            schemas = {r.head: r.schema for r in reports}
+            self._drop_kept(plan.job_id, {h: (by_head[h], schemas[h], df) for h, df in kept.items()})
+        return reports
+
+    def _step(self, plan, store, body, data, ctx, restored, kept=None) -> list[EpochReport]:
         if restored is None:
             variables = body.init(data, ctx)
         elif plan.warm_start and plan.parent_id is None:  # epoch 0 from another job's final state
@@ -120,10 +181,10 @@ class EpochExecutor:
         if declared:
             self._write(plan, store, result.outputs, declared, data_dir="outputs", report_dir="_outputs")
         return self._write(plan, store, result.variables, list(plan.heads), data_dir="",
-                           report_dir="_reports", keys=plan.heads, metrics=metrics, facts=result.facts)
+                           report_dir="_reports", keys=plan.heads, metrics=metrics, facts=result.facts, kept=kept)
 
     def _write(self, plan, store, frames, names, *, data_dir, report_dir, keys=None, metrics=None,
-               facts=None) -> list[EpochReport]:
+               facts=None, kept=None) -> list[EpochReport]:
         """The tail: write each named dataset under the attempt, one report per partition."""
         from spark_jobs.storeio import write_dataset
 
@@ -143,6 +204,7 @@ class EpochExecutor:
                 metrics=(metrics or {}).get(name),
                 profile=plan.profile,
                 facts=facts,
+                kept=kept,
             )
         return reports
 
@@ -152,7 +214,7 @@ class EpochExecutor:
             raise CheckpointError(f"run_finish() takes final plans, not {plan.kind}")
         body, params, ctx = self._context(plan)
         data = self._load(body, plan, params)
-        restored = self._variables(plan, store)
+        restored, read = self._variables(plan, store)
         try:
             outputs = body.finish(restored, data, ctx)
             missing = [n for n in plan.body.get("outputs", []) if n not in outputs]
@@ -161,8 +223,9 @@ class EpochExecutor:
             return self._write(plan, store, outputs, plan.body.get("outputs", []), data_dir="outputs",
                                report_dir="_outputs")
         finally:
-            for df in restored.values():
+            for df in read:
                 df.unpersist()
+            self._drop_kept(plan.job_id)  # the job's last step: its variables are not needed here again
 
     def run(self, plan: EpochPlan, store: ObjectStore) -> list[EpochReport]:
         try:

@@ -46,6 +46,7 @@ def write_dataset(
     metrics: Mapping[str, tuple[str, str]] | None = None,
     profile: bool = True,
     facts: Mapping[str, float] | None = None,
+    kept: dict[str, tuple[DataFrame, DataFrame]] | None = None,
 ) -> list[EpochReport]:
     """Write ``df`` as P partitions of Parquet under ``prefix`` and one report per partition
     under ``report_prefix``. ``metrics``: name -> (column, aggregation); metric columns are
@@ -57,6 +58,12 @@ def write_dataset(
     computed as a column: Spark may coalesce or reuse shuffles, so its own partition ids are
     not trusted. Each Spark task writes one file per partition it holds, records sorted by
     key; partitions that received no record get an empty report from the driver.
+
+    ``kept``: also keep the written records in Spark: the partitions the tail writes are
+    local-checkpointed as it reads them (memory, spilling to disk; lineage cut), so the next
+    epoch on this session can start from them instead of reading the files back. A lost block
+    makes a later job fail; it is never recomputed. ``kept[head]``: (the records, data columns
+    only; the checkpointed frame, for ``release_kept``).
     """
     metrics = dict(metrics or {})
     metric_columns = {col for col, _ in metrics.values()}
@@ -71,6 +78,8 @@ def write_dataset(
         .repartition(num_partitions, _PID)
         .sortWithinPartitions(_PID, *key_columns)
     )
+    if kept is not None:
+        df = df.localCheckpoint(eager=False)  # materialised by the tail's job below
 
     def tail(batches: Iterator[Any]) -> Iterator[Any]:
         import numpy as np
@@ -102,6 +111,8 @@ def write_dataset(
         r.partition: r
         for r in (EpochReport.from_json(row.report) for row in df.mapInArrow(tail, "report string").collect())
     }
+    if kept is not None:
+        kept[head] = (df.select(*data_columns), df)
     for p in range(num_partitions):
         if p not in reports:
             empty = {name: 0.0 for name, (_c, agg) in metrics.items() if agg == "sum"}
@@ -112,6 +123,19 @@ def write_dataset(
 
 
 _PID = "__iterations_partition"
+
+
+def release_kept(checkpointed: DataFrame) -> None:
+    """Free the blocks of a frame ``write_dataset`` kept. A local checkpoint's blocks belong to
+    its RDD, which ``DataFrame.unpersist`` does not reach: on a classic session they are
+    unpersisted through the JVM; a Spark Connect session releases them when the frame is
+    garbage collected. Best effort: a session that is gone took them with it."""
+    try:
+        jdf = getattr(checkpointed, "_jdf", None)
+        if jdf is not None:
+            jdf.logicalPlan().rdd().unpersist(False)
+    except Exception:
+        pass
 
 
 class _PartitionWriter:

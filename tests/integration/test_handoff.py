@@ -1,0 +1,109 @@
+"""The warm-session handoff: an epoch starts from the variables the previous attempt of the same
+executor kept in Spark, only when the plan restores exactly the checkpoint that attempt wrote;
+the state is the same bits as when it is read back from the store."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from include import failpoints
+from include.runner import IterationRunner
+from include.runtime import IterationJob
+from spark_jobs.epoch import EpochExecutor
+from tests.helpers import graph_with_dangling, pagerank_config, ranks_of, write_edges
+
+pytestmark = pytest.mark.spark
+
+KEPT = "kept in Spark from the attempt that wrote them"
+READ = "read from the checkpoint"
+
+
+@pytest.fixture(scope="module")
+def edges(tmp_path_factory):
+    return write_edges(tmp_path_factory.mktemp("graph") / "edges.csv", graph_with_dangling(40, 0.1, seed=3))
+
+
+def variables_lines(caplog, job_id):
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"job {job_id} ")
+            and "variables" in r.getMessage()]
+
+
+def persistent_rdds(spark) -> int:
+    return len(spark.sparkContext._jsc.getPersistentRDDs())
+
+
+def test_handoff_gives_the_same_checkpoints_bit_for_bit(spark, tmp_path, edges, caplog):
+    caplog.set_level(logging.INFO, logger="iterations")
+    before = persistent_rdds(spark)
+    runs = {}
+    for handoff in (False, True):
+        cfg = pagerank_config(tmp_path / str(handoff), edges, job_id=f"pr-{handoff}", max_epochs=5, tolerance=0.0,
+                              retain_last=10)
+        runs[handoff] = (IterationRunner(cfg, spark, handoff=handoff).run(), IterationJob(cfg))
+    lines = variables_lines(caplog, "pr-True")
+    assert lines == [f"job pr-True epoch {e}: variables {KEPT}" for e in range(1, 5)] + \
+        [f"job pr-True final 5: variables {KEPT}"]
+    assert variables_lines(caplog, "pr-False") == [], "without the handoff nothing is kept (nor logged)"
+    # every checkpoint holds the same files' bytes (SHA-256 per object), epoch by epoch
+    for epoch in range(5):
+        digests = [[f.sha256 for f in runs[h][1].log.load(epoch).variables["ranks"].files] for h in (False, True)]
+        assert digests[0] == digests[1], f"epoch {epoch}"
+    assert ranks_of(runs[True][0].outputs["ranks"]) == ranks_of(runs[False][0].outputs["ranks"])
+    assert persistent_rdds(spark) == before, "the kept variables are freed when the job finishes"
+
+
+def test_only_the_checkpoint_the_executor_wrote_is_taken_from_memory(spark, tmp_path, edges, caplog):
+    caplog.set_level(logging.INFO, logger="iterations")
+    cfg = pagerank_config(tmp_path, edges, job_id="pr-only", max_epochs=10, tolerance=0.0)
+    job, x, y = IterationJob(cfg), EpochExecutor(spark, handoff=True), EpochExecutor(spark, handoff=True)
+
+    def epoch(executor, commit=True):
+        plan = job.plan_epoch()
+        executor.run(plan, job.store)
+        if commit:
+            job.commit(plan)
+        else:
+            job.abort(plan, "test: not committed")
+
+    epoch(x)  # checkpoint 0, written by x
+    epoch(y)  # y kept nothing: reads checkpoint 0 back
+    epoch(x)  # x's kept variables are checkpoint 0's, not checkpoint 1's (y wrote it)
+    epoch(x)  # checkpoint 2 was x's: from memory
+    epoch(x, commit=False)  # x now keeps an attempt that never commits ...
+    epoch(x)  # ... so checkpoint 3 is read back
+    assert variables_lines(caplog, "pr-only") == [
+        f"job pr-only epoch 1: variables {READ}", f"job pr-only epoch 2: variables {READ}",
+        f"job pr-only epoch 3: variables {KEPT}", f"job pr-only epoch 4: variables {KEPT}",
+        f"job pr-only epoch 4: variables {READ}"]
+    x.release(), y.release()
+
+
+def test_a_failed_attempt_keeps_nothing(spark, tmp_path, edges, caplog):
+    caplog.set_level(logging.INFO, logger="iterations")
+    before = persistent_rdds(spark)
+    cfg = pagerank_config(tmp_path, edges, job_id="pr-fail", max_epochs=10, tolerance=0.0)
+    job, executor = IterationJob(cfg), EpochExecutor(spark, handoff=True)
+    for _ in range(2):
+        plan = job.plan_epoch()
+        executor.run(plan, job.store)
+        job.commit(plan)
+    kept = persistent_rdds(spark)  # the input's cached frames and epoch 1's kept variables
+    failpoints.configure("epoch.before_write@epoch=2=raise")
+    try:
+        plan = job.plan_epoch()
+        with pytest.raises(failpoints.FailpointError):
+            executor.run(plan, job.store)
+        job.abort(plan, "test: failed")
+    finally:
+        failpoints.configure("")
+    assert persistent_rdds(spark) == kept - 1, "the variables kept from epoch 1 are freed after the failure"
+    plan = job.plan_epoch()
+    executor.run(plan, job.store)  # the retry starts from the store
+    job.commit(plan)
+    assert variables_lines(caplog, "pr-fail")[-3:] == [
+        f"job pr-fail epoch 1: variables {KEPT}",
+        f"job pr-fail epoch 2: variables {KEPT}", f"job pr-fail epoch 2: variables {READ}"]
+    executor.release()
+    assert persistent_rdds(spark) == before
