@@ -51,7 +51,8 @@ class _EpochTimes(logging.Handler):
             self.seconds.append(float(m.group(2)))
 
 
-def library_run(spark, body, input_path, params, epochs, partitions, root, output, store_options, job_id):
+def library_run(spark, body, input_path, params, epochs, partitions, root, output, store_options, job_id,
+                handoff=True):
     from include.config import JobConfig
     from include.runner import IterationRunner
 
@@ -62,7 +63,7 @@ def library_run(spark, body, input_path, params, epochs, partitions, root, outpu
     logger.addHandler(handler)
     try:
         started = time.perf_counter()
-        result = IterationRunner(cfg, spark, store_options=store_options).run()
+        result = IterationRunner(cfg, spark, store_options=store_options, handoff=handoff).run()
         total = time.perf_counter() - started
     finally:
         logger.removeHandler(handler)
@@ -71,9 +72,11 @@ def library_run(spark, body, input_path, params, epochs, partitions, root, outpu
     return total, handler.seconds
 
 
-def run_variants(spark, body, input_path, params, epochs, partitions, work, moto_url, repeat, tag):
+def run_variants(spark, body, input_path, params, epochs, partitions, work, moto_url, repeat, tag,
+                 no_handoff=False):
     """{variant: (best total seconds, median epoch seconds)} for one input."""
-    variants = ["bare", "bare+parquet", "library local"] + (["library s3"] if moto_url else [])
+    variants = ["bare", "bare+parquet", "library local"] + (["library s3"] if moto_url else []) + \
+        (["library local, no handoff"] if no_handoff else [])
     best: dict[str, tuple[float, float]] = {}
     for r in range(repeat):
         for variant in (variants if r % 2 == 0 else variants[::-1]):
@@ -83,10 +86,10 @@ def run_variants(spark, body, input_path, params, epochs, partitions, work, moto
                                 os.path.join(scratch, "durable") if variant == "bare+parquet" else None,
                                 os.path.join(scratch, "out"))
                 total, per_epoch = out.total, out.epochs
-            elif variant == "library local":
+            elif variant.startswith("library local"):
                 total, per_epoch = library_run(spark, body, input_path, params, epochs, partitions,
                                                os.path.join(scratch, "store"), os.path.join(scratch, "out"),
-                                               {}, f"{tag}-{r}-local")
+                                               {}, f"{tag}-{r}-local", handoff=variant == "library local")
             else:
                 prefix = f"s3://bench/{tag}-{r}"
                 total, per_epoch = library_run(spark, body, input_path, params, epochs, partitions,
@@ -110,8 +113,12 @@ def print_table(title, results):
         cs = best.get("library s3", (float("nan"),))[0]
         print(f"| {label} | {a:.2f} s | {b:.2f} s | {cl:.2f} s | {cs:.2f} s | "
               f"{cl / a:.2f} | {cl / b:.2f} | {cs / a:.2f} | {cs / b:.2f} |")
-    print("median seconds per epoch (a / b / c local / c s3): " + "; ".join(
-        f"{label}: " + " / ".join(f"{best[v][1]:.3f}" for v in best) for label, best in results))
+    for label, best in results:
+        print(f"{label}, median seconds per epoch: " + ", ".join(f"{v} {best[v][1]:.3f}" for v in best))
+        if "library local, no handoff" in best:
+            off = best["library local, no handoff"][0]
+            print(f"{label}, library local without the warm-session handoff (every epoch reads its checkpoint "
+                  f"back): {off:.2f} s, /(a) {off / best['bare'][0]:.2f}, /(b) {off / best['bare+parquet'][0]:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--no-s3", action="store_true", help="skip the S3 store (moto_server)")
+    p.add_argument("--no-handoff-too", action="store_true",
+                   help="also run the library without the warm-session handoff (reads each checkpoint back)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("iterations").setLevel(logging.INFO)
@@ -142,13 +151,14 @@ def main(argv: list[str] | None = None) -> int:
             path, exact = graph(edges)
             print(f"PageRank, {exact:,} edges:", flush=True)
             results.append((f"PageRank {exact:,} edges", run_variants(
-                spark, "pagerank", path, {}, args.epochs, args.partitions, work, moto_url, args.repeat, f"pr{edges}")))
+                spark, "pagerank", path, {}, args.epochs, args.partitions, work, moto_url, args.repeat, f"pr{edges}",
+                args.no_handoff_too)))
         if args.kmeans_points:
             path = points(args.kmeans_points)
             print(f"k-means, {args.kmeans_points:,} points, k=4:", flush=True)
             results.append((f"k-means {args.kmeans_points:,} points", run_variants(
                 spark, "kmeans", path, {"k": 4}, args.epochs, args.partitions, work, moto_url, args.repeat,
-                f"km{args.kmeans_points}")))
+                f"km{args.kmeans_points}", args.no_handoff_too)))
         print_table(f"end-to-end seconds (best of {args.repeat}), {args.epochs} epochs, {machine()}", results)
     finally:
         spark.stop()

@@ -457,6 +457,28 @@ def _gx():
     return _GX["gx"], _GX["ctx"], _GX["batch"]
 
 
+_WARMING: list[threading.Thread] = []
+
+
+def warm_up() -> None:
+    """Make Great Expectations' context in a background thread: importing it takes seconds,
+    which then overlap with the Spark work of the first epoch instead of delaying its commit.
+    The first validation waits for it (the lock) if it is not ready; a failure here is left
+    for that validation to raise."""
+    def make() -> None:
+        try:
+            _gx()
+        except Exception:  # raised again, with its context, by the validation that needs it
+            pass
+
+    with _GX_LOCK:
+        if _GX or _WARMING:
+            return
+        thread = threading.Thread(target=make, name="great-expectations-warm-up", daemon=True)
+        _WARMING.append(thread)
+    thread.start()
+
+
 def _make_gx() -> None:
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     logging.getLogger("great_expectations").setLevel(logging.WARNING)

@@ -153,6 +153,10 @@ class IterationRunner:
 
     def _run(self, batch_id: str | None, max_epochs_in_batch: int | None) -> RunResult:
         job = self.job
+        if job.check_settings.enabled:
+            from include.checks import warm_up
+
+            warm_up()  # Great Expectations' import overlaps with the first epoch's Spark job
         state = job.state()
         result = RunResult(
             self.config.job_id,

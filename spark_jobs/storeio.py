@@ -63,7 +63,11 @@ def write_dataset(
     local-checkpointed as it reads them (memory, spilling to disk; lineage cut), so the next
     epoch on this session can start from them instead of reading the files back. A lost block
     makes a later job fail; it is never recomputed. ``kept[head]``: (the records, data columns
-    only; the checkpointed frame, for ``release_kept``).
+    only; the checkpointed frame, for ``release_kept``, or None for a local frame).
+
+    A local frame (``DataFrame.isLocal()``: rows the driver holds, such as k-means' k centroids
+    made from pandas or Arrow) is written by the driver itself, the same way: a Spark job per
+    small dataset would cost more than the data.
     """
     metrics = dict(metrics or {})
     metric_columns = {col for col, _ in metrics.values()}
@@ -73,20 +77,20 @@ def write_dataset(
     data_columns = [c for c in df.columns if c not in metric_columns]
     schema_json = df.select(*data_columns).schema.json()
     hashed = [F.col(c) for c in (key_columns or data_columns)]
-    df = (
-        df.withColumn(_PID, F.pmod(F.hash(*hashed), F.lit(num_partitions)))
-        .repartition(num_partitions, _PID)
-        .sortWithinPartitions(_PID, *key_columns)
-    )
-    if kept is not None:
-        df = df.localCheckpoint(eager=False)  # materialised by the tail's job below
+    local = df.isLocal()  # rows the driver holds (a frame made from pandas or Arrow): no Spark job
+    records = df.select(*data_columns)
+    df = df.withColumn(_PID, F.pmod(F.hash(*hashed), F.lit(num_partitions)))
+    if not local:
+        df = df.repartition(num_partitions, _PID).sortWithinPartitions(_PID, *key_columns)
+        if kept is not None:
+            df = df.localCheckpoint(eager=False)  # materialised by the tail's job below
 
-    def tail(batches: Iterator[Any]) -> Iterator[Any]:
+    def tail(batches: Iterator[Any], task: Any = None) -> Iterator[Any]:
         import numpy as np
         import pyarrow as pa
         from pyspark import TaskContext
 
-        task = TaskContext.get().taskAttemptId()
+        task = TaskContext.get().taskAttemptId() if task is None else task
         out_schema = pa.schema([("report", pa.string())])
         current: _PartitionWriter | None = None
         for batch in batches:
@@ -107,12 +111,22 @@ def write_dataset(
         if current is not None:
             yield pa.RecordBatch.from_pylist([{"report": current.close()}], schema=out_schema)
 
-    reports = {
-        r.partition: r
-        for r in (EpochReport.from_json(row.report) for row in df.mapInArrow(tail, "report string").collect())
-    }
+    if local:
+        # The same partitions, files and reports, written by the driver: the partition column is
+        # still Spark's hash (computed on the local rows), the records sorted as a task would.
+        import pyarrow.compute as pc
+
+        table = df.toArrow()
+        order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in (_PID, *key_columns)],
+                                null_placement="at_start")
+        table = table.take(order)
+        texts = [b.column(0)[0].as_py() for b in tail(iter(table.to_batches()), task="driver")]
+        records = df.sparkSession.createDataFrame(table.select(data_columns))  # local too
+    else:
+        texts = [row.report for row in df.mapInArrow(tail, "report string").collect()]
+    reports = {r.partition: r for r in map(EpochReport.from_json, texts)}
     if kept is not None:
-        kept[head] = (df.select(*data_columns), df)
+        kept[head] = (records, None) if local else (df.select(*data_columns), df)
     for p in range(num_partitions):
         if p not in reports:
             empty = {name: 0.0 for name, (_c, agg) in metrics.items() if agg == "sum"}
@@ -125,11 +139,13 @@ def write_dataset(
 _PID = "__iterations_partition"
 
 
-def release_kept(checkpointed: DataFrame) -> None:
+def release_kept(checkpointed: DataFrame | None) -> None:
     """Free the blocks of a frame ``write_dataset`` kept. A local checkpoint's blocks belong to
     its RDD, which ``DataFrame.unpersist`` does not reach: on a classic session they are
     unpersisted through the JVM; a Spark Connect session releases them when the frame is
     garbage collected. Best effort: a session that is gone took them with it."""
+    if checkpointed is None:
+        return
     try:
         jdf = getattr(checkpointed, "_jdf", None)
         if jdf is not None:

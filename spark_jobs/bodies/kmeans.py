@@ -23,9 +23,9 @@ from typing import Any, Mapping, Sequence
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import NumericType
+from pyspark.sql.types import DoubleType, IntegerType, LongType, NumericType, StructField, StructType
 
-from include.body import EpochContext, IterationBody, StepResult
+from include.body import EpochContext, IterationBody, StepResult, local_frame
 from include.errors import ConfigError, InputDataError
 
 _MASK53 = (1 << 53) - 1
@@ -46,6 +46,15 @@ class KMeansParams:
             if isinstance(self.features, str) or not all(isinstance(f, str) and f for f in self.features):
                 raise ConfigError(f"features must be a list of column names, got {self.features!r}")
             object.__setattr__(self, "features", tuple(self.features))
+
+
+def _doubles(names: Sequence[str]) -> list[tuple[str, str]]:
+    return [(n, "double") for n in names]
+
+
+def _schema(*fields: tuple[str, str]) -> StructType:
+    types = {"int": IntegerType(), "long": LongType(), "double": DoubleType()}
+    return StructType([StructField(name, types[kind]) for name, kind in fields])
 
 
 def _distance2(features: Sequence[str], centroid: Sequence[float]) -> Column:
@@ -144,8 +153,7 @@ class KMeans(IterationBody):
     def init(self, data: Mapping[str, Any], ctx: EpochContext) -> dict[str, DataFrame]:
         centroids = self.initial_centroids(data, ctx.params)
         rows = [(i, *c) for i, c in enumerate(centroids)]
-        schema = "cluster_id int, " + ", ".join(f"`{f}` double" for f in data["features"])
-        return {"centroids": ctx.spark.createDataFrame(rows, schema)}
+        return {"centroids": local_frame(ctx.spark, rows, _schema(("cluster_id", "int"), *_doubles(data["features"])))}
 
     def _assign(self, points: DataFrame, fcols: Sequence[str], centroids: list[list[float]]) -> Column:
         """Index of the nearest centroid, as one expression (no join, no shuffle)."""
@@ -175,10 +183,11 @@ class KMeans(IterationBody):
             moved = old if mean is None else [float(mean[c]) for c in fcols]
             shift = math.sqrt(sum((m - o) ** 2 for m, o in zip(moved, old)))
             new_rows.append((int(row["cluster_id"]), *moved, shift, 0 if mean is None else int(mean["__size"])))
-        columns = ", ".join(f"`{f}` double" for f in features)
-        new = ctx.spark.createDataFrame(new_rows, f"cluster_id int, {columns}, shift double, __size long")
-        history = ctx.spark.createDataFrame(
-            [(ctx.epoch, *r[:-1]) for r in new_rows], f"epoch int, cluster_id int, {columns}, shift double")
+        # k rows each: local frames (the tail writes them from the driver, no Spark job)
+        new = local_frame(ctx.spark, new_rows, _schema(("cluster_id", "int"), *_doubles(features), ("shift", "double"),
+                                                       ("__size", "long")))
+        history = local_frame(ctx.spark, [(ctx.epoch, *r[:-1]) for r in new_rows],
+                              _schema(("epoch", "int"), ("cluster_id", "int"), *_doubles(features), ("shift", "double")))
         return StepResult(variables={"centroids": new},
                           metrics={"max_shift": ("centroids", "shift"), "min_cluster_size": ("centroids", "__size"),
                                    "assigned_points": ("centroids", "__size")},

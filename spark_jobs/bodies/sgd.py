@@ -26,12 +26,14 @@ from typing import Any, Mapping
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import DoubleType, StringType, StructField, StructType
 
-from include.body import EpochContext, IterationBody, StepResult
+from include.body import EpochContext, IterationBody, StepResult, local_frame
 from include.errors import ConfigError, InputDataError
 
 INTERCEPT = "__intercept__"
 SPLIT_COLUMN = "__split"
+_MODEL = StructType([StructField("name", StringType()), StructField("weight", DoubleType())])
 
 
 @dataclass(frozen=True)
@@ -150,14 +152,14 @@ class IncrementalSGD(IterationBody):
             split_rows = [(r[SPLIT_COLUMN], ctx.epoch, int(r["n"])) for r in sums]
             empty = {e["split"] for events in assigned.values() for e in events} - {s for s, _e, _n in split_rows}
             split_rows += [(s, ctx.epoch, 0) for s in sorted(empty)]  # a file without rows is processed too
-        model_df = ctx.spark.createDataFrame(sorted(model.items()), "name string, weight double")
+        model_df = local_frame(ctx.spark, sorted(model.items()), _MODEL)  # a few rows: written by the driver
         new_splits = ctx.spark.createDataFrame(split_rows, "split string, epoch int, rows long")
         splits = variables["splits"].unionByName(new_splits)
         # metrics: points seen in total and in this epoch (rows of the splits log; new ones flagged)
         splits = splits.withColumn("points", F.col("rows").cast("double")) \
                        .withColumn("new_points", F.when(F.col("epoch") == ctx.epoch, F.col("rows")).otherwise(0).cast("double"))
         if not model:  # before the first file: keep an (empty) model; epochs wait for input
-            model_df = ctx.spark.createDataFrame([(INTERCEPT, 0.0)], "name string, weight double")
+            model_df = local_frame(ctx.spark, [(INTERCEPT, 0.0)], _MODEL)
         return StepResult({"model": model_df, "splits": splits},
                           metrics={"points": ("splits", "points"), "new_points": ("splits", "new_points")})
 

@@ -1,0 +1,48 @@
+"""The tail writes a local frame (rows the driver holds) from the driver: the same partitions,
+records, metrics and profiles as the Spark job writes for the same rows as a distributed frame."""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql.types import DoubleType, IntegerType, StructField, StructType
+
+from include.body import local_frame
+from include.store import LocalStore
+from spark_jobs.storeio import write_dataset
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = StructType([StructField("cluster_id", IntegerType()), StructField("x", DoubleType()),
+                     StructField("shift", DoubleType())])
+ROWS = [(i, i * 1.5, 0.25 * i) for i in (7, 3, 11, 0, 5, 9, 2)]
+
+
+def write(spark, tmp_path, df, name, kept=None):
+    store = LocalStore(tmp_path)
+    reports = write_dataset(df, store=store, prefix=f"{name}/data", report_prefix=f"{name}/reports",
+                            head="centroids", epoch=3, attempt_id="a3", num_partitions=3,
+                            key_columns=("cluster_id",), metrics={"max_shift": ("shift", "max")},
+                            facts={"k": 7}, kept=kept)
+    rows = {r.partition: [row for f in r.files for row in pq.read_table(io.BytesIO(store.get(f.key))).to_pylist()]
+            for r in reports}
+    return reports, rows
+
+
+def test_a_local_frame_is_written_as_the_spark_job_writes_it(spark, tmp_path):
+    local, distributed = local_frame(spark, ROWS, SCHEMA), spark.createDataFrame(ROWS, SCHEMA)
+    assert local.isLocal() and not distributed.isLocal()
+    kept = {}
+    ours, ours_rows = write(spark, tmp_path, local, "local", kept)
+    theirs, theirs_rows = write(spark, tmp_path, distributed, "spark")
+    assert ours_rows == theirs_rows, "the same records in the same partitions, in key order"
+    assert sum(len(r) for r in ours_rows.values()) == len(ROWS)
+    for a, b in zip(ours, theirs):
+        assert (a.partition, a.feedback_count, a.metrics, a.schema, a.profile) == \
+            (b.partition, b.feedback_count, b.metrics, b.schema, b.profile)
+        assert all(f.key.endswith("-driver.parquet") for f in a.files)
+    records, checkpointed = kept["centroids"]
+    assert checkpointed is None and records.isLocal()
+    assert sorted(map(tuple, records.collect())) == sorted((c, x) for c, x, _s in ROWS)
