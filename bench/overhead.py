@@ -13,7 +13,9 @@ For each input, four variants run the same body for the same number of epochs:
 
 Each variant's time is end to end: load the input, the epochs, the outputs written. A warm-up
 run of every variant on a small input comes first (JIT, Python workers). ``--repeat N`` runs
-the variants N times, in alternating order, and keeps each one's best. Run::
+the variants N times, in alternating order (forward, backward, ...), and reports each one's
+mean: the JVM keeps getting faster over a run (JIT), which favours whatever runs last, and a
+mean over alternating orders cancels that drift. Run::
 
     .venv/bin/python -m bench.overhead                                  # 250k, 1M, 4M edges; k-means 1M
     .venv/bin/python -m bench.overhead --edges 1000000 --kmeans-points 0 --no-s3
@@ -74,10 +76,10 @@ def library_run(spark, body, input_path, params, epochs, partitions, root, outpu
 
 def run_variants(spark, body, input_path, params, epochs, partitions, work, moto_url, repeat, tag,
                  no_handoff=False):
-    """{variant: (best total seconds, median epoch seconds)} for one input."""
+    """{variant: (mean total seconds, median epoch seconds)} for one input."""
     variants = ["bare", "bare+parquet", "library local"] + (["library s3"] if moto_url else []) + \
         (["library local, no handoff"] if no_handoff else [])
-    best: dict[str, tuple[float, float]] = {}
+    runs: dict[str, list[tuple[float, float]]] = {}
     for r in range(repeat):
         for variant in (variants if r % 2 == 0 else variants[::-1]):
             scratch = tempfile.mkdtemp(prefix="bench-", dir=work)
@@ -98,9 +100,8 @@ def run_variants(spark, body, input_path, params, epochs, partitions, work, moto
             shutil.rmtree(scratch, ignore_errors=True)
             median = statistics.median(per_epoch) if per_epoch else float("nan")
             print(f"    {variant:<14} run {r + 1}: {total:7.2f} s total, {median:6.3f} s median epoch", flush=True)
-            if variant not in best or total < best[variant][0]:
-                best[variant] = (total, median)
-    return best
+            runs.setdefault(variant, []).append((total, median))
+    return {v: (statistics.mean(t for t, _ in r), statistics.median(m for _, m in r)) for v, r in runs.items()}
 
 
 def print_table(title, results):
@@ -108,17 +109,17 @@ def print_table(title, results):
     print("| input | (a) bare | (b) bare+parquet | (c) library local | (c) library s3 | "
           "(c local)/(a) | (c local)/(b) | (c s3)/(a) | (c s3)/(b) |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for label, best in results:
-        a, b, cl = best["bare"][0], best["bare+parquet"][0], best["library local"][0]
-        cs = best.get("library s3", (float("nan"),))[0]
+    for label, fig in results:
+        a, b, cl = fig["bare"][0], fig["bare+parquet"][0], fig["library local"][0]
+        cs = fig.get("library s3", (float("nan"),))[0]
         print(f"| {label} | {a:.2f} s | {b:.2f} s | {cl:.2f} s | {cs:.2f} s | "
               f"{cl / a:.2f} | {cl / b:.2f} | {cs / a:.2f} | {cs / b:.2f} |")
-    for label, best in results:
-        print(f"{label}, median seconds per epoch: " + ", ".join(f"{v} {best[v][1]:.3f}" for v in best))
-        if "library local, no handoff" in best:
-            off = best["library local, no handoff"][0]
+    for label, fig in results:
+        print(f"{label}, median seconds per epoch: " + ", ".join(f"{v} {fig[v][1]:.3f}" for v in fig))
+        if "library local, no handoff" in fig:
+            off = fig["library local, no handoff"][0]
             print(f"{label}, library local without the warm-session handoff (every epoch reads its checkpoint "
-                  f"back): {off:.2f} s, /(a) {off / best['bare'][0]:.2f}, /(b) {off / best['bare+parquet'][0]:.2f}")
+                  f"back): {off:.2f} s, /(a) {off / fig['bare'][0]:.2f}, /(b) {off / fig['bare+parquet'][0]:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,7 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append((f"k-means {args.kmeans_points:,} points", run_variants(
                 spark, "kmeans", path, {"k": 4}, args.epochs, args.partitions, work, moto_url, args.repeat,
                 f"km{args.kmeans_points}", args.no_handoff_too)))
-        print_table(f"end-to-end seconds (best of {args.repeat}), {args.epochs} epochs, {machine()}", results)
+        print_table(f"end-to-end seconds (mean of {args.repeat}, alternating order), {args.epochs} epochs, "
+                    f"{machine()}", results)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
