@@ -117,8 +117,7 @@ def write_dataset(
         import pyarrow.compute as pc
 
         table = df.toArrow()
-        order = pc.sort_indices(table, sort_keys=[(c, "ascending") for c in (_PID, *key_columns)],
-                                null_placement="at_start")
+        order = pc.sort_indices(table, sort_keys=[(c, "ascending", "at_start") for c in (_PID, *key_columns)])
         table = table.take(order)
         texts = [b.column(0)[0].as_py() for b in tail(iter(table.to_batches()), task="driver")]
         records = df.sparkSession.createDataFrame(table.select(data_columns))  # local too
