@@ -436,6 +436,14 @@ class CheckpointLog:
             f"{manifest.attempt_id} is superseded and its files are garbage"
         )
 
+    def committed_attempt(self, checkpoint_id: int) -> tuple[bool, str | None]:
+        """(whether checkpoint ``checkpoint_id`` was committed: the latest id reached it, the
+        attempt that committed it, None if its manifest was since retired)."""
+        latest = self.latest_id()
+        if latest is None or latest < checkpoint_id:
+            return False, None
+        return True, self.committed_by(checkpoint_id)
+
     def committed_by(self, checkpoint_id: int) -> str | None:
         try:
             data = self.store.get(self.layout.checkpoint(checkpoint_id))

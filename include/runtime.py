@@ -585,10 +585,9 @@ class IterationJob:
     def raise_if_superseded(self, checkpoint_id: int, attempt_id: str) -> bool:
         """CheckpointSuperseded if another attempt committed checkpoint ``checkpoint_id``; True
         if ``attempt_id`` itself did, False if it is not committed yet."""
-        latest = self.log.latest_id()
-        if latest is None or latest < checkpoint_id:
+        committed, winner = self.log.committed_attempt(checkpoint_id)
+        if not committed:
             return False
-        winner = self.log.committed_by(checkpoint_id)
         if winner == attempt_id:
             return True
         raise CheckpointSuperseded(

@@ -78,7 +78,6 @@ def write_dataset(
     schema_json = df.select(*data_columns).schema.json()
     hashed = [F.col(c) for c in (key_columns or data_columns)]
     local = df.isLocal()  # rows the driver holds (a frame made from pandas or Arrow): no Spark job
-    records = df.select(*data_columns)
     df = df.withColumn(_PID, F.pmod(F.hash(*hashed), F.lit(num_partitions)))
     if not local:
         df = df.repartition(num_partitions, _PID).sortWithinPartitions(_PID, *key_columns)

@@ -59,9 +59,8 @@ class AlignmentTrigger(BaseTrigger):
         seen = {(r.head, r.partition) for r in log.reports(self.epoch, self.attempt_id)}
         missing = [f"{h}/{p}" for h, n in sorted(self.expected.items()) for p in range(n) if (h, p) not in seen]
         if missing:
-            latest = log.latest_id()
-            winner = log.committed_by(self.epoch) if latest is not None and latest >= self.epoch else None
-            if latest is not None and latest >= self.epoch and winner != self.attempt_id:
+            committed, winner = log.committed_attempt(self.epoch)
+            if committed and winner != self.attempt_id:
                 return missing, {**end, "status": "superseded", "committed_by": winner}
         return missing, None
 
