@@ -49,11 +49,13 @@ class EpochExecutor:
         # job id -> head -> (object keys the tail wrote, schema, (records, checkpointed frame))
         self._kept: dict[str, dict[str, tuple[frozenset[str], str, Any]]] = {}
         self._lock = threading.Lock()
+        self.last_load_cached = False
 
     def _load(self, body: IterationBody, plan: EpochPlan, params: Any) -> dict:
         from spark_jobs.storeio import read_input
 
         key = json.dumps([plan.body["name"], plan.body.get("params"), plan.input], sort_keys=True, default=str)
+        self.last_load_cached = key in self._data
         if key not in self._data:
             raw = read_input(self.spark, plan.input_spec(), plan.num_partitions, **self.store_options) \
                 if body.static_input else None
@@ -125,12 +127,20 @@ class EpochExecutor:
         """Compute one epoch; the tail writes the feedback log and the reports."""
         if plan.kind != "epoch":
             raise CheckpointError(f"run_epoch() takes epoch plans, not {plan.kind}")
+        started = time.monotonic()
         body, params, ctx = self._context(plan)
         data = self._load(body, plan, params)
+        loaded = time.monotonic()
         restored, read = self._variables(plan, store)
+        restored_at = time.monotonic()
         kept: dict[str, Any] | None = {} if self.handoff else None
         try:
             reports = self._step(plan, store, body, data, ctx, restored, kept)
+            log.info("job %s epoch %d attempt %s: static input %.2fs (%s), restore %.2fs (%s), step and tail %.2fs",
+                     plan.job_id, plan.epoch, plan.attempt_id, loaded - started,
+                     "kept from an earlier epoch" if self.last_load_cached else "loaded", restored_at - loaded,
+                     "none" if restored is None else "read from the checkpoint" if read else "kept in Spark",
+                     time.monotonic() - restored_at)
         except BaseException:
             if kept is not None:  # nothing of a failed attempt is kept, nor what it started from
                 from spark_jobs.storeio import release_kept

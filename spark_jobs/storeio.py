@@ -339,14 +339,17 @@ def _decode(data: bytes, fmt: str, csv_header: bool = True):
     raise InputDataError(f"unsupported format {fmt!r}")
 
 
-_registered: dict[int, tuple[ObjectStore, str]] = {}
+_registered: dict[tuple[Any, int], tuple[ObjectStore, str]] = {}
 _registered_lock = threading.Lock()
 
 
 def _source_for(spark: SparkSession, store: ObjectStore) -> str:
+    """The name of the data source reading ``store``, registered in ``spark``'s session (a
+    registration belongs to a session: one process may use a store with several sessions)."""
     with _registered_lock:
-        key = id(store)
-        if key not in _registered or _registered[key][0] is not store:
+        key = (getattr(spark, "session_id", None) or id(spark), id(store))
+        known = _registered.get(key)
+        if known is None or known[0] is not store:
             name = f"iterations_store_{len(_registered)}_{os.getpid()}"
             cls = type(f"StoreSource{len(_registered)}", (_StoreSource,), {"store": store, "source_name": name})
             spark.dataSource.register(cls)

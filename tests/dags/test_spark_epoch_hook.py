@@ -1,4 +1,6 @@
-"""Connect mode: a retry reaches the Spark job its earlier try started and stops it."""
+"""Connect mode: a retry reaches the Spark job its earlier try started and stops it; the
+attempts of a batch share its session, and one whose batch session was closed runs in a
+session of its own."""
 
 from __future__ import annotations
 
@@ -13,14 +15,22 @@ from tests.conftest import ROOT
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 SCRIPT = textwrap.dedent("""
-    import sys, threading, time
+    import sys, threading, time, types
     sys.path.insert(0, "plugins")
     from pyspark.sql import functions as F
-    from iterations.hooks.spark_epoch import SparkEpochHook, attempt_tag
+    from iterations.hooks.spark_epoch import SparkEpochHook, attempt_session_id, attempt_tag, batch_session_id
 
-    # "first try": runs a long Spark job in the attempt's session, tagged with the attempt id
+    def plan(attempt_id, batch_id="manual__1"):
+        return types.SimpleNamespace(job_id="j", batch_id=batch_id, attempt_id=attempt_id,
+                                     store={"kind": "local", "root": "/tmp/x"})
+
+    # "first try": runs a long Spark job in its batch's session, tagged with the attempt id
     first = SparkEpochHook("connect")
-    spark = first._session("a3-0123456789ab")
+    url = first.connect_url()
+    spark, session_id = first._attempt_session(url, plan("a3-0123456789ab"))
+    print("BATCH SESSION", session_id == batch_session_id(plan("a3-0123456789ab")))
+    print("SAME BATCH SAME SESSION", batch_session_id(plan("a4-1")) == session_id,
+          batch_session_id(plan("a4-1", "manual__2")) != session_id)
     outcome = {}
 
     def slow(x):
@@ -41,12 +51,17 @@ SCRIPT = textwrap.dedent("""
     # "retry", with its own client, as a new process would have
     retry = SparkEpochHook("connect")
     started = time.monotonic()
-    interrupted = retry.interrupt("a3-0123456789ab")
+    interrupted = retry.interrupt(plan("a3-0123456789ab"))
     t.join(60)
     print("INTERRUPTED", len(interrupted))
     print("RESULT", outcome.get("result"))
     print("SECONDS", round(time.monotonic() - started, 1))
-    print("NOTHING", SparkEpochHook("connect").interrupt("a9-ffffffffffff"))
+    print("NOTHING", SparkEpochHook("connect").interrupt(plan("a9-ffffffffffff")))
+
+    # the server closes an idle session for good: the next attempt of the batch gets its own
+    spark.client.release_session()
+    other, other_id = SparkEpochHook("connect")._attempt_session(url, plan("a5-0123456789ab"))
+    print("FALLBACK", other_id == attempt_session_id("a5-0123456789ab"), other.range(3).count())
 """)
 
 
@@ -60,3 +75,5 @@ def test_retry_interrupts_the_earlier_attempts_spark_job(airflow_env):
     assert result != "finished" and "None" != result, result
     assert float(out.split("SECONDS ", 1)[1].splitlines()[0]) < 60, "stopped, not waited for"
     assert "NOTHING []" in out
+    assert "BATCH SESSION True" in out and "SAME BATCH SAME SESSION True True" in out, out
+    assert "FALLBACK True 3" in out, out

@@ -46,3 +46,19 @@ def test_a_local_frame_is_written_as_the_spark_job_writes_it(spark, tmp_path):
     records, checkpointed = kept["centroids"]
     assert checkpointed is None and records.isLocal()
     assert sorted(map(tuple, records.collect())) == sorted((c, x) for c, x, _s in ROWS)
+
+
+def test_one_store_read_from_two_sessions_of_one_process(spark, tmp_path):
+    """The store's data source is registered per session: a process that reads one store from
+    a second session (an executor kept across the epochs of a DAG run, a new session after the
+    first was closed) registers it there too, instead of naming a source that session lacks."""
+    from spark_jobs.storeio import read_files
+
+    store = LocalStore(tmp_path)
+    reports, rows = write(spark, tmp_path, spark.createDataFrame(ROWS, SCHEMA), "twice")
+    groups = [[f.to_dict() for f in r.files] for r in reports]
+    schema = StructType(SCHEMA.fields[:2])
+    other = spark.newSession()
+    assert read_files(spark, store, groups, schema).count() == len(ROWS)
+    assert read_files(other, store, groups, schema).count() == len(ROWS)
+    assert read_files(spark, store, groups, schema).count() == len(ROWS)

@@ -7,19 +7,35 @@ Modes:
 * ``submit``: ``spark-submit spark_jobs/epoch.py`` through the apache-spark provider's
   SparkSubmitHook and its ``spark_default`` connection (the conventional cluster path).
 
-In connect mode every attempt runs in a Spark Connect session of its own, whose id is derived
-from the attempt id, and its Spark jobs carry the attempt id as a tag. A retry of the task
-(its earlier try's process died, the Spark job may still be running on the server) can so
-reconnect to the earlier attempt's session and interrupt its jobs before it runs the epoch
-again (``interrupt``): the same epoch never runs twice at once.
+In connect mode the attempts of one batch (a DAG run) of a job share a Spark Connect session,
+whose id is derived from the store, the job and the batch; its Spark jobs carry the attempt id
+as a tag. Sharing it keeps what a session pays for once warm from epoch to epoch: the server's
+Python workers for the session (about 3 s to start a new session's first Python read here,
+0.25 s after), the session's registered data sources. A retry of the task (its earlier try's
+process died, the Spark job may still be running on the server) finds the session again and
+interrupts the earlier attempt's jobs by their tag before it runs the epoch again
+(``interrupt``): the same epoch never runs twice at once. If the batch's session is gone (the
+server closed it after its idle time-out: a closed session id cannot be used again), the
+attempt runs in a session of its own, derived from its attempt id, which ``interrupt`` also
+reaches.
+
+Within one process (``airflow dags test`` runs every task in one), the attempts of a batch also
+share one ``EpochExecutor``, which keeps the static input loaded and hands the variables the
+tail wrote to the next epoch when it restores exactly that checkpoint (``EpochExecutor``,
+``handoff``); a task in a process of its own starts from the store.
 """
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
 import shutil
 import sys
+import threading
 import uuid
+import weakref
+from collections import OrderedDict
 from typing import Any
 
 from airflow.sdk import BaseHook
@@ -40,8 +56,83 @@ def submit_args(plan, checkpoint_root: str, store_options: dict[str, Any]) -> li
 
 
 def attempt_session_id(attempt_id: str) -> str:
-    """The Spark Connect session an attempt runs in: any process can find it again."""
+    """The Spark Connect session of an attempt that cannot use its batch's session: any process
+    can find it again."""
     return str(uuid.uuid5(_SESSION_NAMESPACE, attempt_id))
+
+
+def batch_session_id(plan) -> str | None:
+    """The Spark Connect session the attempts of a batch of a job share (None: the plan names
+    no batch)."""
+    if not plan.batch_id:
+        return None
+    key = json.dumps(["batch", plan.store, plan.job_id, plan.batch_id], sort_keys=True, default=str)
+    return str(uuid.uuid5(_SESSION_NAMESPACE, key))
+
+
+# (server URL, session id) -> (session, executor): the executors of this process, most recent
+# last; a few are kept (one per batch running here), the oldest released beyond that
+_EXECUTORS: "OrderedDict[tuple[str, str], tuple[Any, Any]]" = OrderedDict()
+_EXECUTORS_LOCK = threading.Lock()
+_MAX_EXECUTORS = 4
+
+
+def _executor_for(url: str, session_id: str, spark, store_options: dict[str, Any]):
+    """This process's executor for a session (made on first use, with the warm-session
+    handoff)."""
+    from spark_jobs.epoch import EpochExecutor
+
+    released = []
+    with _EXECUTORS_LOCK:
+        key = (url, session_id)
+        entry = _EXECUTORS.get(key)
+        if entry is None or entry[1].store_options != dict(store_options):
+            if entry is not None:
+                released.append(entry[1])
+            entry = (spark, EpochExecutor(spark, store_options, handoff=True))
+            _EXECUTORS[key] = entry
+        _EXECUTORS.move_to_end(key)
+        while len(_EXECUTORS) > _MAX_EXECUTORS:
+            released.append(_EXECUTORS.popitem(last=False)[1][1])
+    for executor in released:
+        _release(executor)
+    return entry
+
+
+def _forget_executor(url: str, session_id: str) -> None:
+    """Drop (and release) a session's executor: after a failed attempt, the next one starts
+    from the store."""
+    with _EXECUTORS_LOCK:
+        entry = _EXECUTORS.pop((url, session_id), None)
+    if entry is not None:
+        _release(entry[1])
+
+
+def _release(executor) -> None:
+    try:
+        executor.release()
+    except Exception:  # the session is gone: so is what it held
+        pass
+
+
+# The Spark Connect clients this process opened, closed at exit: a client whose session the
+# server closed can be left in reference cycles (the error that said so), and a gRPC channel
+# the collector closes only during interpreter shutdown blocks the exit.
+_CLIENTS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_clients() -> None:
+    for client in list(_CLIENTS):
+        try:
+            client.close()
+        except Exception:
+            pass
+
+
+def _session_closed(error: Exception) -> bool:
+    text = str(error)
+    return "SESSION_CLOSED" in text or "SESSION_CHANGED" in text
 
 
 def attempt_tag(attempt_id: str) -> str:
@@ -79,36 +170,72 @@ class SparkEpochHook(BaseHook):
         else:
             self._run_submit(plan, checkpoint_root, store_options)
 
-    def _session(self, attempt_id: str):
+    def _session(self, session_id: str, url: str | None = None):
         from pyspark.sql import SparkSession
 
-        return SparkSession.builder.remote(f"{self.connect_url()}/;session_id={attempt_session_id(attempt_id)}").create()
+        spark = SparkSession.builder.remote(f"{url or self.connect_url()}/;session_id={session_id}").create()
+        _CLIENTS.add(spark.client)
+        return spark
+
+    def _attempt_session(self, url: str, plan) -> tuple[Any, str]:
+        """(session, its id) for an attempt: its batch's session (the client this process kept,
+        else a new one: the server may have restarted since), or, if the server has closed that
+        session, one of the attempt's own."""
+        batch = batch_session_id(plan)
+        if batch is not None:
+            with _EXECUTORS_LOCK:
+                entry = _EXECUTORS.get((url, batch))
+            for kept in ((entry[0],) if entry is not None else ()) + (None,):
+                spark = kept or self._session(batch, url)
+                try:
+                    spark.conf.get("spark.sql.shuffle.partitions")  # one round trip: is the session usable?
+                    return spark, batch
+                except Exception as e:
+                    if not _session_closed(e):
+                        raise
+                    _forget_executor(url, batch)  # what it kept went with the session
+                    reason = type(e).__name__
+            self.log.warning("the Spark Connect session of batch %s is closed (%s): attempt %s runs in a "
+                             "session of its own", plan.batch_id, reason, plan.attempt_id)
+        session_id = attempt_session_id(plan.attempt_id)
+        return self._session(session_id, url), session_id
 
     def _run_connect(self, plan, store, store_options) -> None:
-        from spark_jobs.epoch import EpochExecutor
-
-        spark = self._session(plan.attempt_id)
+        url = self.connect_url()
+        spark, session_id = self._attempt_session(url, plan)
+        spark, executor = _executor_for(url, session_id, spark, store_options)
         spark.addTag(attempt_tag(plan.attempt_id))
         try:
-            EpochExecutor(spark, store_options).run(plan, store)
+            executor.run(plan, store)
+        except BaseException:
+            _forget_executor(url, session_id)  # nothing of a failed attempt is handed on
+            raise
         finally:
             spark.clearTags()
+        if plan.kind == "final":  # the job's last Spark step in this batch
+            _forget_executor(url, session_id)
 
-    def interrupt(self, attempt_id: str) -> list[str]:
-        """Interrupt whatever Spark work of an attempt still runs (connect mode); returns the
-        ids of the operations interrupted. In submit mode there is nothing to reach: the
-        attempt stays fenced by its id (its files can never be committed)."""
+    def interrupt(self, plan) -> list[str]:
+        """Interrupt whatever Spark work of an attempt (its plan) still runs (connect mode), in
+        its batch's session and in a session of its own; returns the ids of the operations
+        interrupted. In submit mode there is nothing to reach: the attempt stays fenced by its
+        id (its files can never be committed)."""
         if self.mode != "connect":
             return []
-        try:
-            interrupted = self._session(attempt_id).interruptTag(attempt_tag(attempt_id))
-        except Exception as e:  # the session is gone (server restarted): nothing runs there
-            self.log.info("attempt %s: no Spark Connect session to interrupt (%s)", attempt_id, type(e).__name__)
-            return []
+        url = self.connect_url()
+        interrupted: list[str] = []
+        for session_id in (batch_session_id(plan), attempt_session_id(plan.attempt_id)):
+            if session_id is None:
+                continue
+            try:
+                interrupted += self._session(session_id, url).interruptTag(attempt_tag(plan.attempt_id))
+            except Exception as e:  # the session is gone (closed, server restarted): nothing runs there
+                self.log.info("attempt %s: no Spark Connect session %s to interrupt (%s)", plan.attempt_id,
+                              session_id, type(e).__name__)
         if interrupted:
             self.log.warning("attempt %s: interrupted %d Spark operation(s) still running from an earlier try",
-                             attempt_id, len(interrupted))
-        return list(interrupted)
+                             plan.attempt_id, len(interrupted))
+        return interrupted
 
     def _run_submit(self, plan, checkpoint_root: str, store_options: dict[str, Any]) -> None:
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook

@@ -258,7 +258,7 @@ class SparkAttemptOperator(IterationOperator):
             return
         hook = SparkEpochHook(self.spark_mode, self.spark_conn_id)
         for plan in stale:
-            hook.interrupt(plan.attempt_id)
+            hook.interrupt(plan)
             job.abort(plan, reason="unfinished by an earlier try of the task; superseded by a new attempt")
             self.log.warning("checkpoint %d: aborted attempt %s left unfinished by an earlier try",
                              checkpoint_id, plan.attempt_id)
