@@ -104,7 +104,7 @@ class EpochExecutor:
 
     def _variables(self, plan: EpochPlan, store: ObjectStore) -> tuple[dict | None, list]:
         """The restored variables, and those of them read from the store (to unpersist)."""
-        from spark_jobs.storeio import read_dataset
+        from spark_jobs.storeio import read_dataset, sized_for_joins
 
         if plan.restore is None:
             return None, []
@@ -116,8 +116,9 @@ class EpochExecutor:
                 continue
             # Cached: a body may read its variables several times in one step (PageRank does 3
             # times); the replay then reads and verifies each object once.
-            variables[name] = read_dataset(self.spark, store, ds, plan.num_partitions).cache()
-            read.append(variables[name])
+            cached = read_dataset(self.spark, store, ds, plan.num_partitions).cache()
+            variables[name] = sized_for_joins(cached, sum(f.size for f in ds.files))
+            read.append(cached)
         if self.handoff:
             log.info("job %s %s %d: variables %s", plan.job_id, plan.kind, plan.checkpoint_id,
                      "kept in Spark from the attempt that wrote them" if not read else "read from the checkpoint")

@@ -124,7 +124,8 @@ def write_dataset(
         texts = [row.report for row in df.mapInArrow(tail, "report string").collect()]
     reports = {r.partition: r for r in map(EpochReport.from_json, texts)}
     if kept is not None:
-        kept[head] = (records, None) if local else (df.select(*data_columns), df)
+        stored = sum(f.size for r in reports.values() for f in r.files)
+        kept[head] = (records, None) if local else (sized_for_joins(df.select(*data_columns), stored), df)
     for p in range(num_partitions):
         if p not in reports:
             empty = {name: 0.0 for name, (_c, agg) in metrics.items() if agg == "sum"}
@@ -135,6 +136,36 @@ def write_dataset(
 
 
 _PID = "__iterations_partition"
+
+
+def sized_for_joins(df: DataFrame, stored_bytes: int) -> DataFrame:
+    """``df`` marked for broadcast joins (``F.broadcast``) when the Parquet it was stored as
+    is at most ``spark.sql.autoBroadcastJoinThreshold``: the decision Spark takes for a Parquet
+    table of those files, which it cannot take here. A variable the next epoch starts from is
+    a local checkpoint or a read through the store's data source, and Spark's size estimate
+    for either is useless: a local checkpoint inherits the estimate of the plan that computed
+    it (a join's is the product of its sides': PageRank's ranks are estimated at tens of TiB
+    for 1.5 MB), the data source reports none. Without the mark, each epoch's joins with the
+    variable are planned as sort-merge joins and shuffle the other side (PageRank's edges,
+    the whole graph, every epoch). With the threshold at -1, nothing is marked."""
+    threshold = broadcast_threshold(df.sparkSession)
+    return F.broadcast(df) if threshold is not None and 0 <= stored_bytes <= threshold else df
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "g": 1 << 30,
+               "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "p": 1 << 50, "pb": 1 << 50}
+
+
+def broadcast_threshold(spark: SparkSession) -> int | None:
+    """The session's ``spark.sql.autoBroadcastJoinThreshold`` in bytes (Spark's byte-string
+    syntax: ``10485760b``, ``10m``, ``10MB``), or None when it is off (negative) or unreadable."""
+    import re
+
+    text = str(spark.conf.get("spark.sql.autoBroadcastJoinThreshold", "10485760b")).strip().lower()
+    m = re.fullmatch(r"(-?\d+)\s*([a-z]*)", text)
+    if not m or m.group(2) not in _BYTE_UNITS or int(m.group(1)) < 0:
+        return None
+    return int(m.group(1)) * _BYTE_UNITS[m.group(2)]
 
 
 def release_kept(checkpointed: DataFrame | None) -> None:
