@@ -49,19 +49,19 @@ class EpochExecutor:
         # job id -> head -> (object keys the tail wrote, schema, (records, checkpointed frame))
         self._kept: dict[str, dict[str, tuple[frozenset[str], str, Any]]] = {}
         self._lock = threading.Lock()
-        self.last_load_cached = False
 
-    def _load(self, body: IterationBody, plan: EpochPlan, params: Any) -> dict:
+    def _load(self, body: IterationBody, plan: EpochPlan, params: Any) -> tuple[dict, bool]:
+        """The body's static data, and whether it was kept from an earlier epoch (else loaded)."""
         from spark_jobs.storeio import read_input
 
         key = json.dumps([plan.body["name"], plan.body.get("params"), plan.input], sort_keys=True, default=str)
-        self.last_load_cached = key in self._data
-        if key not in self._data:
+        kept = key in self._data
+        if not kept:
             raw = read_input(self.spark, plan.input_spec(), plan.num_partitions, **self.store_options) \
                 if body.static_input else None
             data = body.load(raw, params)
             self._data[key] = (data, [df for df in data.values() if hasattr(df, "unpersist")])
-        return self._data[key][0]
+        return self._data[key][0], kept
 
     def release(self) -> None:
         for _data, frames in self._data.values():
@@ -130,7 +130,7 @@ class EpochExecutor:
             raise CheckpointError(f"run_epoch() takes epoch plans, not {plan.kind}")
         started = time.monotonic()
         body, params, ctx = self._context(plan)
-        data = self._load(body, plan, params)
+        data, data_kept = self._load(body, plan, params)
         loaded = time.monotonic()
         restored, read = self._variables(plan, store)
         restored_at = time.monotonic()
@@ -139,7 +139,7 @@ class EpochExecutor:
             reports = self._step(plan, store, body, data, ctx, restored, kept)
             log.info("job %s epoch %d attempt %s: static input %.2fs (%s), restore %.2fs (%s), step and tail %.2fs",
                      plan.job_id, plan.epoch, plan.attempt_id, loaded - started,
-                     "kept from an earlier epoch" if self.last_load_cached else "loaded", restored_at - loaded,
+                     "kept from an earlier epoch" if data_kept else "loaded", restored_at - loaded,
                      "none" if restored is None else "read from the checkpoint" if read else "kept in Spark",
                      time.monotonic() - restored_at)
         except BaseException:
@@ -224,7 +224,7 @@ class EpochExecutor:
         if plan.kind != "final":
             raise CheckpointError(f"run_finish() takes final plans, not {plan.kind}")
         body, params, ctx = self._context(plan)
-        data = self._load(body, plan, params)
+        data, _kept = self._load(body, plan, params)
         restored, read = self._variables(plan, store)
         try:
             outputs = body.finish(restored, data, ctx)

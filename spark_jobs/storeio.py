@@ -24,7 +24,7 @@ from pyspark.sql.types import StructType
 
 from include.checkpoint import DatasetRef
 from include.config import InputSpec
-from include.errors import InputDataError, IterationError
+from include.errors import CheckpointError, InputDataError, IterationError
 from include.failpoints import failpoint
 from include.head import EpochReport, FileRef
 from include.store import ObjectStore, open_store
@@ -122,7 +122,7 @@ def write_dataset(
         records = df.sparkSession.createDataFrame(table.select(data_columns))  # local too
     else:
         texts = [row.report for row in df.mapInArrow(tail, "report string").collect()]
-    reports = {r.partition: r for r in map(EpochReport.from_json, texts)}
+    reports = by_partition(head, [EpochReport.from_json(t) for t in texts])
     if kept is not None:
         stored = sum(f.size for r in reports.values() for f in r.files)
         kept[head] = (records, None) if local else (sized_for_joins(df.select(*data_columns), stored), df)
@@ -136,6 +136,24 @@ def write_dataset(
 
 
 _PID = "__iterations_partition"
+
+
+def by_partition(head: str, reports: Sequence[EpochReport]) -> dict[int, EpochReport]:
+    """The tasks' reports by partition. A partition is written by exactly one task: the tail's
+    shuffle is by the partition column into P partitions, which Spark neither splits nor
+    coalesces; if two tasks ever reported one partition, keeping either report would drop the
+    other's file from the checkpoint, so the attempt fails instead."""
+    found: dict[int, EpochReport] = {}
+    twice: set[int] = set()
+    for r in reports:
+        if r.partition in found:
+            twice.add(r.partition)
+        found[r.partition] = r
+    if twice:
+        raise CheckpointError(f"{head}: partition(s) {sorted(twice)} were written by more than one Spark task "
+                              f"({[f.key for r in reports if r.partition in twice for f in r.files]}); "
+                              "the attempt is not committed")
+    return found
 
 
 def sized_for_joins(df: DataFrame, stored_bytes: int) -> DataFrame:

@@ -16,32 +16,9 @@ from pyspark.sql import functions as F
 
 from include.checkpoint import DatasetRef
 from include.store import LocalStore
-from spark_jobs.storeio import broadcast_threshold, read_dataset, sized_for_joins, write_dataset
+from spark_jobs.storeio import read_dataset, sized_for_joins, write_dataset
 
 pytestmark = pytest.mark.spark
-
-
-class _Conf:
-    def __init__(self, value):
-        self.value = value
-
-    def get(self, key, default=None):
-        assert key == "spark.sql.autoBroadcastJoinThreshold"
-        return self.value
-
-
-class _Session:
-    def __init__(self, value):
-        self.conf = _Conf(value)
-
-
-@pytest.mark.parametrize("text, expected", [
-    ("10485760b", 10 << 20), ("10485760", 10 << 20), ("10m", 10 << 20), ("10MB", 10 << 20),
-    (" 5 kb", 5 << 10), ("1g", 1 << 30), ("0", 0), ("-1", None), ("-1b", None), ("ten", None),
-    ("10 parsecs", None),
-])
-def test_the_threshold_is_read_in_spark_byte_syntax(text, expected):
-    assert broadcast_threshold(_Session(text)) == expected
 
 
 @contextlib.contextmanager
