@@ -26,12 +26,18 @@ def get_spark(
     if PROJECT_ROOT not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([PROJECT_ROOT, *paths])
     os.environ.setdefault(DRIVER_PID_ENV, str(os.getpid()))
-    master = master or os.environ.get("SPARK_MASTER", "local[2]")
-    if master.startswith("local"):
+    # Under spark-submit (which starts this driver's JVM and passes its gateway in the
+    # environment) the master is spark-submit's --master: the cluster of the `spark_default`
+    # connection. Setting one here would override it and run the epoch on local[2].
+    launched_by_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
+    master = master or os.environ.get("SPARK_MASTER") or (None if launched_by_spark_submit else "local[2]")
+    if master and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local session stays on loopback
+    builder = SparkSession.builder.appName(app_name)
+    if master:
+        builder = builder.master(master)
     builder = (
-        SparkSession.builder.appName(app_name)
-        .master(master)
+        builder
         .config("spark.ui.enabled", os.environ.get("SPARK_UI_ENABLED", "false"))
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.sql.adaptive.enabled", "true")

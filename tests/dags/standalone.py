@@ -1,0 +1,138 @@
+"""A real multi-process Spark standalone cluster on loopback, started from the pyspark
+installation: a master and two workers (``spark-class`` with the standalone Master and Worker
+classes, each a JVM of its own) and a Spark Connect server running as an application on it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+from tests.conftest import ROOT, free_port
+
+
+def spark_home() -> str:
+    import pyspark
+
+    return os.path.dirname(os.path.abspath(pyspark.__file__))
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _wait(what: str, predicate, timeout: float, log: str | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    tail = ""
+    if log and os.path.exists(log):
+        with open(log, errors="replace") as f:
+            tail = f.read()[-3000:]
+    raise TimeoutError(f"{what} not ready within {timeout:.0f}s\n{tail}")
+
+
+@dataclass
+class StandaloneCluster:
+    workdir: str
+    master_port: int = field(default_factory=free_port)
+    master_ui: int = field(default_factory=free_port)
+    connect_port: int = field(default_factory=free_port)
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://127.0.0.1:{self.master_port}"
+
+    def env(self) -> dict[str, str]:
+        env = {**os.environ, "SPARK_HOME": spark_home(), "SPARK_LOCAL_IP": "127.0.0.1",
+               "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": ROOT,
+               "SPARK_LOG_DIR": os.path.join(self.workdir, "logs"), "SPARK_PID_DIR": self.workdir}
+        env.pop("ITERATIONS_DRIVER_PID", None)
+        return env
+
+    def _start(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+        log = open(os.path.join(self.workdir, f"{name}.log"), "ab")
+        proc = subprocess.Popen(argv, env={**self.env(), **(extra_env or {})}, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=self.workdir)
+        self.procs[name] = proc
+        return proc
+
+    def status(self) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.master_ui}/json/", timeout=5) as r:
+            return json.load(r)
+
+    def alive_workers(self) -> int:
+        try:
+            return sum(1 for w in self.status()["workers"] if w["state"] == "ALIVE")
+        except OSError:
+            return 0
+
+    def start(self) -> "StandaloneCluster":
+        os.makedirs(os.path.join(self.workdir, "logs"), exist_ok=True)
+        spark_class = os.path.join(spark_home(), "bin", "spark-class")
+        self._start("master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                               "--port", str(self.master_port), "--webui-port", str(self.master_ui)])
+        _wait("the standalone master", lambda: _listening(self.master_port) and _listening(self.master_ui), 120,
+              os.path.join(self.workdir, "master.log"))
+        for i in (1, 2):
+            self.start_worker(i)
+        _wait("two workers", lambda: self.alive_workers() == 2, 120, os.path.join(self.workdir, "worker-1.log"))
+        self.start_connect()
+        return self
+
+    def start_worker(self, i: int) -> None:
+        spark_class = os.path.join(spark_home(), "bin", "spark-class")
+        work = os.path.join(self.workdir, f"worker-{i}")
+        os.makedirs(work, exist_ok=True)
+        # 2 cores each: the Connect server's application holds 2 (spark.cores.max), a
+        # spark-submit application gets the other 2
+        self._start(f"worker-{i}", [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
+                                    "--cores", "2", "--memory", "2g", "--webui-port", str(free_port()),
+                                    "--work-dir", work, self.master_url])
+
+    def start_connect(self) -> None:
+        script = os.path.join(spark_home(), "sbin", "start-connect-server.sh")
+        self._start("connect", ["bash", script, "--master", self.master_url,
+                                "--conf", f"spark.connect.grpc.binding.port={self.connect_port}",
+                                "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+                                "--conf", f"spark.executorEnv.PYTHONPATH={ROOT}",
+                                "--conf", f"spark.executorEnv.PYSPARK_PYTHON={sys.executable}",
+                                "--conf", "spark.cores.max=2", "--conf", "spark.executor.memory=768m",
+                                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4"],
+                    {"SPARK_NO_DAEMONIZE": "1"})
+        _wait("the Spark Connect server", lambda: _listening(self.connect_port), 180,
+              os.path.join(self.workdir, "connect.log"))
+
+    def stop_process(self, name: str, sig: int = signal.SIGTERM, timeout: float = 60) -> None:
+        proc = self.procs.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+
+    def restart_connect(self) -> None:
+        self.stop_process("connect")
+        _wait("the old Spark Connect server to go", lambda: not _listening(self.connect_port), 60)
+        self.start_connect()
+
+    def stop(self) -> None:
+        for name in ["connect", *[n for n in self.procs if n.startswith("worker")], "master"]:
+            self.stop_process(name)
