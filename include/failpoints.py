@@ -9,7 +9,12 @@ Syntax: ``name[@key=value...]=action`` separated by ``;``, for example::
 Actions: ``kill`` (SIGKILL this process), ``kill-driver`` (SIGKILL the driver, whose pid the
 Spark session helper puts in ITERATIONS_DRIVER_PID before the JVM starts: its whole process
 group when it leads one, as when a machine dies, else the driver and this process),
-``raise`` (raise FailpointError).
+``raise`` (raise FailpointError), ``hold`` (stop here once, so that a test can act while this
+process is in the middle of its work, e.g. kill the machine it runs on: the first process to
+reach the point creates ``<spec>.held`` in the directory ITERATIONS_FAILPOINT_DIR, holding its
+pid, and waits until ``<spec>.release`` appears there, ``<spec>`` being the point's name and
+conditions as written, ``tail.partition_written@epoch=3@partition=1``; later arrivals, such as
+Spark's retry of the task, pass).
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import signal
 
 ENV = "ITERATIONS_FAILPOINTS"
 DRIVER_PID_ENV = "ITERATIONS_DRIVER_PID"
+DIR_ENV = "ITERATIONS_FAILPOINT_DIR"
+HOLD_LIMIT_S = 600.0
 
 
 class FailpointError(RuntimeError):
@@ -31,8 +38,8 @@ def _parse(text: str) -> dict[str, list[tuple[dict[str, str], str]]]:
         spec, _, action = item.rpartition("=")
         name, *conds = spec.split("@")
         where = dict(c.split("=", 1) for c in conds)
-        if action not in ("kill", "kill-driver", "raise"):
-            raise ValueError(f"failpoint {item!r}: action must be kill, kill-driver or raise")
+        if action not in ("kill", "kill-driver", "raise", "hold"):
+            raise ValueError(f"failpoint {item!r}: action must be kill, kill-driver, raise or hold")
         points.setdefault(name, []).append((where, action))
     return points
 
@@ -54,12 +61,39 @@ def failpoint(name: str, **context: object) -> None:
         if all(str(context.get(k)) == v for k, v in where.items()):
             if action == "raise":
                 raise FailpointError(f"failpoint {name} {context}")
+            if action == "hold":
+                _hold(name + "".join(f"@{k}={v}" for k, v in where.items()))
+                continue
             if action == "kill-driver" and DRIVER_PID_ENV in os.environ:
                 driver = int(os.environ[DRIVER_PID_ENV])
                 if os.getpgid(driver) == driver:
                     os.killpg(driver, signal.SIGKILL)
                 os.kill(driver, signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _hold(name: str) -> None:
+    import time
+
+    where = os.environ.get(DIR_ENV)
+    if not where:
+        raise FailpointError(f"failpoint {name}: hold needs the directory {DIR_ENV}")
+    held = os.path.join(where, f"{name}.held")
+    draft = f"{held}.{os.getpid()}"
+    with open(draft, "w") as f:
+        f.write(str(os.getpid()))
+    try:
+        os.link(draft, held)  # exclusive, and complete when seen
+    except FileExistsError:  # held once already: a later arrival passes
+        return
+    finally:
+        os.remove(draft)
+    release = os.path.join(where, f"{name}.release")
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while not os.path.exists(release):
+        if time.monotonic() > deadline:
+            raise FailpointError(f"failpoint {name}: held {HOLD_LIMIT_S:.0f}s, never released")
+        time.sleep(0.05)
 
 
 # --- trace and clock skew ------------------------------------------------------------------

@@ -47,6 +47,7 @@ def write_dataset(
     profile: bool = True,
     facts: Mapping[str, float] | None = None,
     kept: dict[str, tuple[DataFrame, DataFrame]] | None = None,
+    job_id: str = "",
 ) -> list[EpochReport]:
     """Write ``df`` as P partitions of Parquet under ``prefix`` and one report per partition
     under ``report_prefix``. ``metrics``: name -> (column, aggregation); metric columns are
@@ -68,6 +69,8 @@ def write_dataset(
     A local frame (``DataFrame.isLocal()``: rows the driver holds, such as k-means' k centroids
     made from pandas or Arrow) is written by the driver itself, the same way: a Spark job per
     small dataset would cost more than the data.
+
+    ``job_id``: only named to the failure points (tests place faults in one job's tail).
     """
     metrics = dict(metrics or {})
     metric_columns = {col for col, _ in metrics.values()}
@@ -105,7 +108,7 @@ def write_dataset(
                         yield pa.RecordBatch.from_pylist([{"report": current.close()}], schema=out_schema)
                     current = _PartitionWriter(store, prefix, report_prefix, head, epoch, attempt_id,
                                                pid, task, metrics, data_columns, schema_json,
-                                               _Profile(key_columns, facts) if profile else None)
+                                               _Profile(key_columns, facts) if profile else None, job_id)
                 current.write(batch.slice(start, stop - start))
         if current is not None:
             yield pa.RecordBatch.from_pylist([{"report": current.close()}], schema=out_schema)
@@ -205,8 +208,9 @@ class _PartitionWriter:
     """Writes one partition's records to one Parquet object and reports it."""
 
     def __init__(self, store, prefix, report_prefix, head, epoch, attempt_id, partition, task,
-                 metrics, data_columns, schema_json, profile=None):
+                 metrics, data_columns, schema_json, profile=None, job_id=""):
         self.store, self.prefix, self.report_prefix = store, prefix, report_prefix
+        self.job_id = job_id
         self.head, self.epoch, self.attempt_id = head, epoch, attempt_id
         self.partition, self.task = partition, task
         self.metrics, self.data_columns, self.schema_json = metrics, data_columns, schema_json
@@ -247,7 +251,8 @@ class _PartitionWriter:
             key = f"{self.prefix}/part-{self.partition:05d}-{self.task}.parquet"
             self.store.put(key, blob)
             files = (FileRef(key, len(blob), hashlib.sha256(blob).hexdigest(), self.rows),)
-        failpoint("tail.partition_written", epoch=self.epoch, partition=self.partition, head=self.head)
+        failpoint("tail.partition_written", job=self.job_id, epoch=self.epoch, partition=self.partition,
+                  head=self.head)
         for name, (_col, agg) in self.metrics.items():
             if agg == "sum":
                 self.partial.setdefault(name, 0.0)
