@@ -85,6 +85,17 @@ class EpochExecutor:
             for _keys, _schema, (_records, checkpointed) in old.values():
                 release_kept(checkpointed)
 
+    @staticmethod
+    def _release(kept: dict[str, Any] | None) -> None:
+        """Free what an attempt's tail kept so far (and empty ``kept``)."""
+        if not kept:
+            return
+        from spark_jobs.storeio import release_kept
+
+        for _records, checkpointed in kept.values():
+            release_kept(checkpointed)
+        kept.clear()
+
     def _kept_for(self, plan: EpochPlan, ds) -> Any | None:
         keys = frozenset(f.key for part in ds.partitions for f in part)
         if not keys:  # nothing written (no records): nothing to match on, and nothing to read
@@ -133,10 +144,28 @@ class EpochExecutor:
         data, data_kept = self._load(body, plan, params)
         loaded = time.monotonic()
         restored, read = self._variables(plan, store)
+        from_kept = restored is not None and len(read) < len(restored)
         restored_at = time.monotonic()
         kept: dict[str, Any] | None = {} if self.handoff else None
         try:
-            reports = self._step(plan, store, body, data, ctx, restored, kept)
+            try:
+                reports = self._step(plan, store, body, data, ctx, restored, kept)
+            except Exception as e:
+                if not (from_kept and lost_kept_block(e)):
+                    raise
+                # A kept variable is gone with the executor that held it (Spark cannot recompute
+                # a local checkpoint): the epoch starts again, in this attempt, from the
+                # checkpoint the variables were written to. Nothing of the attempt is committed
+                # yet; the tail's second pass writes every partition's report again.
+                log.warning("job %s epoch %d attempt %s: variables kept in Spark were lost with an executor "
+                            "(%s); the epoch runs again from the variables in checkpoint %s", plan.job_id, plan.epoch,
+                            plan.attempt_id, _first_line(e), plan.parent_id)
+                self._release(kept)
+                self._drop_kept(plan.job_id)
+                restored, again = self._variables(plan, store)
+                read += again
+                restored_at = time.monotonic()
+                reports = self._step(plan, store, body, data, ctx, restored, kept)
             log.info("job %s epoch %d attempt %s: static input %.2fs (%s), restore %.2fs (%s), step and tail %.2fs",
                      plan.job_id, plan.epoch, plan.attempt_id, loaded - started,
                      "kept from an earlier epoch" if data_kept else "loaded", restored_at - loaded,
@@ -144,10 +173,7 @@ class EpochExecutor:
                      time.monotonic() - restored_at)
         except BaseException:
             if kept is not None:  # nothing of a failed attempt is kept, nor what it started from
-                from spark_jobs.storeio import release_kept
-
-                for _records, checkpointed in kept.values():
-                    release_kept(checkpointed)
+                self._release(kept)
                 self._drop_kept(plan.job_id)
             raise
         finally:
@@ -216,6 +242,7 @@ class EpochExecutor:
                 profile=plan.profile,
                 facts=facts,
                 kept=kept,
+                job_id=plan.job_id,
             )
         return reports
 
@@ -244,6 +271,20 @@ class EpochExecutor:
         except Exception as e:
             raise_executor_error(e)
             raise
+
+
+def lost_kept_block(error: BaseException) -> bool:
+    """Whether a Spark job failed because a block of a local checkpoint is gone (its executor
+    was lost, or the frame released): Spark's CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND, on a classic
+    session (Py4J) or through Spark Connect."""
+    text = str(error)
+    return "CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND" in text or re.search(r"Checkpoint block rdd_\d+_\d+ not found", text) is not None
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    match = re.search(r"\[CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND\][^\n]*", text)
+    return (match.group(0) if match else text.splitlines()[0] if text else type(error).__name__)[:300]
 
 
 _EXECUTOR_ERROR = re.compile(r"include\.errors\.(\w+): (.+)")

@@ -27,7 +27,7 @@ def edges(tmp_path_factory):
 
 def variables_lines(caplog, job_id):
     return [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"job {job_id} ")
-            and "variables" in r.getMessage()]
+            and "variables" in r.getMessage() and "were lost" not in r.getMessage()]
 
 
 def persistent_rdds(spark) -> set[int]:
@@ -109,3 +109,57 @@ def test_a_failed_attempt_keeps_nothing(spark, tmp_path, edges, caplog):
         f"job pr-fail epoch 2: variables {KEPT}", f"job pr-fail epoch 2: variables {READ}"]
     executor.release()
     assert persistent_rdds(spark) - before == set()
+
+
+def test_kept_variables_lost_with_an_executor_are_read_back_in_the_same_attempt(spark, tmp_path, edges, caplog):
+    """An executor that held kept variables is gone (its blocks with it; Spark cannot recompute
+    a local checkpoint): the epoch runs again from the checkpoint in the same attempt, which
+    commits the same bytes as a run that never kept anything."""
+    from spark_jobs.storeio import release_kept
+
+    caplog.set_level(logging.INFO, logger="iterations")
+    cfg = pagerank_config(tmp_path / "lost", edges, job_id="pr-lost", max_epochs=10, tolerance=0.0,
+                          retain_last=10)
+    job, executor = IterationJob(cfg), EpochExecutor(spark, handoff=True)
+    for epoch in range(4):
+        plan = job.plan_epoch()
+        if epoch == 2:  # the blocks of epoch 1's kept ranks disappear, the executor's record of them stays
+            (_keys, _schema, (_records, checkpointed)), = executor._kept["pr-lost"].values()
+            release_kept(checkpointed)
+        reports = executor.run(plan, job.store)
+        assert job.commit(plan).attempt_id == plan.attempt_id, f"epoch {epoch}"
+        assert sorted(r.partition for r in reports) == list(range(cfg.num_partitions))
+    executor.release()
+    lines = variables_lines(caplog, "pr-lost")
+    assert lines == [f"job pr-lost epoch 1: variables {KEPT}", f"job pr-lost epoch 2: variables {KEPT}",
+                         f"job pr-lost epoch 2: variables {READ}", f"job pr-lost epoch 3: variables {KEPT}"]
+    lost = [r.getMessage() for r in caplog.records if "were lost with an executor" in r.getMessage()]
+    assert len(lost) == 1 and "epoch 2" in lost[0] and "CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND" in lost[0] \
+        and "checkpoint 1" in lost[0], lost
+
+    reference = pagerank_config(tmp_path / "ref", edges, job_id="pr-ref", max_epochs=4, tolerance=0.0,
+                                retain_last=10)
+    IterationRunner(reference, spark, handoff=False).run()
+    ref = IterationJob(reference)
+    for epoch in range(4):
+        assert [f.sha256 for f in job.log.load(epoch).variables["ranks"].files] == \
+            [f.sha256 for f in ref.log.load(epoch).variables["ranks"].files], f"epoch {epoch}"
+
+
+def test_other_failures_of_an_epoch_on_kept_variables_are_not_retried(spark, tmp_path, edges, caplog):
+    caplog.set_level(logging.INFO, logger="iterations")
+    cfg = pagerank_config(tmp_path, edges, job_id="pr-other", max_epochs=10, tolerance=0.0)
+    job, executor = IterationJob(cfg), EpochExecutor(spark, handoff=True)
+    for _ in range(2):
+        plan = job.plan_epoch()
+        executor.run(plan, job.store)
+        job.commit(plan)
+    failpoints.configure("epoch.before_write@epoch=2=raise")
+    try:
+        with pytest.raises(failpoints.FailpointError):
+            executor.run(job.plan_epoch(), job.store)
+    finally:
+        failpoints.configure("")
+        executor.release()
+    assert variables_lines(caplog, "pr-other")[-1] == f"job pr-other epoch 2: variables {KEPT}", "not run again"
+    assert not [r for r in caplog.records if "were lost with an executor" in r.getMessage()]
