@@ -131,8 +131,41 @@ def _close_clients() -> None:
 
 
 def _session_closed(error: Exception) -> bool:
+    """Whether a Spark Connect call failed because the session is gone: closed by the server
+    (idle time-out), or the server restarted (a new server answers SESSION_CHANGED; pyspark
+    4.3's client then closes itself and reports NO_ACTIVE_SESSION instead, on this call and on
+    every later one)."""
     text = str(error)
-    return "SESSION_CLOSED" in text or "SESSION_CHANGED" in text
+    return any(s in text for s in ("SESSION_CLOSED", "SESSION_CHANGED", "NO_ACTIVE_SESSION"))
+
+
+def _usable(spark) -> bool:
+    """Whether a Spark Connect session can be used (one round trip); a session that is gone is
+    stopped, which also stops pyspark from taking it for the process's default one."""
+    try:
+        spark.conf.get("spark.sql.shuffle.partitions")
+        return True
+    except Exception as e:
+        if not _session_closed(e):
+            raise
+    try:
+        spark.stop()
+    except Exception:
+        pass
+    return False
+
+
+def _make_active(spark) -> None:
+    """Make ``spark`` this thread's active Spark Connect session. pyspark 4.3 binds the frame a
+    ``localCheckpoint`` returns (the tail's handoff) to ``SparkSession.active()``, the thread's
+    active session or else the process's first one, not to the session that ran it: in a process
+    holding several sessions (a batch's and an attempt's, or one from before a server restart)
+    that would be the wrong one. There is no public setter: the attribute is pyspark's own."""
+    from pyspark.sql.connect.session import SparkSession
+
+    active = getattr(SparkSession, "_active_session", None)
+    if active is not None:
+        active.session = spark
 
 
 def attempt_tag(attempt_id: str) -> str:
@@ -185,18 +218,18 @@ class SparkEpochHook(BaseHook):
         if batch is not None:
             with _EXECUTORS_LOCK:
                 entry = _EXECUTORS.get((url, batch))
-            for kept in ((entry[0],) if entry is not None else ()) + (None,):
-                spark = kept or self._session(batch, url)
-                try:
-                    spark.conf.get("spark.sql.shuffle.partitions")  # one round trip: is the session usable?
-                    return spark, batch
-                except Exception as e:
-                    if not _session_closed(e):
-                        raise
-                    _forget_executor(url, batch)  # what it kept went with the session
-                    reason = type(e).__name__
-            self.log.warning("the Spark Connect session of batch %s is closed (%s): attempt %s runs in a "
-                             "session of its own", plan.batch_id, reason, plan.attempt_id)
+            if entry is not None:
+                if _usable(entry[0]):
+                    return entry[0], batch
+                _forget_executor(url, batch)  # what it kept went with the session
+                self.log.warning("the Spark Connect session of batch %s is gone (closed, or the server restarted): "
+                                 "attempt %s opens it again and reads its variables from the checkpoint",
+                                 plan.batch_id, plan.attempt_id)
+            spark = self._session(batch, url)
+            if _usable(spark):
+                return spark, batch
+            self.log.warning("the Spark Connect session of batch %s is closed: attempt %s runs in a "
+                             "session of its own", plan.batch_id, plan.attempt_id)
         session_id = attempt_session_id(plan.attempt_id)
         return self._session(session_id, url), session_id
 
@@ -204,6 +237,7 @@ class SparkEpochHook(BaseHook):
         url = self.connect_url()
         spark, session_id = self._attempt_session(url, plan)
         spark, executor = _executor_for(url, session_id, spark, store_options)
+        _make_active(spark)
         spark.addTag(attempt_tag(plan.attempt_id))
         try:
             executor.run(plan, store)
