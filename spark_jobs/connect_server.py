@@ -19,13 +19,15 @@ DEFAULT_PORT = int(os.environ.get("ITERATIONS_SPARK_CONNECT_PORT", "15002"))
 STATE_DIR = os.environ.get("ITERATIONS_SPARK_CONNECT_DIR", os.path.join(PROJECT_ROOT, ".local", "spark-connect"))
 
 
-def _spark_home() -> str:
+def spark_home() -> str:
+    """The Spark installation pyspark ships (bin/, sbin/, jars/)."""
     import pyspark
 
     return os.path.dirname(pyspark.__file__)
 
 
-def _listening(port: int) -> bool:
+def listening(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:port."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):
             return True
@@ -37,7 +39,7 @@ def _env() -> dict[str, str]:
     paths = [PROJECT_ROOT, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
     return {
         **os.environ,
-        "SPARK_HOME": _spark_home(),
+        "SPARK_HOME": spark_home(),
         "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
         "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
         "SPARK_LOCAL_IP": "127.0.0.1",
@@ -49,14 +51,14 @@ def _env() -> dict[str, str]:
 def ensure(port: int = DEFAULT_PORT, master: str = "local[2]", timeout: float = 120.0) -> str:
     """Start the server unless it is already listening; return its ``sc://`` URL."""
     url = f"sc://127.0.0.1:{port}"
-    if _listening(port):
+    if listening(port):
         return url
     os.makedirs(STATE_DIR, exist_ok=True)
     with open(os.path.join(STATE_DIR, "start.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one starter at a time; the others find it listening
-        if _listening(port):
+        if listening(port):
             return url
-        script = os.path.join(_spark_home(), "sbin", "start-connect-server.sh")
+        script = os.path.join(spark_home(), "sbin", "start-connect-server.sh")
         subprocess.run(
             ["bash", script, "--master", master,
              "--conf", f"spark.connect.grpc.binding.port={port}",
@@ -68,7 +70,7 @@ def ensure(port: int = DEFAULT_PORT, master: str = "local[2]", timeout: float = 
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if _listening(port):
+            if listening(port):
                 return url
             time.sleep(0.5)
     raise RuntimeError(f"Spark Connect server did not listen on 127.0.0.1:{port} within {timeout:.0f}s; "
@@ -76,7 +78,7 @@ def ensure(port: int = DEFAULT_PORT, master: str = "local[2]", timeout: float = 
 
 
 def stop() -> None:
-    script = os.path.join(_spark_home(), "sbin", "stop-connect-server.sh")
+    script = os.path.join(spark_home(), "sbin", "stop-connect-server.sh")
     subprocess.run(["bash", script], env=_env(), check=False, capture_output=True)
 
 
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     elif command == "stop":
         stop()
     elif command == "status":
-        print("listening" if _listening(DEFAULT_PORT) else "not running", f"on 127.0.0.1:{DEFAULT_PORT}")
+        print("listening" if listening(DEFAULT_PORT) else "not running", f"on 127.0.0.1:{DEFAULT_PORT}")
     else:
         print("usage: python -m spark_jobs.connect_server start|stop|status", file=sys.stderr)
         return 2

@@ -7,26 +7,21 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
 
+from spark_jobs.connect_server import listening as _listening
+from spark_jobs.connect_server import spark_home
 from tests.conftest import ROOT, free_port
 
 
-def spark_home() -> str:
-    import pyspark
-
-    return os.path.dirname(os.path.abspath(pyspark.__file__))
-
-
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+def _parent_and_group(pid: int) -> tuple[int, int]:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[1]), int(fields[2])
 
 
 def _wait(what: str, predicate, timeout: float, log: str | None = None) -> None:
@@ -48,6 +43,7 @@ class StandaloneCluster:
     master_port: int = field(default_factory=free_port)
     master_ui: int = field(default_factory=free_port)
     connect_port: int = field(default_factory=free_port)
+    worker_env: dict[str, str] = field(default_factory=dict)  # the workers' (so their executors')
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     @property
@@ -87,7 +83,7 @@ class StandaloneCluster:
               os.path.join(self.workdir, "master.log"))
         for i in (1, 2):
             self.start_worker(i)
-        _wait("two workers", lambda: self.alive_workers() == 2, 120, os.path.join(self.workdir, "worker-1.log"))
+        self.wait_workers(2)
         self.start_connect()
         return self
 
@@ -99,7 +95,35 @@ class StandaloneCluster:
         # spark-submit application gets the other 2
         self._start(f"worker-{i}", [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
                                     "--cores", "2", "--memory", "2g", "--webui-port", str(free_port()),
-                                    "--work-dir", work, self.master_url])
+                                    "--work-dir", work, self.master_url], self.worker_env)
+
+    def worker_running(self, pid: int) -> str:
+        """The worker whose executor runs process ``pid`` (a Python worker of a task, say): the
+        worker's process group holds its executors' JVMs; PySpark's Python daemon leads a group
+        of its own under the executor."""
+        workers = {proc.pid: name for name, proc in self.procs.items() if name.startswith("worker")}
+        seen = pid
+        while seen > 1:
+            parent, group = _parent_and_group(seen)
+            if group in workers:
+                return workers[group]
+            seen = parent
+        raise LookupError(f"process {pid} does not run under a worker of this cluster ({workers})")
+
+    def lose_worker(self, name: str, also: int | None = None) -> None:
+        """A worker's machine dies: SIGKILL the worker, its executors and their Python processes
+        (the process group of ``also``: a Python worker's daemon leads its own), no goodbye to
+        the master."""
+        if also is not None:
+            try:
+                os.killpg(os.getpgid(also), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.stop_process(name, signal.SIGKILL)
+
+    def wait_workers(self, count: int, timeout: float = 120) -> None:
+        _wait(f"{count} alive workers", lambda: self.alive_workers() == count, timeout,
+              os.path.join(self.workdir, "master.log"))
 
     def start_connect(self) -> None:
         script = os.path.join(spark_home(), "sbin", "start-connect-server.sh")

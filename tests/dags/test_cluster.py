@@ -1,28 +1,49 @@
 """The PageRank DAG on a real multi-process Spark standalone cluster (a master and two worker
 JVMs on loopback, started from the pyspark installation, and a Spark Connect server running as
 an application on it), in both Spark modes, with its checkpoints in the S3 store (moto_server),
-reached through Airflow connections only, as on a production deployment."""
+reached through Airflow connections only, as on a production deployment; and the cluster's
+faults: a worker lost in the middle of an epoch, the driver of an epoch killed, the Spark
+Connect server restarted between epochs, each ending with the failure-free run's result."""
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import re
+import signal
+import subprocess
+import time
 
 import pandas as pd
 import pytest
 
 from include.config import JobConfig
+from include.failpoints import DIR_ENV
 from include.runner import IterationRunner
-from tests.dags.conftest import airflow
+from tests.conftest import ROOT
+from tests.dags.conftest import AIRFLOW, airflow
 from tests.dags.standalone import StandaloneCluster
 from tests.helpers import graph_with_dangling, ranks_of, write_edges
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
 
+# Where the fault tests stop a task (once) so the test can act while it is in the middle of
+# its work. The workers carry them to every executor; each names its test's job only.
+WORKER_LOST_AT = "tail.partition_written@job=pr-worker-lost@epoch=2@partition=1"
+DRIVER_KILLED_AT = "tail.partition_written@job=pr-driver-killed@epoch=1@partition=1"
+CONNECT_RESTART_AT = "commit.after_release@job=pr-connect-restart@epoch=1"
+
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    c = StandaloneCluster(str(tmp_path_factory.mktemp("standalone")))
+def holds(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("failpoints"))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, holds):
+    c = StandaloneCluster(str(tmp_path_factory.mktemp("standalone")), worker_env={
+        "ITERATIONS_FAILPOINTS": f"{WORKER_LOST_AT}=hold;{DRIVER_KILLED_AT}=hold", DIR_ENV: holds})
     try:
         c.start()
         yield c
@@ -64,8 +85,9 @@ def published_ranks(moto_endpoint, prefix) -> dict:
     return dict(zip(got["node"], got["rank"]))
 
 
-# submit mode starts a driver and two executor JVMs per epoch (about a minute each here): fewer epochs
-@pytest.mark.parametrize("mode, epochs", [("connect", 4), ("submit", 2)])
+# Submit mode (a driver and executor JVMs per epoch, about a minute each here) runs in
+# test_the_driver_of_an_epoch_killed, which checks the same and more.
+@pytest.mark.parametrize("mode, epochs", [("connect", 4)])
 def test_pagerank_dag_on_a_standalone_cluster(mode, epochs, cluster, airflow_env, spark, moto_endpoint, bucket,
                                               tmp_path):
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(40, 0.1, seed=21))
@@ -92,3 +114,161 @@ def test_pagerank_dag_on_a_standalone_cluster(mode, epochs, cluster, airflow_env
                           max_epochs=epochs, tolerance=0.0, num_partitions=4)
     expected = ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
     assert published_ranks(moto_endpoint, f"s3://{bucket}/out") == expected
+
+
+# --- faults ------------------------------------------------------------------------------------
+
+
+def start_dags_test(env, conf, log_path) -> subprocess.Popen:
+    log = open(log_path, "w")
+    return subprocess.Popen([AIRFLOW, "dags", "test", "iterate_pagerank", "--conf", json.dumps(conf)], env=env,
+                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
+
+
+def finished(proc: subprocess.Popen, log_path, timeout: float = 900) -> str:
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    out = open(log_path).read()
+    assert proc.returncode == 0 and "state=success" in out, out[-8000:]
+    return out
+
+
+def held(holds: str, spec: str, proc: subprocess.Popen, log_path, timeout: float = 600) -> int:
+    """Wait until a task stops at the hold ``spec``; the pid of the process holding."""
+    path = os.path.join(holds, f"{spec}.held")
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        assert proc.poll() is None, f"the run ended before {spec} was reached:\n{open(log_path).read()[-6000:]}"
+        assert time.monotonic() < deadline, f"{spec} not reached in {timeout:.0f}s"
+        time.sleep(0.2)
+    return int(open(path).read())
+
+
+def release(holds: str, spec: str) -> None:
+    open(os.path.join(holds, f"{spec}.release"), "w").close()
+
+
+def committed_ids(moto_endpoint, bucket, job) -> list[int]:
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Prefix=f"ckpt/jobs/{job}/checkpoints/") for o in page.get("Contents", [])]
+    return sorted(int(k.rsplit("/", 1)[1][:-5]) for k in keys)
+
+
+def failure_free(spark, edges, epochs, tmp_path) -> dict:
+    reference = JobConfig(job_id="pr-ref", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "ref"),
+                          max_epochs=epochs, tolerance=0.0, num_partitions=4)
+    return ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
+
+
+def fault_conf(job, edges, bucket, epochs) -> dict:
+    return {"job_id": job, "input_path": edges, "checkpoint_root": f"s3://{bucket}/ckpt",
+            "output_path": f"s3://{bucket}/out-{job}", "max_epochs": epochs, "tolerance": 0, "num_partitions": 4}
+
+
+def test_a_worker_lost_in_the_middle_of_an_epoch(cluster, holds, airflow_env, spark, moto_endpoint, bucket,
+                                                 tmp_path):
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(40, 0.1, seed=22))
+    epochs, log_path = 4, tmp_path / "dags_test.log"
+    proc = start_dags_test(cluster_env(airflow_env, cluster, moto_endpoint, "connect"),
+                           fault_conf("pr-worker-lost", edges, bucket, epochs), log_path)
+    try:
+        pid = held(holds, WORKER_LOST_AT, proc, log_path)  # a task of epoch 2's tail, its file written
+        victim = cluster.worker_running(pid)
+        cluster.lose_worker(victim, also=pid)
+        log = finished(proc, log_path)
+    finally:
+        release(holds, WORKER_LOST_AT)
+        if proc.poll() is None:
+            proc.kill()
+        cluster.start_worker(int(victim.rsplit("-", 1)[1]))
+        cluster.wait_workers(2)
+    spark_log = open(os.path.join(cluster.workdir, "connect.log"), errors="replace").read()
+    assert "Lost executor" in spark_log and "worker lost" in spark_log
+    # Spark ran the lost task again on the other worker: no Airflow retry, one attempt per epoch
+    assert log.count("[DAG TEST] starting task_id=epoch_2.run ") == 1
+    for epoch in range(epochs):
+        assert len(attempts_of(log, epoch)) == 1, f"epoch {epoch} ran once"
+    assert committed_ids(moto_endpoint, bucket, "pr-worker-lost") == list(range(epochs + 1))
+    assert published_ranks(moto_endpoint, f"s3://{bucket}/out-pr-worker-lost") == \
+        failure_free(spark, edges, epochs, tmp_path)
+
+
+def attempts_of(log: str, epoch: int) -> list[str]:
+    return re.findall(rf"epoch {epoch}: attempt (a{epoch}-[0-9a-f]+);", log)
+
+
+def committed_attempt(moto_endpoint, bucket, job, checkpoint_id) -> str:
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    body = s3.get_object(Bucket=bucket, Key=f"ckpt/jobs/{job}/checkpoints/{checkpoint_id:010d}.json")["Body"].read()
+    return json.loads(body)["attempt_id"]
+
+
+def driver_processes(job: str) -> list[int]:
+    """The driver of an epoch started by spark-submit: its JVM and the Python program it runs."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if any(a.endswith(b"spark_jobs/epoch.py") for a in argv) and job.encode() in argv:
+                pids.append(int(entry))
+    return pids
+
+
+def test_the_driver_of_an_epoch_killed(cluster, holds, airflow_env, spark, moto_endpoint, bucket, tmp_path):
+    job, epochs, log_path = "pr-driver-killed", 2, tmp_path / "dags_test.log"
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(40, 0.1, seed=23))
+    before = {a["id"] for a in cluster.status()["completedapps"]}
+    proc = start_dags_test(cluster_env(airflow_env, cluster, moto_endpoint, "submit"),
+                           fault_conf(job, edges, bucket, epochs), log_path)
+    try:
+        held(holds, DRIVER_KILLED_AT, proc, log_path)  # epoch 1's tail is running on the cluster
+        drivers = driver_processes(job)
+        assert drivers, "no driver process found"
+        for pid in drivers:
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        release(holds, DRIVER_KILLED_AT)  # the killed attempt's task may write on: it is fenced
+    log = finished(proc, log_path)
+
+    first, second = attempts_of(log, 1)  # the Airflow retry of epoch_1.run made a new attempt
+    assert log.count("[DAG TEST] starting task_id=epoch_1.run ") == 2
+    assert committed_attempt(moto_endpoint, bucket, job, 1) == second != first
+    assert committed_ids(moto_endpoint, bucket, job) == list(range(epochs + 1)), "each checkpoint committed once"
+    ran = [a["name"] for a in cluster.status()["completedapps"] if a["id"] not in before]
+    assert sorted(ran) == [f"iterations-{job}-{i}" for i in (0, 1, 1, 2)], ran  # epoch 1 twice, each an application
+    assert cluster.alive_workers() == 2
+    assert published_ranks(moto_endpoint, f"s3://{bucket}/out-{job}") == failure_free(spark, edges, epochs, tmp_path)
+
+
+def test_the_spark_connect_server_restarted_between_epochs(cluster, holds, airflow_env, spark, moto_endpoint,
+                                                          bucket, tmp_path):
+    job, epochs, log_path = "pr-connect-restart", 4, tmp_path / "dags_test.log"
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(40, 0.1, seed=24))
+    env = {**cluster_env(airflow_env, cluster, moto_endpoint, "connect"),
+           "ITERATIONS_FAILPOINTS": f"{CONNECT_RESTART_AT}=hold", DIR_ENV: holds}
+    proc = start_dags_test(env, fault_conf(job, edges, bucket, epochs), log_path)
+    try:
+        held(holds, CONNECT_RESTART_AT, proc, log_path)  # epoch 1 committed, epoch 2 not started
+        apps = [a["id"] for a in cluster.status()["activeapps"] if "Connect" in a["name"]]
+        cluster.restart_connect()
+    finally:
+        release(holds, CONNECT_RESTART_AT)
+    log = finished(proc, log_path)
+
+    now = [a["id"] for a in cluster.status()["activeapps"] if "Connect" in a["name"]]
+    assert len(apps) == len(now) == 1 and apps != now, "a new Spark Connect application"
+    for epoch in range(epochs):
+        assert len(attempts_of(log, epoch)) == 1, f"epoch {epoch} ran once"
+    assert committed_ids(moto_endpoint, bucket, job) == list(range(epochs + 1))
+    assert published_ranks(moto_endpoint, f"s3://{bucket}/out-{job}") == failure_free(spark, edges, epochs, tmp_path)
