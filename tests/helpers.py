@@ -100,3 +100,15 @@ def fill_view_stores(spark, tmp_path) -> ViewStores:
     except DataCheckFailed as e:
         attempt = e.report.attempt_id
     return ViewStores(str(root), str(out), batches["b2"], batches, attempt, 3)
+
+
+def tree(root: str) -> dict[str, tuple[int, int]]:
+    """Every file and directory under ``root`` with its size (-1 for a directory) and
+    modification time: equal before and after means nothing was written there."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            st = os.stat(path)
+            out[os.path.relpath(path, root)] = (st.st_size if name in filenames else -1, st.st_mtime_ns)
+    return out

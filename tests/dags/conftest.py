@@ -38,3 +38,15 @@ def airflow_env(tmp_path_factory):
 
 def airflow(env, *args, timeout=900) -> subprocess.CompletedProcess:
     return subprocess.run([AIRFLOW, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="session")
+def api_server(tmp_path_factory):
+    """``airflow api-server`` alone (tests.dags.airflow_server.ApiServer), with password users."""
+    from tests.dags.airflow_server import ApiServer
+
+    server = ApiServer(str(tmp_path_factory.mktemp("airflow_api")), str(tmp_path_factory.mktemp("spark_connect_api")))
+    try:
+        yield server.start()
+    finally:
+        server.stop()

@@ -18,20 +18,9 @@ from include.overview import (JobNotFound, ReadOnlyStore, ReadOnlyViolation, che
                               list_jobs)
 from include.runtime import IterationJob
 from include.store import LocalStore
-from tests.helpers import B1_EPOCHS, FINISHED_JOB, REFUSED_JOB
+from tests.helpers import B1_EPOCHS, FINISHED_JOB, REFUSED_JOB, tree
 
 pytestmark = pytest.mark.spark
-
-
-def tree(root: str) -> dict[str, tuple[int, int]]:
-    """Every file and directory under ``root`` with its size and modification time."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            path = os.path.join(dirpath, name)
-            st = os.stat(path)
-            out[os.path.relpath(path, root)] = (st.st_size if name in filenames else -1, st.st_mtime_ns)
-    return out
 
 
 def test_finished_job_is_what_its_checkpoints_say(view_stores):
