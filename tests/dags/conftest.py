@@ -41,11 +41,18 @@ def airflow(env, *args, timeout=900) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="session")
-def api_server(tmp_path_factory):
-    """``airflow api-server`` alone (tests.dags.airflow_server.ApiServer), with password users."""
+def api_server(tmp_path_factory, moto_endpoint):
+    """``airflow api-server`` alone (tests.dags.airflow_server.ApiServer), with password users and
+    an ``aws_default`` connection to moto_server (no AWS credentials in its environment)."""
+    import json
+
     from tests.dags.airflow_server import ApiServer
 
     server = ApiServer(str(tmp_path_factory.mktemp("airflow_api")), str(tmp_path_factory.mktemp("spark_connect_api")))
+    server.env = {k: v for k, v in server.env.items() if not k.startswith("AWS_")}
+    server.env["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(
+        {"conn_type": "aws", "login": "view-key-id", "password": "view-secret-key",
+         "extra": {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}})
     try:
         yield server.start()
     finally:

@@ -150,3 +150,40 @@ def test_bad_values_are_refused_naming_them(api_server, view_stores, tmp_path):
     assert status == 400 and "metric 'rmse' is not reported by job pr-view" in body
     status, body = get(f"/iterations/jobs/{FINISHED_JOB}/checks/0/{quote('no-such-attempt')}?{q(view_stores.root)}")
     assert status == 404 and "no data-check report of epoch 0 attempt no-such-attempt" in body
+
+
+@pytest.mark.s3
+def test_an_s3_root_is_read_through_the_aws_connection(api_server, view_stores, moto_endpoint, bucket):
+    """The same store copied to S3 (moto_server), reached with the API server's ``aws_default``
+    connection alone, reads as the local one, and nothing in the bucket changes."""
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
+    for dirpath, _, filenames in os.walk(view_stores.root):
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            key = "ckpt/" + os.path.relpath(path, view_stores.root)
+            s3.put_object(Bucket=bucket, Key=key, Body=open(path, "rb").read())
+
+    def listing():
+        got = s3.list_objects_v2(Bucket=bucket)
+        return sorted((o["Key"], o["ETag"], o["LastModified"]) for o in got.get("Contents", []))
+
+    before = listing()
+    token = api_server.login("viewer")
+    root = f"s3://{bucket}/ckpt"
+
+    def job(where):
+        status, _, body = api_server.fetch(f"/iterations/api/jobs/{FINISHED_JOB}?{q(where)}", token)
+        assert status == 200, body
+        got = json.loads(body)
+        return {k: v for k, v in got.items() if k not in ("root", "store")}, got["store"]
+
+    remote, location = job(root)
+    local, _ = job(view_stores.root)
+    assert location == f"{root} at {moto_endpoint}" and remote == local  # the endpoint of the connection
+    status, _, body = api_server.fetch(f"/iterations/api/jobs?{q(f's3://{bucket}/elsewhere')}", token)
+    assert status == 200 and json.loads(body)["jobs"] == []
+    status, _, body = api_server.fetch(f"/iterations/api/jobs?{q('s3://Bad_Bucket/x')}", token)
+    assert status == 403 and "'Bad_Bucket' is not a valid bucket name" in body.decode()
+    assert listing() == before, "the view wrote to the bucket"
