@@ -15,7 +15,9 @@ body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:16p
 h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:20px 0 6px}
 .meta{color:#52606d;margin:2px 0} code{background:#f0f4f8;padding:0 3px;border-radius:3px}
 table{border-collapse:collapse;margin:4px 0} th,td{border:1px solid #d9e2ec;padding:3px 7px;text-align:left;vertical-align:top}
-th{background:#f0f4f8;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f0f4f8;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+table#epochs{font-size:13px} td.nw{white-space:nowrap}
+td.id{max-width:190px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 .badge{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px;font-weight:600;color:#fff}
 .s-committed{background:#2f855a}.s-restored{background:#2b6cb0}.s-running{background:#b7791f}.s-aborted{background:#c53030}
 .s-TERMINATED{background:#2f855a}.s-RUNNING{background:#b7791f}.s-TERMINATING{background:#b7791f}
@@ -172,9 +174,10 @@ retired {len(view.retired_checkpoints)}{f'; savepoints {escape(str(view.savepoin
     rows = []
     for e in view.epochs:
         value = e.metrics.get(metric) if metric else None
-        attempts = "<br>".join(
-            f"<span title='{escape(a.reason or '')}' class='attempt a-{a.status}'>{escape(a.attempt_id)}"
-            f" <span class=muted>{a.status}</span></span>" for a in e.attempts)
+        attempts = "<br>".join(  # the committed attempt by its id alone; the others say what became of them
+            f"<span title='{escape(a.reason or a.status)}' class='attempt a-{a.status}'>{escape(a.attempt_id)}"
+            + ("" if a.status == "committed" else f" <span class=muted>{a.status}</span>") + "</span>"
+            for a in e.attempts)
         events = "<br>".join(
             f"{escape(ev.coordinator)}: {ev.count}" + (f" <span class=muted>(seq {ev.first_seq}-{ev.end_seq - 1})</span>"
                                                         if ev.count else "")
@@ -184,15 +187,16 @@ retired {len(view.retired_checkpoints)}{f'; savepoints {escape(str(view.savepoin
             f"<tr class=epoch data-epoch={e.epoch} data-status={e.status} "
             f"data-metric='{'' if value is None else repr(value)}' data-feedback='{'' if e.feedback is None else e.feedback}'>"
             f"<td class=num>{e.epoch}</td><td><span class='badge s-{e.status}'>{e.status}</span>{restored}</td>"
-            f"<td>{escape(e.batch_id or '')}</td><td>{attempts}</td>"
+            f"<td class=id title='{escape(e.batch_id or '')}'>{escape(e.batch_id or '')}</td><td class=nw>{attempts}</td>"
             f"<td class=num title='{'' if value is None else repr(value)}'>{_num(value)}</td>"
             f"<td class=num>{'' if e.feedback is None else e.feedback}</td>"
             f"<td class=num>{_size(e.size_bytes)}</td><td>{escape(e.retention or '')}</td>"
-            f"<td>{_check_cell(e.checks, link)}</td><td>{events}</td>"
-            f"<td>{escape(e.reason or '')}</td><td class=muted>{escape(e.committed_at or '')}</td></tr>")
+            f"<td class=nw>{_check_cell(e.checks, link)}</td><td class=nw>{events}</td>"
+            f"<td>{escape(e.reason or '')}</td>"
+            f"<td class='muted nw' title='{escape(e.committed_at or '')}'>{escape(_clock(e.committed_at))}</td></tr>")
     table = (f"<h2>Epochs</h2><table id=epochs><tr><th>Epoch</th><th>Status</th><th>Batch</th><th>Attempts</th>"
              f"<th>{escape(metric or 'metric')}</th><th>Feedback records</th><th>Checkpoint size</th><th>Retention</th>"
-             f"<th>Data checks</th><th>Events released</th><th>Termination</th><th>Committed at</th></tr>"
+             f"<th>Data checks</th><th>Events released</th><th>Termination</th><th>Committed (UTC)</th></tr>"
              f"{''.join(rows)}</table>")
 
     finish = "<h2>Finish</h2><p class=muted>Not finished: no final checkpoint yet.</p>"
@@ -212,6 +216,13 @@ retired {len(view.retired_checkpoints)}{f'; savepoints {escape(str(view.savepoin
                   f"<th>Format</th><th>Published at</th></tr>{outs}</table>"
                   f"<p class=meta>operators: {escape(', '.join(f'{k} {v}' for k, v in sorted(f.lifecycle.items())))}</p>")
     return _page(f"Iterations: {view.job_id}", head + chart + batches + table + finish)
+
+
+def _clock(timestamp: str | None) -> str:
+    """``2026-11-22T12:51:53.123+00:00`` -> ``12:51:53`` (the full time is the cell's title)."""
+    if not timestamp or "T" not in timestamp:
+        return timestamp or ""
+    return timestamp.split("T", 1)[1][:8]
 
 
 def _ranges(epochs: list[int]) -> str:
