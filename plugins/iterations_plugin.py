@@ -34,10 +34,10 @@ class IterationsPlugin(AirflowPlugin):
     name = "iterations"
     operator_extra_links = [DataChecksLink()]
     fastapi_apps = [{"app": IterationsView(), "url_prefix": "/iterations", "name": "Iterations view"}]
-    external_views = [{
-        "name": "Iterations",
-        "href": "/iterations/",
-        "url_route": "iterations",
-        "destination": "nav",
-        "category": "browse",
-    }]
+    external_views = [
+        {"name": "Iterations", "href": "/iterations/", "url_route": "iterations", "destination": "nav",
+         "category": "browse"},
+        # a tab of every DAG run: the page of the run's job, its batch highlighted
+        {"name": "Iterations", "href": "/iterations/runs/{DAG_ID}/{RUN_ID}", "url_route": "iterations-run",
+         "destination": "dag_run"},
+    ]

@@ -212,7 +212,8 @@ class ApiServer(AirflowServer):
 
     def fetch(self, path: str, token: str | None = None, cookie: str | None = None) -> tuple[int, str, bytes]:
         """(status, content type, body) of a GET, authenticated by a Bearer token or the UI's
-        session cookie, or neither; an HTTP error status is returned, not raised."""
+        session cookie, or neither; an HTTP error status is returned, not raised, and a redirect
+        is not followed (its body is its Location)."""
         headers = {}
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -220,7 +221,14 @@ class ApiServer(AirflowServer):
             headers["Cookie"] = f"_token={cookie}"
         req = urllib.request.Request(self.url + path, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
+            with urllib.request.build_opener(_NoRedirect).open(req, timeout=60) as resp:
                 return resp.status, resp.headers.get("Content-Type", ""), resp.read()
         except urllib.error.HTTPError as e:
+            if 300 <= e.code < 400:
+                return e.code, "", e.headers.get("Location", "").encode()
             return e.code, e.headers.get("Content-Type", ""), e.read()
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None

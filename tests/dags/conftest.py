@@ -57,3 +57,21 @@ def api_server(tmp_path_factory, moto_endpoint):
         yield server.start()
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def view_dag_runs(api_server, view_stores):
+    """The finished job's batches ``b1`` and ``b2`` (run by the library runner) recorded as runs of
+    ``iterate_pagerank`` in the API server's database, with the job's params, and marked
+    successful (the DAG serialized with ``airflow dags reserialize``; no scheduler runs them)."""
+    from tests.helpers import FINISHED_JOB
+
+    done = api_server.cli("dags", "reserialize")
+    assert done.returncode == 0, done.stderr[-3000:]
+    conf = {"job_id": FINISHED_JOB, "checkpoint_root": view_stores.root, "output_path": view_stores.output_path,
+            "continuation": False}
+    for batch in view_stores.batches:
+        api_server.post("/api/v2/dags/iterate_pagerank/dagRuns", {"dag_run_id": batch, "logical_date": None,
+                                                                   "conf": conf})
+        api_server._request("PATCH", f"/api/v2/dags/iterate_pagerank/dagRuns/{batch}", {"state": "success"})
+    return list(view_stores.batches)

@@ -1,7 +1,8 @@
 """The Iterations view in a real browser: headless Chromium (Debian's, driven by Selenium through
 its chromedriver) logs into the Airflow UI of a real ``airflow api-server``, opens Browse ->
 Iterations, picks the store and the finished PageRank job, and reads the chart and the epoch
-table, which must be the job's checkpoints. The screenshot is kept as a test artifact."""
+table, which must be the job's checkpoints; then the job's page from its DAG run's Iterations
+tab, that run's batch highlighted. The screenshots are kept as test artifacts."""
 
 from __future__ import annotations
 
@@ -51,7 +52,8 @@ def browser(tmp_path):
         driver.quit()  # chromedriver ends the browser it started, then itself
 
 
-def test_the_view_of_a_finished_pagerank_run_in_the_airflow_ui(api_server, view_stores, browser, tmp_path):
+def test_the_view_of_a_finished_pagerank_run_in_the_airflow_ui(api_server, view_stores, view_dag_runs, browser,
+                                                               tmp_path):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
     from selenium.webdriver.support.ui import WebDriverWait
@@ -115,3 +117,16 @@ def test_the_view_of_a_finished_pagerank_run_in_the_airflow_ui(api_server, view_
     assert browser.save_screenshot(str(shot))
     shutil.copy(shot, os.path.join(ARTIFACTS, "iterations-view.png"))
     assert shot.stat().st_size > 20_000
+
+    # the DAG run's own tab: the same job, the run's batch highlighted
+    browser.get(f"{api_server.url}/dags/iterate_pagerank/runs/b2")
+    wait.until(EC.element_to_be_clickable((By.XPATH, "//*[(self::a or self::button) and normalize-space()='Iterations']"))).click()
+    frame = wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='/iterations/runs/iterate_pagerank/b2']")))
+    browser.switch_to.frame(frame)
+    wait.until(EC.presence_of_element_located((By.ID, "metric-chart")))
+    assert browser.find_element(By.ID, "job-id").text == FINISHED_JOB
+    current = [int(r.get_attribute("data-epoch")) for r in browser.find_elements(By.CSS_SELECTOR, "table#epochs tr.current")]
+    assert current == [m.epoch for m in manifests if m.batch_id == "b2"] and current
+    browser.switch_to.default_content()
+    assert browser.save_screenshot(str(tmp_path / "iterations-run-tab.png"))
+    shutil.copy(tmp_path / "iterations-run-tab.png", os.path.join(ARTIFACTS, "iterations-run-tab.png"))

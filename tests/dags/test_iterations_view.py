@@ -34,9 +34,9 @@ def test_the_plugin_is_registered_in_the_ui(api_server):
     plugins = api_server.get("/api/v2/plugins")["plugins"]
     [ours] = [p for p in plugins if p["name"] == "iterations"]
     assert [(a["name"], a["url_prefix"]) for a in ours["fastapi_apps"]] == [("Iterations view", "/iterations")]
-    [view] = ours["external_views"]
-    assert (view["name"], view["href"], view["url_route"], view["destination"]) == (
-        "Iterations", "/iterations/", "iterations", "nav")
+    assert [(v["name"], v["href"], v["url_route"], v["destination"]) for v in ours["external_views"]] == [
+        ("Iterations", "/iterations/", "iterations", "nav"),
+        ("Iterations", "/iterations/runs/{DAG_ID}/{RUN_ID}", "iterations-run", "dag_run")]
 
 
 def test_requests_without_valid_credentials_are_refused(api_server, view_stores):
@@ -187,3 +187,17 @@ def test_an_s3_root_is_read_through_the_aws_connection(api_server, view_stores, 
     status, _, body = api_server.fetch(f"/iterations/api/jobs?{q('s3://Bad_Bucket/x')}", token)
     assert status == 403 and "'Bad_Bucket' is not a valid bucket name" in body.decode()
     assert listing() == before, "the view wrote to the bucket"
+
+
+def test_a_dag_run_leads_to_its_job_and_batch(api_server, view_stores, view_dag_runs):
+    token = api_server.login("viewer")
+    assert api_server.fetch("/iterations/runs/iterate_pagerank/b2")[0] == 401
+    status, _, location = api_server.fetch("/iterations/runs/iterate_pagerank/b2", token)
+    assert status == 307 and location.decode() == f"/iterations/jobs/{FINISHED_JOB}?{q(view_stores.root, batch='b2')}"
+    status, _, body = api_server.fetch(location.decode(), token)
+    page = _Rows()
+    page.feed(body.decode())
+    current = [int(r["data-epoch"]) for r in page.rows if "current" in r["class"].split()]
+    assert current == view_stores.batches["b2"].epochs_computed and current[0] == view_stores.batches["b1"].checkpoint_id + 1
+    status, _, body = api_server.fetch("/iterations/runs/iterate_pagerank/no-such-run", token)
+    assert status == 404 and "no run &#x27;no-such-run&#x27; of DAG &#x27;iterate_pagerank&#x27;" in body.decode()

@@ -10,18 +10,21 @@ or the UI's session cookie); the checkpoint root asked for must be under the all
     GET /iterations/jobs/{job_id}/checks/{epoch}/{attempt_id}   a data-check report
     GET /iterations/api/jobs                           JSON: job ids
     GET /iterations/api/jobs/{job_id}                  JSON: the job's overview
+    GET /iterations/runs/{dag_id}/{run_id}             redirect to the page of a DAG run's job
 
 Each takes ``root`` (the checkpoint root, default the embedded store) as a query parameter.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import Any, Callable
+from urllib.parse import quote, urlencode
 
 from fastapi import Depends, FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
 from airflow.api_fastapi.core_api.security import requires_access_dag
@@ -31,6 +34,7 @@ from include.overview import JobNotFound, check_report, job_overview, list_jobs
 from include.paths import PathPolicy
 from iterations.dag_factory import DEFAULT_STORE, LOCAL_DIR
 from iterations.hooks.iteration_store import IterationStoreHook
+from iterations.operators.epoch import batch_id_of_run
 from iterations.views import page
 
 AWS_CONN_ENV = "ITERATIONS_VIEW_AWS_CONN_ID"
@@ -114,12 +118,54 @@ def index(request: Request, root: str | None = None) -> HTMLResponse:
 
 
 @app.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_view(request: Request, job_id: str, root: str | None = None, metric: str | None = None) -> HTMLResponse:
+def job_view(request: Request, job_id: str, root: str | None = None, metric: str | None = None,
+             batch: str | None = None) -> HTMLResponse:
     def render() -> str:
         where, store = open_root(root)
-        return page.job_page(job_overview(store, job_id, metric=metric), where, _base(request))
+        return page.job_page(job_overview(store, job_id, metric=metric), where, _base(request), batch=batch)
 
     return _html(render)
+
+
+def job_of_run(dag_id: str, run_id: str) -> tuple[str, str, str]:
+    """(checkpoint log id, checkpoint root, batch id) of a DAG run of an iteration DAG: its conf
+    over its DAG's params; a scheduled job's run works on the generation its first task chose."""
+    from sqlalchemy import select
+
+    from airflow.models.dagrun import DagRun
+    from airflow.models.serialized_dag import SerializedDagModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+        if run is None:
+            raise ViewError(404, f"no run {run_id!r} of DAG {dag_id!r}")
+        conf = dict(run.conf or {})
+        dag = SerializedDagModel.get_dag(dag_id, session=session)
+    params = {name: dag.params[name] for name in ("job_id", "checkpoint_root")
+              if dag is not None and name in dag.params}
+    params.update({k: conf[k] for k in ("job_id", "checkpoint_root") if conf.get(k)})
+    if not params.get("job_id") or not params.get("checkpoint_root"):
+        raise ViewError(404, f"run {run_id!r} of DAG {dag_id!r} has no job_id and checkpoint_root params: "
+                             "it is not a run of an iteration DAG")
+    batch = batch_id_of_run(run_id)
+    root, store = open_root(str(params["checkpoint_root"]))
+    job_id = str(params["job_id"])
+    try:
+        job_id = json.loads(store.get(f"schedules/{job_id}/runs/{batch}.json"))["generation"]
+    except ObjectNotFound:
+        pass  # not a scheduled job's run (or its first task has not run yet)
+    return job_id, root, batch
+
+
+@app.get("/runs/{dag_id}/{run_id}")
+def run_view(request: Request, dag_id: str, run_id: str) -> Response:
+    try:
+        job_id, root, batch = _guard(lambda: job_of_run(dag_id, run_id))
+    except ViewError as e:
+        return HTMLResponse(page.error_page(e.status, e.message), status_code=e.status)
+    return RedirectResponse(f"{_base(request)}jobs/{quote(job_id)}?{urlencode({'root': root, 'batch': batch})}",
+                            status_code=307)
 
 
 @app.get("/jobs/{job_id}/checks/{epoch}/{attempt_id}")

@@ -26,7 +26,7 @@ td.id{max-width:190px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 .fail{color:#c53030}.ok{color:#2f855a}.muted{color:#7b8794}
 svg text{font-size:11px;fill:#52606d} .grid{stroke:#e4e7eb} .line{fill:none;stroke:#2b6cb0;stroke-width:2}
 .point{fill:#2b6cb0} .point.restored{fill:#fff;stroke:#2b6cb0;stroke-width:2}
-form{margin:8px 0} input[type=text]{width:420px}
+form{margin:8px 0} input[type=text]{width:420px} tr.current td{background:#fff8e1}
 """
 
 
@@ -137,7 +137,8 @@ def _check_cell(checks: Iterable[CheckView], link) -> str:
     return "<br>".join(out)
 
 
-def job_page(view: JobOverview, root: str, base: str) -> str:
+def job_page(view: JobOverview, root: str, base: str, batch: str | None = None) -> str:
+    """``batch``: the batch (DAG run) the page was opened for; its rows are highlighted."""
     q = _q(root=root)
 
     def link(c: CheckView) -> str:
@@ -162,7 +163,8 @@ retired {len(view.retired_checkpoints)}{f'; savepoints {escape(str(view.savepoin
                 if any(e.retention == 'retired' for e in view.epochs) else ""))
 
     batch_rows = "".join(
-        f"<tr data-batch='{escape(b.batch_id)}'><td>{escape(b.batch_id)}</td>"
+        f"<tr data-batch='{escape(b.batch_id)}'{' class=current' if b.batch_id == batch else ''}>"
+        f"<td>{escape(b.batch_id)}</td>"
         f"<td class=num>{'' if b.start_epoch is None else b.start_epoch}</td>"
         f"<td class=num>{'' if b.restored_from is None else b.restored_from}</td>"
         f"<td>{_ranges(b.epochs)}</td><td class=num>{'' if b.final_checkpoint is None else b.final_checkpoint}</td></tr>"
@@ -184,7 +186,8 @@ retired {len(view.retired_checkpoints)}{f'; savepoints {escape(str(view.savepoin
             for ev in e.events)
         restored = f"<br><span class=muted>by {escape(', '.join(e.restored_by))}</span>" if e.restored_by else ""
         rows.append(
-            f"<tr class=epoch data-epoch={e.epoch} data-status={e.status} "
+            f"<tr class='epoch{' current' if batch is not None and e.batch_id == batch else ''}' "
+            f"data-epoch={e.epoch} data-status={e.status} "
             f"data-metric='{'' if value is None else repr(value)}' data-feedback='{'' if e.feedback is None else e.feedback}'>"
             f"<td class=num>{e.epoch}</td><td><span class='badge s-{e.status}'>{e.status}</span>{restored}</td>"
             f"<td class=id title='{escape(e.batch_id or '')}'>{escape(e.batch_id or '')}</td><td class=nw>{attempts}</td>"
