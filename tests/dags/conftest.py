@@ -40,7 +40,7 @@ def airflow(env, *args, timeout=900) -> subprocess.CompletedProcess:
     return subprocess.run([AIRFLOW, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # stopped once the DAG tests are done, not at the end of the session
 def api_server(tmp_path_factory, moto_endpoint):
     """``airflow api-server`` alone (tests.dags.airflow_server.ApiServer), with password users and
     an ``aws_default`` connection to moto_server (no AWS credentials in its environment)."""
@@ -59,7 +59,7 @@ def api_server(tmp_path_factory, moto_endpoint):
         server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def view_dag_runs(api_server, view_stores):
     """The finished job's batches ``b1`` and ``b2`` (run by the library runner) recorded as runs of
     ``iterate_pagerank`` in the API server's database, with the job's params, and marked
