@@ -3,7 +3,7 @@
 #   ./run.sh demo   set up everything, then run PageRank end to end on the embedded default
 #                   (local Spark, local checkpoint store under .local/)
 #   ./run.sh test   set up everything, then run the test suite
-#   ./run.sh setup  only set up (.venv with pinned requirements, Java 17 if missing)
+#   ./run.sh setup  only set up (.venv with pinned requirements, Java 17 and chromium if missing)
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(pwd)
@@ -32,6 +32,16 @@ ensure_java() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq openjdk-17-jre-headless >/dev/null
 }
 
+# The browser test of the Iterations view drives Debian's chromium through its chromedriver.
+ensure_chromium() {
+  if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then return 0; fi
+  log "installing chromium and chromium-driver with apt-get (the Iterations view's browser test)"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >/dev/null
+}
+
 ensure_venv() {
   local stamp="$VENV/.installed"
   local want
@@ -53,6 +63,7 @@ ensure_venv() {
 
 setup() {
   ensure_java
+  ensure_chromium
   ensure_venv
   export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
   export PYSPARK_PYTHON="$VENV/bin/python"

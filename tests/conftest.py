@@ -108,3 +108,12 @@ def write_edges_csv(path, edges) -> str:
         for u, v in edges:
             f.write(f"{u},{v}\n")
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def view_stores(spark, tmp_path_factory):
+    """Checkpoint stores filled by real PageRank runs (tests.helpers.ViewStores), shared by the
+    Iterations view's tests."""
+    from tests.helpers import fill_view_stores
+
+    return fill_view_stores(spark, tmp_path_factory.mktemp("view"))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from typing import Any
 
 from include.config import JobConfig
 
@@ -52,3 +54,61 @@ def read_published(output_path, name, **store_options):
 
     return pd.concat([pd.read_parquet(f) for f in published(str(output_path), name, **store_options).locations],
                      ignore_index=True)
+
+
+@dataclass
+class ViewStores:
+    """Checkpoint stores filled by real PageRank runs, for the Iterations view's tests.
+
+    ``finished`` (job ``pr-view``): two batches, ``b1`` (epochs 0-2) then ``b2`` (resumed from
+    checkpoint 2, to convergence and publication), every checkpoint kept. ``refused`` (job
+    ``pr-refused``): epochs 0-2 committed with ``retain_last=2`` (epoch 0 retired), then epoch 3's
+    NaN ranks refused by the data checks (its attempt aborted, the report kept)."""
+
+    root: str
+    output_path: str
+    finished: Any  # include.runner.RunResult of the last batch
+    batches: dict[str, Any]  # batch id -> RunResult
+    refused_attempt: str
+    refused_epoch: int
+
+
+FINISHED_JOB = "pr-view"
+B1_EPOCHS = 3  # batch b1 of the finished job: epochs 0..2
+REFUSED_JOB = "pr-refused"
+
+
+def fill_view_stores(spark, tmp_path) -> ViewStores:
+    from include.runner import IterationRunner
+    from include.runtime import DataCheckFailed
+
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(60, 0.08, seed=5))
+    root, out = tmp_path / "store", tmp_path / "out"
+    config = pagerank_config(tmp_path, edges, job_id=FINISHED_JOB, tolerance=1e-3, max_epochs=40,
+                             body_params={"damping": 0.5}, retain_last=100, output_path=str(out))
+    batches = {"b1": IterationRunner(config, spark).run(batch_id="b1", max_epochs_in_batch=B1_EPOCHS)}
+    batches["b2"] = IterationRunner(config, spark).run(batch_id="b2")
+
+    marker = tmp_path / "bad-input"
+    marker.write_text("the input is bad while this file exists")
+    refused = pagerank_config(tmp_path, edges, job_id=REFUSED_JOB, body="tests.faulty_bodies:FaultyPageRank",
+                              tolerance=0.0, max_epochs=10, retain_last=2,
+                              body_params={"fault": "nan", "at_epoch": 3, "while_exists": str(marker)})
+    try:
+        IterationRunner(refused, spark).run(batch_id="r1")
+        raise AssertionError("the NaN ranks of epoch 3 were not refused")
+    except DataCheckFailed as e:
+        attempt = e.report.attempt_id
+    return ViewStores(str(root), str(out), batches["b2"], batches, attempt, 3)
+
+
+def tree(root: str) -> dict[str, tuple[int, int]]:
+    """Every file and directory under ``root`` with its size (-1 for a directory) and
+    modification time: equal before and after means nothing was written there."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            st = os.stat(path)
+            out[os.path.relpath(path, root)] = (st.st_size if name in filenames else -1, st.st_mtime_ns)
+    return out

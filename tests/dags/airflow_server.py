@@ -161,3 +161,74 @@ def processes_titled(fragment: str) -> list[int]:
         if fragment in args and int(pid) != os.getpid():
             pids.append(int(pid))
     return pids
+
+
+class ApiServer(AirflowServer):
+    """Only ``airflow api-server`` (the REST API, the UI and the plugins' apps; no scheduler), with
+    SimpleAuthManager users that log in with a password: ``admin`` and ``viewer`` (the role)."""
+
+    USERS = {"admin": "admin", "viewer": "viewer"}
+
+    def __init__(self, home: str, connect_dir: str):
+        super().__init__(home, connect_dir)
+        self.passwords = {user: f"{user}-password" for user in self.USERS}
+        passwords_file = os.path.join(home, "passwords.json")
+        with open(passwords_file, "w") as f:
+            json.dump(self.passwords, f)
+        self.env.update({
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in self.USERS.items()),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": passwords_file,
+        })
+
+    def start(self, timeout: float = 180) -> "ApiServer":
+        subprocess.run([AIRFLOW, "db", "migrate"], env=self.env, check=True, capture_output=True, timeout=300)
+        self.proc = subprocess.Popen([AIRFLOW, "api-server", "--host", "127.0.0.1", "--port", str(self.port),
+                                      "--workers", "1"], env=self.env, cwd=ROOT, start_new_session=True,
+                                     stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"airflow api-server exited {self.proc.returncode}: {self.log_tail()}")
+            try:
+                self.token()
+                return self
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(1)
+        raise TimeoutError(f"the Airflow API server did not come up in {timeout}s: {self.log_tail()}")
+
+    def login(self, user: str) -> str:
+        """A JWT for ``user``, from its password."""
+        body = json.dumps({"username": user, "password": self.passwords[user]}).encode()
+        req = urllib.request.Request(self.url + "/auth/token", data=body, method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read())["access_token"]
+
+    def token(self) -> str:
+        if self._token is None:
+            self._token = self.login("admin")
+        return self._token
+
+    def fetch(self, path: str, token: str | None = None, cookie: str | None = None) -> tuple[int, str, bytes]:
+        """(status, content type, body) of a GET, authenticated by a Bearer token or the UI's
+        session cookie, or neither; an HTTP error status is returned, not raised, and a redirect
+        is not followed (its body is its Location)."""
+        headers = {}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        if cookie:
+            headers["Cookie"] = f"_token={cookie}"
+        req = urllib.request.Request(self.url + path, headers=headers)
+        try:
+            with urllib.request.build_opener(_NoRedirect).open(req, timeout=60) as resp:
+                return resp.status, resp.headers.get("Content-Type", ""), resp.read()
+        except urllib.error.HTTPError as e:
+            if 300 <= e.code < 400:
+                return e.code, "", e.headers.get("Location", "").encode()
+            return e.code, e.headers.get("Content-Type", ""), e.read()
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None

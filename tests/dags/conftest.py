@@ -38,3 +38,40 @@ def airflow_env(tmp_path_factory):
 
 def airflow(env, *args, timeout=900) -> subprocess.CompletedProcess:
     return subprocess.run([AIRFLOW, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="package")  # stopped once the DAG tests are done, not at the end of the session
+def api_server(tmp_path_factory, moto_endpoint):
+    """``airflow api-server`` alone (tests.dags.airflow_server.ApiServer), with password users and
+    an ``aws_default`` connection to moto_server (no AWS credentials in its environment)."""
+    import json
+
+    from tests.dags.airflow_server import ApiServer
+
+    server = ApiServer(str(tmp_path_factory.mktemp("airflow_api")), str(tmp_path_factory.mktemp("spark_connect_api")))
+    server.env = {k: v for k, v in server.env.items() if not k.startswith("AWS_")}
+    server.env["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(
+        {"conn_type": "aws", "login": "view-key-id", "password": "view-secret-key",
+         "extra": {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}})
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="package")
+def view_dag_runs(api_server, view_stores):
+    """The finished job's batches ``b1`` and ``b2`` (run by the library runner) recorded as runs of
+    ``iterate_pagerank`` in the API server's database, with the job's params, and marked
+    successful (the DAG serialized with ``airflow dags reserialize``; no scheduler runs them)."""
+    from tests.helpers import FINISHED_JOB
+
+    done = api_server.cli("dags", "reserialize")
+    assert done.returncode == 0, done.stderr[-3000:]
+    conf = {"job_id": FINISHED_JOB, "checkpoint_root": view_stores.root, "output_path": view_stores.output_path,
+            "continuation": False}
+    for batch in view_stores.batches:
+        api_server.post("/api/v2/dags/iterate_pagerank/dagRuns", {"dag_run_id": batch, "logical_date": None,
+                                                                   "conf": conf})
+        api_server._request("PATCH", f"/api/v2/dags/iterate_pagerank/dagRuns/{batch}", {"state": "success"})
+    return list(view_stores.batches)

@@ -24,6 +24,11 @@ def batch_id_of(context: Mapping[str, Any]) -> str:
     run_id = str(context["run_id"])
     if run_id.startswith("__airflow_temporary_run_") and context.get("logical_date") is not None:
         run_id = f"tasks-test-{context['logical_date']:%Y%m%dT%H%M%S}"
+    return batch_id_of_run(run_id)
+
+
+def batch_id_of_run(run_id: str) -> str:
+    """The batch id of DAG run ``run_id``: its id made safe for object keys."""
     return re.sub(r"[^A-Za-z0-9_.\-]", "_", run_id).strip("._-")[:120] or "batch"
 
 

@@ -1,0 +1,490 @@
+"""What a job's checkpoint store says about it, for people watching it (the Iterations view).
+
+Read-only: every read goes through a ``ReadOnlyStore``, which refuses writes and deletes, and
+through the same ``CheckpointLog`` the runtime uses. Nothing here imports Spark or Airflow.
+
+Per epoch (``EpochView``) the status is one of:
+
+- ``committed``: its checkpoint committed;
+- ``restored``: committed, and a later batch resumed from it (the next checkpoint was planned on
+  it by another batch: the epoch was read back from the store, not recomputed);
+- ``running``: not committed yet, with an attempt that is neither aborted nor superseded;
+- ``aborted``: not committed, every attempt of it aborted (a failure, a refused data check).
+
+The events a coordinator released to epoch k are those it sent between the triggers of
+checkpoints k-1 and k: the seqs ``[seq(k-1), seq(k))`` of its snapshots in the two manifests
+(``include.coordinator``: a checkpoint is a consistent cut). The events themselves are listed when
+the attempt's plan is still in the store (an epoch not committed yet; garbage collection deletes
+a committed epoch's plan).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable
+
+from include.checkpoint import CheckpointLog, JobLayout, Manifest, check_job_id
+from include.errors import CheckpointError, ConfigError, IterationError, ObjectNotFound
+from include.store import ObjectInfo, ObjectStore
+
+
+class ReadOnlyViolation(IterationError):
+    """Something tried to write through a read-only view of a store."""
+
+
+class ReadOnlyStore(ObjectStore):
+    """A store seen read-only: reads are passed through, writes and deletes refused."""
+
+    def __init__(self, store: ObjectStore):
+        self._store = store
+
+    def _refuse(self, what: str, key: Any) -> None:
+        raise ReadOnlyViolation(f"{what} {key!r} refused: {self._store.location()} is opened read-only")
+
+    def put(self, key: str, data: bytes) -> None:
+        self._refuse("put", key)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        self._refuse("put_if_absent", key)
+        return False
+
+    def delete(self, keys: Iterable[str]) -> None:
+        self._refuse("delete", list(keys))
+
+    def get(self, key: str) -> bytes:
+        return self._store.get(key)
+
+    def info(self, key: str) -> ObjectInfo | None:
+        return self._store.info(key)
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        return self._store.list(prefix)
+
+    def location(self, key: str = "") -> str:
+        return self._store.location(key)
+
+    def url(self, key: str) -> str:
+        return self._store.url(key)
+
+    def spec(self) -> dict[str, Any]:
+        return self._store.spec()
+
+    def exists(self, key: str) -> bool:
+        return self._store.exists(key)
+
+    def local_path(self, key: str) -> str | None:
+        return self._store.local_path(key)
+
+
+class JobNotFound(ConfigError):
+    """No job of that id in the store."""
+
+
+@dataclass
+class CheckView:
+    """The data checks of one attempt, and where their reports are (keys in the store)."""
+
+    epoch: int
+    attempt_id: str
+    kind: str
+    success: bool
+    counts: dict[str, int]
+    headline: str
+    problems: list[str]  # one line per blocking failure and warning
+    json_key: str
+    html_key: str | None
+
+
+@dataclass
+class AttemptView:
+    attempt_id: str
+    status: str  # committed | aborted | running | superseded
+    reason: str | None = None  # why it was aborted
+    batch_id: str | None = None  # from its plan, while the plan is kept
+
+
+@dataclass
+class EventsView:
+    """What one coordinator released to one epoch: seqs [first_seq, end_seq)."""
+
+    coordinator: str
+    first_seq: int
+    end_seq: int
+    events: list[dict[str, Any]] | None = None  # the events, when the attempt's plan is kept
+
+    @property
+    def count(self) -> int:
+        return self.end_seq - self.first_seq
+
+
+@dataclass
+class EpochView:
+    epoch: int
+    status: str
+    attempts: list[AttemptView] = field(default_factory=list)
+    checks: list[CheckView] = field(default_factory=list)
+    events: list[EventsView] = field(default_factory=list)
+    # from the committed checkpoint (None while it is not committed, or once retired)
+    attempt_id: str | None = None
+    batch_id: str | None = None
+    committed_at: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    feedback: int | None = None
+    feedback_by_head: dict[str, int] = field(default_factory=dict)
+    terminated: bool = False
+    reason: str | None = None
+    size_bytes: int | None = None  # the manifest plus every object it references
+    objects: int | None = None
+    retention: str | None = None  # kept (why) | retired
+    restored_by: list[str] = field(default_factory=list)  # batches that resumed from it
+    publications: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-epoch outputs
+
+
+@dataclass
+class BatchView:
+    batch_id: str
+    epochs: list[int]  # the epochs it committed
+    start_epoch: int | None  # its first epoch (recorded by a DAG run's first head)
+    restored_from: int | None  # the checkpoint it resumed from (None: it started the job)
+    final_checkpoint: int | None  # recorded when the batch ended
+
+
+@dataclass
+class OutputView:
+    name: str
+    checkpoint_id: int
+    rows: int
+    size_bytes: int
+    state: str  # lifecycle state of its sink: FULLY_FINISHED (committed, not published) | PUBLISHED
+    location: str | None = None
+    format: str | None = None
+    published_at: str | None = None
+
+
+@dataclass
+class FinishView:
+    checkpoint_id: int
+    epoch: int  # the epoch whose variables it finished from
+    attempt_id: str
+    batch_id: str | None
+    committed_at: str
+    drained: bool
+    size_bytes: int
+    lifecycle: dict[str, str]
+    outputs: list[OutputView]
+    checks: list[CheckView]
+
+
+@dataclass
+class JobOverview:
+    job_id: str
+    store: str
+    status: str  # RUNNING | TERMINATING | TERMINATED | SUSPENDED | NOT STARTED
+    body: dict[str, Any]
+    metric: str | None  # the metric charted per epoch
+    metric_names: list[str]
+    latest_checkpoint: int | None
+    kept_checkpoints: list[int]
+    retired_checkpoints: list[int]
+    savepoints: list[int]
+    stop_request: str | None
+    epochs: list[EpochView]
+    batches: list[BatchView]
+    finish: FinishView | None
+    rejected: list[int]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for e, view in zip(d["epochs"], self.epochs):
+            for ev, src in zip(e["events"], view.events):
+                ev["count"] = src.count
+        return d
+
+
+def list_jobs(store: ObjectStore) -> list[str]:
+    """Ids of the jobs that have a checkpoint log in the store."""
+    jobs = set()
+    for o in ReadOnlyStore(store).list("jobs/"):
+        parts = o.key.split("/", 2)
+        if len(parts) == 3:
+            jobs.add(parts[1])
+    return sorted(jobs)
+
+
+def job_overview(store: ObjectStore, job_id: str, *, metric: str | None = None) -> JobOverview:
+    """Everything the store says about job ``job_id``; JobNotFound if it has no objects there."""
+    return _Reader(ReadOnlyStore(store), job_id).overview(metric)
+
+
+def check_report(store: ObjectStore, job_id: str, epoch: int, attempt_id: str) -> tuple[str, bytes]:
+    """(media type, bytes) of an attempt's data-check report: Great Expectations' Data Docs page
+    when there is one, else the JSON result. ObjectNotFound naming it when there is neither."""
+    layout = JobLayout(check_job_id(job_id))
+    where = layout.checks(int(epoch), attempt_id)
+    ro = ReadOnlyStore(store)
+    for name, media in (("data_docs.html", "text/html"), ("validation.json", "application/json")):
+        try:
+            return media, ro.get(f"{where}/{name}")
+        except ObjectNotFound:
+            continue
+    raise ObjectNotFound(f"no data-check report of epoch {epoch} attempt {attempt_id} of job {job_id} "
+                         f"at {ro.location(where)}")
+
+
+class _Reader:
+    def __init__(self, store: ReadOnlyStore, job_id: str):
+        self.store = store
+        self.log = CheckpointLog(store, check_job_id(job_id))
+        self.layout = self.log.layout
+        self.job_id = job_id
+        self.objects = store.list(self.layout.root + "/")
+        if not self.objects:
+            raise JobNotFound(f"job {job_id!r} has no checkpoint log in {store.location()} "
+                              f"(nothing under {store.location(self.layout.root)})")
+
+    def _keys(self, sub: str) -> list[str]:
+        prefix = f"{self.layout.root}/{sub}/"
+        return [o.key[len(prefix):] for o in self.objects if o.key.startswith(prefix)]
+
+    def _json(self, key: str) -> Any:
+        try:
+            return json.loads(self.store.get(key))
+        except (ObjectNotFound, ValueError):
+            return None
+
+    def overview(self, metric: str | None) -> JobOverview:
+        sizes = {o.key: o.size for o in self.objects}
+        ids = sorted({i for k in self._keys("checkpoints") if (i := JobLayout.parse_id(k)) is not None})
+        retired = sorted({i for k in self._keys("retired") if (i := JobLayout.parse_id(k)) is not None})
+        kept = [i for i in ids if i not in retired]
+        manifests: dict[int, Manifest] = {}
+        for cid in kept:
+            try:
+                manifests[cid] = self.log.load(cid, verify="none")
+            except CheckpointError:  # retired between the listing and the read
+                retired.append(cid)
+        batch_finals = self.log.batch_finals()
+        savepoints = self.log.savepoints()
+        latest = ids[-1] if ids else None
+        final = next((m for m in manifests.values() if m.kind == "final"), None)
+        final_id = final.checkpoint_id if final is not None else None
+
+        attempts = self._attempts()  # epoch -> attempt id -> AttemptView (uncommitted)
+        checks = self._checks()  # epoch -> [CheckView]
+        epoch_ids = sorted(({m.epoch for m in manifests.values() if m.kind == "epoch"}
+                            | set(retired) | set(attempts) | set(checks)) - {final_id})
+        newest = manifests[max(manifests)] if manifests else None
+        history = newest.head_state.feedback_counts() if newest else {}
+        history_by_head = {h: s.feedback_counts for h, s in newest.head_state.heads.items()} if newest else {}
+        epochs = []
+        previous_seq: dict[str, int] = {}
+        for epoch in epoch_ids:
+            m = manifests.get(epoch)
+            if m is not None and m.kind != "epoch":
+                continue
+            view = EpochView(epoch=epoch, status="committed" if epoch in ids else "running")
+            view.checks = checks.get(epoch, [])
+            tried = attempts.get(epoch, {})
+            if m is not None:
+                d = m.decision
+                view.attempt_id, view.batch_id, view.committed_at = m.attempt_id, m.batch_id, m.committed_at
+                view.metrics = dict(d.metrics) if d else {}
+                view.feedback = d.feedback_count if d else None
+                view.feedback_by_head = {h: s.feedback_counts.get(epoch, 0) for h, s in m.head_state.heads.items()}
+                view.terminated, view.reason = (d.terminated, d.reason) if d else (False, None)
+                refs = {r.key: r.size for r in m.objects}
+                view.size_bytes = sum(refs.values()) + sizes.get(self.layout.checkpoint(epoch), 0)
+                view.objects = len(refs)
+                view.retention = _why_kept(epoch, latest, batch_finals, savepoints)
+                view.publications = self.log.publications(epoch)
+                view.events = _released(m.coordinators, previous_seq)
+                previous_seq = {name: int(s.get("seq", 0)) for name, s in (m.coordinators or {}).items()}
+            elif epoch in retired:
+                view.retention = "retired"  # its metrics went with it; its feedback counts are in every later head state
+                view.feedback = history.get(epoch)
+                view.feedback_by_head = {h: c[epoch] for h, c in history_by_head.items() if epoch in c}
+                previous_seq = {}
+            for a in tried.values():
+                if epoch in ids:  # committed: every other attempt lost
+                    a.status = "committed" if a.attempt_id == view.attempt_id else (
+                        "aborted" if a.reason is not None else "superseded")
+            if view.attempt_id and view.attempt_id not in tried:
+                tried[view.attempt_id] = AttemptView(view.attempt_id, "committed", batch_id=view.batch_id)
+            view.attempts = sorted(tried.values(), key=lambda a: a.attempt_id)
+            if epoch not in ids:
+                live = [a for a in view.attempts if a.status == "running"]
+                view.status = "running" if live else "aborted"
+                plan = self._plan(epoch, live[-1].attempt_id) if live else None
+                if plan is not None and plan.get("kind") == "final":
+                    continue  # the finish step running: shown with the finish, once committed
+                if plan is not None:
+                    view.events = _planned_events(plan, previous_seq)
+            epochs.append(view)
+        by_epoch = {e.epoch: e for e in epochs}
+        batches = self._batches(manifests, by_epoch, batch_finals)
+
+        metric_names = sorted({k for e in epochs for k in e.metrics})
+        chosen = metric if metric is not None else _convergence_metric(epochs, metric_names)
+        if metric is not None and metric not in metric_names:
+            raise ConfigError(f"metric {metric!r} is not reported by job {self.job_id}; "
+                              f"its metrics: {', '.join(metric_names) or 'none'}")
+        stop = self.log.stop_request()
+        if final is not None:
+            status = "TERMINATED"
+        elif latest is not None and latest in manifests:
+            status = manifests[latest].head_state.status.value
+            if status == "RUNNING" and latest in savepoints:
+                status = "SUSPENDED"
+        else:
+            status = "NOT STARTED" if latest is None else "RUNNING"
+        body = newest.body if newest else {}
+        return JobOverview(
+            job_id=self.job_id, store=self.store.location(), status=status, body=body,
+            metric=chosen, metric_names=metric_names, latest_checkpoint=latest,
+            kept_checkpoints=kept, retired_checkpoints=sorted(retired), savepoints=savepoints,
+            stop_request=stop.value if stop else None, epochs=epochs, batches=batches,
+            finish=self._finish(final, sizes, checks) if final is not None else None,
+            rejected=sorted(i for k in self._keys("rejected") if (i := JobLayout.parse_id(k)) is not None),
+        )
+
+    def _attempts(self) -> dict[int, dict[str, AttemptView]]:
+        out: dict[int, dict[str, AttemptView]] = {}
+        for rest in self._keys("attempts"):
+            epoch_s, attempt = rest.split("/", 2)[:2]
+            out.setdefault(int(epoch_s), {}).setdefault(attempt, AttemptView(attempt, "running"))
+        for rest in self._keys("aborted"):
+            epoch_s, attempt = rest.split("/", 1)
+            view = out.setdefault(int(epoch_s), {}).setdefault(attempt, AttemptView(attempt, "aborted"))
+            view.status = "aborted"
+            view.reason = self.log.abort_reason(int(epoch_s), attempt) or ""
+        for epoch, tried in out.items():
+            for a in tried.values():
+                plan = self._plan(epoch, a.attempt_id)
+                a.batch_id = plan.get("batch_id") if plan else None
+        return out
+
+    def _plan(self, epoch: int, attempt_id: str) -> dict[str, Any] | None:
+        return self._json(self.layout.plan(epoch, attempt_id))
+
+    def _checks(self) -> dict[int, list[CheckView]]:
+        out: dict[int, list[CheckView]] = {}
+        for rest in self._keys("checks"):
+            epoch_s, attempt, name = rest.split("/", 2)
+            if name != "validation.json":
+                continue
+            where = self.layout.checks(int(epoch_s), attempt)
+            data = self._json(f"{where}/validation.json") or {}
+            report = data.get("report") or {}
+            problems = [_outcome_line(o) for o in report.get("outcomes", [])
+                        if o.get("status") in ("failed", "error")]
+            counts = report.get("counts", {})
+            html = f"{where}/data_docs.html"
+            out.setdefault(int(epoch_s), []).append(CheckView(
+                epoch=int(epoch_s), attempt_id=attempt, kind=report.get("kind", "epoch"),
+                success=bool(report.get("success")), counts=counts,
+                headline=(f"{counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
+                          f"{counts.get('warned', 0)} warning(s), {counts.get('skipped', 0)} skipped"),
+                problems=problems, json_key=f"{where}/validation.json",
+                html_key=html if any(o.key == html for o in self.objects) else None))
+        return out
+
+    def _batches(self, manifests: dict[int, Manifest], epochs: dict[int, EpochView],
+                 finals: dict[str, int]) -> list[BatchView]:
+        starts = {}
+        for rest in self._keys("batch-starts"):
+            d = self._json(f"{self.layout.root}/batch-starts/{rest}")
+            if d is not None:
+                starts[rest.rsplit(".json", 1)[0]] = int(d["start_epoch"])
+        committed: dict[str, list[int]] = {}
+        parents: dict[str, int | None] = {}
+        for cid in sorted(manifests):
+            m = manifests[cid]
+            if m.batch_id is None:
+                continue
+            if m.kind == "epoch":
+                committed.setdefault(m.batch_id, []).append(m.epoch)
+            if m.batch_id not in parents:  # its first checkpoint's parent is what it resumed from
+                parents[m.batch_id] = m.parent_id
+                if m.parent_id is not None and m.parent_id in manifests \
+                        and manifests[m.parent_id].batch_id != m.batch_id and m.parent_id in epochs:
+                    epochs[m.parent_id].status = "restored"
+                    epochs[m.parent_id].restored_by.append(m.batch_id)
+        names = set(committed) | set(starts) | set(finals)
+        views = []
+        for b in names:
+            start = starts.get(b)
+            restored_from = parents[b] if b in parents else (start - 1 if start else None)
+            views.append(BatchView(b, committed.get(b, []), start, restored_from, finals.get(b)))
+        return sorted(views, key=lambda v: (min(v.epochs) if v.epochs else (v.start_epoch or 0), v.batch_id))
+
+    def _finish(self, final: Manifest, sizes: dict[str, int], checks: dict[int, list[CheckView]]) -> FinishView:
+        published = self.log.publications(final.checkpoint_id)
+        lifecycle = {k: v.value for k, v in final.lifecycle.states.items()}
+        outputs = []
+        for name, ds in sorted(final.outputs.items()):
+            rec = published.get(name)
+            state = "PUBLISHED" if rec else lifecycle.get(f"sink:{name}", "FULLY_FINISHED")
+            if rec:
+                lifecycle[f"sink:{name}"] = "PUBLISHED"
+            outputs.append(OutputView(name, final.checkpoint_id, ds.rows, sum(f.size for f in ds.files), state,
+                                      location=rec.get("location") if rec else None,
+                                      format=rec.get("format") if rec else None,
+                                      published_at=rec.get("at") if rec else None))
+        return FinishView(
+            checkpoint_id=final.checkpoint_id, epoch=final.epoch, attempt_id=final.attempt_id,
+            batch_id=final.batch_id, committed_at=final.committed_at,
+            drained=final.lifecycle.stop is not None and final.lifecycle.stop.value == "drain",
+            size_bytes=sum(r.size for r in final.objects) + sizes.get(self.layout.checkpoint(final.checkpoint_id), 0),
+            lifecycle=lifecycle, outputs=outputs, checks=checks.get(final.checkpoint_id, []))
+
+
+def _why_kept(cid: int, latest: int | None, finals: dict[str, int], savepoints: list[int]) -> str:
+    why = []
+    if cid == latest:
+        why.append("latest")
+    why += [f"final of batch {b}" for b, c in sorted(finals.items()) if c == cid]
+    if cid in savepoints:
+        why.append("savepoint")
+    return "kept (" + ", ".join(why) + ")" if why else "kept (last retained)"
+
+
+def _released(snapshots: dict[str, Any] | None, previous: dict[str, int]) -> list[EventsView]:
+    out = []
+    for name, snap in sorted((snapshots or {}).items()):
+        end = int((snap or {}).get("seq", 0))
+        first = previous.get(name, 0)
+        out.append(EventsView(name, min(first, end), end))
+    return out
+
+
+def _planned_events(plan: dict[str, Any], previous: dict[str, int]) -> list[EventsView]:
+    out = []
+    snaps = plan.get("coordinators") or {}
+    events = plan.get("events") or {}
+    for name in sorted(set(snaps) | set(events)):
+        mine = events.get(name, [])
+        end = int((snaps.get(name) or {}).get("seq", previous.get(name, 0) + len(mine)))
+        out.append(EventsView(name, previous.get(name, end - len(mine)), end, events=mine))
+    return out
+
+
+def _convergence_metric(epochs: list[EpochView], names: list[str]) -> str | None:
+    for e in epochs:  # the body's convergence metric names itself when the job converges
+        if e.reason and e.reason.startswith("converged: "):
+            return e.reason[len("converged: "):].split("=", 1)[0]
+    return names[0] if names else None
+
+
+def _outcome_line(o: dict[str, Any]) -> str:
+    observed = ", ".join(f"{k}={v}" for k, v in (o.get("observed") or {}).items()) or "-"
+    text = f"{str(o.get('status', '')).upper()} {o.get('name')} [{o.get('severity')}]: observed {observed}"
+    if o.get("expected"):
+        text += f"; expected {o['expected']}"
+    return text
+
+
+__all__ = [
+    "AttemptView", "BatchView", "CheckView", "EpochView", "EventsView", "FinishView", "JobNotFound",
+    "JobOverview", "OutputView", "ReadOnlyStore", "ReadOnlyViolation", "check_report", "job_overview", "list_jobs",
+]

@@ -1,0 +1,132 @@
+"""The Iterations view in a real browser: headless Chromium (Debian's, driven by Selenium through
+its chromedriver) logs into the Airflow UI of a real ``airflow api-server``, opens Browse ->
+Iterations, picks the store and the finished PageRank job, and reads the chart and the epoch
+table, which must be the job's checkpoints; then the job's page from its DAG run's Iterations
+tab, that run's batch highlighted. The screenshots are kept as test artifacts."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from include.checkpoint import CheckpointLog
+from include.store import LocalStore
+from tests.conftest import ROOT
+from tests.helpers import FINISHED_JOB
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.browser]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+# the network is closed: without these Chromium waits on connections it will never get
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage", "--window-size=1440,1500")
+ARTIFACTS = os.path.join(ROOT, "test-artifacts")
+
+
+@pytest.fixture
+def browser(tmp_path):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    missing = [p for p in (CHROMIUM, CHROMEDRIVER) if not os.path.exists(p)]
+    if missing:
+        pytest.fail(f"{', '.join(missing)} not installed: apt-get install chromium chromium-driver "
+                    "(./run.sh setup installs them)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    profile = tempfile.mkdtemp(prefix="chromium-profile-", dir=tmp_path)
+    options.add_argument(f"--user-data-dir={profile}")
+    service = Service(CHROMEDRIVER, log_output=str(tmp_path / "chromedriver.log"))
+    driver = webdriver.Chrome(options=options, service=service)
+    driver.set_page_load_timeout(90)
+    try:
+        yield driver
+    finally:
+        driver.quit()  # chromedriver ends the browser it started, then itself
+
+
+def test_the_view_of_a_finished_pagerank_run_in_the_airflow_ui(api_server, view_stores, view_dag_runs, browser,
+                                                               tmp_path):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    wait = WebDriverWait(browser, 90)
+    browser.get(api_server.url + "/")
+    # the Airflow UI sends an anonymous visitor to its login page
+    wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys("viewer")
+    browser.find_element(By.NAME, "password").send_keys(api_server.passwords["viewer"])
+    browser.find_element(By.XPATH, "//button[normalize-space()='Sign in']").click()
+    wait.until(lambda d: "/auth/login" not in d.current_url)
+
+    wait.until(EC.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Browse']"))).click()
+    wait.until(EC.element_to_be_clickable((By.XPATH, "//*[@role='menuitem'][normalize-space()='Iterations']"))).click()
+    wait.until(lambda d: "/plugin/iterations" in d.current_url)
+    frame = wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[src$='/iterations/']")))
+    browser.switch_to.frame(frame)
+
+    root = wait.until(EC.presence_of_element_located((By.NAME, "root")))
+    root.clear()
+    root.send_keys(view_stores.root)
+    browser.find_element(By.XPATH, "//button[normalize-space()='Open']").click()
+    wait.until(EC.element_to_be_clickable((By.XPATH, f"//a[@class='job'][normalize-space()='{FINISHED_JOB}']"))).click()
+    wait.until(EC.presence_of_element_located((By.ID, "metric-chart")))
+
+    log = CheckpointLog(LocalStore(view_stores.root), FINISHED_JOB)
+    final = log.latest()
+    manifests = [log.load(i) for i in log.checkpoint_ids() if i != final.checkpoint_id]
+    expected = [(m.epoch, m.decision.metrics["l1_delta"]) for m in manifests]
+    assert browser.find_element(By.ID, "job-status").text == "TERMINATED"
+
+    # the chart: one point per epoch at its metric, lower on the chart for a smaller value
+    chart = browser.find_element(By.ID, "metric-chart")
+    assert chart.get_attribute("data-metric") == "l1_delta"
+    points = chart.find_elements(By.CSS_SELECTOR, "circle.point")
+    got = [(int(p.get_attribute("data-epoch")), float(p.get_attribute("data-value"))) for p in points]
+    assert got == expected
+    xs = [float(p.get_attribute("cx")) for p in points]
+    ys = [float(p.get_attribute("cy")) for p in points]
+    assert xs == sorted(xs) and len(set(xs)) == len(xs), "epochs left to right"
+    by_value = [y for _, y in sorted(zip([v for _, v in expected], ys))]
+    assert by_value == sorted(by_value, reverse=True), "a larger metric is drawn higher"
+
+    # the table, as a reader sees it: epoch, status, metric (4 significant digits), feedback
+    rows = browser.find_elements(By.CSS_SELECTOR, "table#epochs tr.epoch")
+    cells = [[c.text for c in r.find_elements(By.TAG_NAME, "td")] for r in rows]
+    b1_last = view_stores.batches["b1"].checkpoint_id
+    assert [(int(c[0]), c[1].split("\n")[0], c[2]) for c in cells] == [
+        (m.epoch, "restored" if m.epoch == b1_last else "committed", m.batch_id) for m in manifests]
+    for c, m in zip(cells, manifests):
+        value = m.decision.metrics["l1_delta"]
+        assert float(c[4]) == pytest.approx(value, rel=1e-3), (c, value)
+        assert int(c[5]) == m.decision.feedback_count
+        assert c[8].startswith("passed")  # the data checks' link
+    assert [o.text.split("\n")[0] for o in browser.find_elements(By.CSS_SELECTOR, "table#outputs tr.output td")][:2] \
+        == ["ranks", "PUBLISHED"]
+
+    browser.switch_to.default_content()
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    shot = tmp_path / "iterations-view.png"
+    assert browser.save_screenshot(str(shot))
+    shutil.copy(shot, os.path.join(ARTIFACTS, "iterations-view.png"))
+    assert shot.stat().st_size > 20_000
+
+    # the DAG run's own tab: the same job, the run's batch highlighted
+    browser.get(f"{api_server.url}/dags/iterate_pagerank/runs/b2")
+    wait.until(EC.element_to_be_clickable((By.XPATH, "//*[(self::a or self::button) and normalize-space()='Iterations']"))).click()
+    frame = wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='/iterations/runs/iterate_pagerank/b2']")))
+    browser.switch_to.frame(frame)
+    wait.until(EC.presence_of_element_located((By.ID, "metric-chart")))
+    assert browser.find_element(By.ID, "job-id").text == FINISHED_JOB
+    current = [int(r.get_attribute("data-epoch")) for r in browser.find_elements(By.CSS_SELECTOR, "table#epochs tr.current")]
+    assert current == [m.epoch for m in manifests if m.batch_id == "b2"] and current
+    browser.switch_to.default_content()
+    assert browser.save_screenshot(str(tmp_path / "iterations-run-tab.png"))
+    shutil.copy(tmp_path / "iterations-run-tab.png", os.path.join(ARTIFACTS, "iterations-run-tab.png"))

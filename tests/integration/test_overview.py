@@ -1,0 +1,140 @@
+"""include.overview against stores filled by real PageRank runs: every epoch's status, metric,
+feedback count, size and retention as the checkpoints say, batches, checks, events, the finish
+and publication, and not one byte written to the store."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from include.checkpoint import CheckpointLog
+from include.config import JobConfig
+from include.errors import ConfigError
+from include.outputs import published
+from include.overview import (JobNotFound, ReadOnlyStore, ReadOnlyViolation, check_report, job_overview,
+                              list_jobs)
+from include.runtime import IterationJob
+from include.store import LocalStore
+from tests.helpers import B1_EPOCHS, FINISHED_JOB, REFUSED_JOB, tree
+
+pytestmark = pytest.mark.spark
+
+
+def test_finished_job_is_what_its_checkpoints_say(view_stores):
+    before = tree(view_stores.root)
+    store = LocalStore(view_stores.root)
+    view = job_overview(store, FINISHED_JOB)
+    assert tree(view_stores.root) == before, "reading the overview wrote to the store"
+
+    log = CheckpointLog(store, FINISHED_JOB)
+    final = log.latest(verify="full")
+    assert final.kind == "final" and view.status == "TERMINATED"
+    manifests = [log.load(i) for i in log.checkpoint_ids() if i != final.checkpoint_id]
+    assert [e.epoch for e in view.epochs] == [m.epoch for m in manifests] == list(range(final.epoch + 1))
+    decisions = view_stores.batches["b1"].decisions + view_stores.batches["b2"].decisions
+    assert [d.metrics for d in decisions] == [e.metrics for e in view.epochs]
+    for e, m in zip(view.epochs, manifests):
+        assert e.metrics == m.decision.metrics and e.feedback == m.decision.feedback_count > 0
+        assert e.attempt_id == m.attempt_id and e.batch_id == m.batch_id and e.committed_at == m.committed_at
+        manifest_size = os.path.getsize(store.local_path(log.layout.checkpoint(m.checkpoint_id)))
+        assert e.size_bytes == manifest_size + sum(f.size for f in m.objects) and e.objects == len(m.objects)
+        assert [(a.attempt_id, a.status) for a in e.attempts] == [(m.attempt_id, "committed")]
+        [check] = e.checks
+        assert check.success and check.attempt_id == m.attempt_id and check.counts["failed"] == 0
+        assert e.retention.startswith("kept")
+    assert view.metric == "l1_delta" and decisions[-1].reason.startswith("converged: l1_delta")
+    assert view.epochs[-1].terminated and view.epochs[-1].reason == decisions[-1].reason
+
+    # b2 resumed from b1's last checkpoint: restored; every other epoch committed
+    last = B1_EPOCHS - 1
+    assert {e.epoch: e.status for e in view.epochs} == {
+        e.epoch: ("restored" if e.epoch == last else "committed") for e in view.epochs}
+    assert view.epochs[last].restored_by == ["b2"]
+    b1, b2 = view.batches
+    assert (b1.batch_id, b1.epochs, b1.restored_from, b1.final_checkpoint) == ("b1", list(range(B1_EPOCHS)), None, last)
+    assert (b2.batch_id, b2.restored_from, b2.final_checkpoint) == ("b2", last, final.checkpoint_id)
+    assert b2.epochs == list(range(B1_EPOCHS, final.epoch + 1))
+    assert view.epochs[last].retention == "kept (final of batch b1)"
+
+    # the alignment coordinator's decision on epoch k-1 is released to epoch k, one event per partition
+    for e, m in zip(view.epochs, manifests):
+        [events] = e.events
+        assert events.coordinator == "alignment" and events.end_seq == m.coordinators["alignment"]["seq"]
+        assert events.count == (0 if e.epoch == 0 else m.num_partitions)
+
+    f = view.finish
+    assert (f.checkpoint_id, f.epoch, f.attempt_id) == (final.checkpoint_id, final.epoch, final.attempt_id)
+    [ranks] = f.outputs
+    current = published(view_stores.output_path, "ranks")
+    assert (ranks.name, ranks.state) == ("ranks", "PUBLISHED")
+    assert ranks.rows == current.rows == 62  # the graph's nodes, dangling ones included
+    assert ranks.location == os.path.join(view_stores.output_path, "ranks") and current.checkpoint_id == final.checkpoint_id
+    assert f.lifecycle["sink:ranks"] == "PUBLISHED" and f.lifecycle["head:ranks"] == "FULLY_FINISHED"
+    [finish_check] = f.checks
+    assert finish_check.success and finish_check.kind == "final"
+
+
+def test_refused_epoch_retired_epoch_and_the_reports(view_stores):
+    before = tree(view_stores.root)
+    store = LocalStore(view_stores.root)
+    view = job_overview(store, REFUSED_JOB)
+    epoch = view_stores.refused_epoch
+    media, page = check_report(store, REFUSED_JOB, epoch, view_stores.refused_attempt)
+    assert tree(view_stores.root) == before, "reading wrote to the store"
+
+    assert view.status == "RUNNING" and view.finish is None
+    assert [(e.epoch, e.status, e.retention) for e in view.epochs] == [
+        (0, "committed", "retired"), (1, "committed", "kept (last retained)"), (2, "committed", "kept (latest)"),
+        (3, "aborted", None)]
+    assert view.retired_checkpoints == [0] and view.kept_checkpoints == [1, 2]
+    log = CheckpointLog(store, REFUSED_JOB)
+    history = log.latest().head_state.feedback_counts()
+    assert [e.feedback for e in view.epochs[:3]] == [history[0], history[1], history[2]]
+    assert view.epochs[0].metrics == {} and view.epochs[0].size_bytes is None  # retention took them
+
+    refused = view.epochs[epoch]
+    [attempt] = refused.attempts
+    assert (attempt.attempt_id, attempt.status) == (view_stores.refused_attempt, "aborted")
+    assert attempt.reason.startswith(f"data checks of epoch {epoch}")
+    [check] = refused.checks
+    assert not check.success and check.counts["failed"] >= 1
+    assert any("FAILED" in p and "ranks.rank" in p for p in check.problems), check.problems
+    assert check.html_key == log.layout.checks(epoch, attempt.attempt_id) + "/data_docs.html"
+    assert media == "text/html" and page == store.get(check.html_key)
+
+
+def test_an_attempt_in_flight_is_running_with_its_inbox(view_stores, tmp_path):
+    root = str(tmp_path / "store")
+    shutil.copytree(view_stores.root, root)
+    refused = json.loads(LocalStore(root).get(
+        CheckpointLog(LocalStore(root), REFUSED_JOB).layout.checkpoint(2)))["body"]["params"]
+    config = JobConfig(job_id=REFUSED_JOB, body="tests.faulty_bodies:FaultyPageRank", input="unused.csv",
+                       checkpoint_root=root, tolerance=0.0, max_epochs=10, retain_last=2, num_partitions=3,
+                       body_params=refused)
+    plan = IterationJob(config).plan_epoch("r2")  # recorded, its Spark job not started
+    view = job_overview(LocalStore(root), REFUSED_JOB)
+    running = view.epochs[plan.epoch]
+    assert running.status == "running"
+    assert [(a.status, a.batch_id) for a in running.attempts if a.attempt_id == plan.attempt_id] == [("running", "r2")]
+    [events] = running.events
+    assert events.events == plan.events["alignment"] and events.count == len(plan.events["alignment"]) == 3
+    assert all(e["payload"] == {"type": "globally_aligned", "epoch": 2, "terminated": False, "reason": ""}
+               for e in events.events)
+
+
+def test_errors_name_the_bad_value_and_writes_are_refused(view_stores, tmp_path):
+    store = LocalStore(view_stores.root)
+    assert list_jobs(store) == sorted([FINISHED_JOB, REFUSED_JOB])
+    with pytest.raises(JobNotFound, match="'no-such-job'"):
+        job_overview(store, "no-such-job")
+    with pytest.raises(ConfigError, match="invalid job_id '../jobs'"):
+        job_overview(store, "../jobs")
+    with pytest.raises(ConfigError, match="metric 'rmse' is not reported by job pr-view; its metrics: l1_delta"):
+        job_overview(store, FINISHED_JOB, metric="rmse")
+    ro = ReadOnlyStore(store)
+    for write in (lambda: ro.put("x", b""), lambda: ro.put_if_absent("x", b""), lambda: ro.delete(["x"])):
+        with pytest.raises(ReadOnlyViolation, match="read-only"):
+            write()
