@@ -11,7 +11,8 @@ Layout under ``jobs/<job_id>/`` of the store::
     rejected/<id>.json         a rewind (fall-back from a damaged checkpoint) rejected this
                                checkpoint: the reason and its manifest as it was
     retired/<id>               retention removed this checkpoint's data (its manifest stays a
-                               tombstone so that nobody can ever commit that id again)
+                               tombstone so that nobody can ever commit that id again); holds
+                               the checkpoint's summary (its decision: metrics, feedback)
     aborted/<epoch>/<attempt_id>  the attempt was aborted: never adopted, its files are garbage
     batches/<batch_id>.json    the final checkpoint of a batch (kept by retention)
     published/<id>/<sink>.json the outputs of checkpoint <id> a sink committed (2PC phase two)
@@ -574,6 +575,34 @@ class CheckpointLog:
 
     # --- retention ----------------------------------------------------------------------
 
+    def _summary(self, checkpoint_id: int) -> bytes:
+        """What a retired checkpoint leaves behind: its epoch's decision and where it came from
+        (JSON; empty if the manifest cannot be read)."""
+        try:
+            m = self.load(checkpoint_id, verify="none")
+        except (CheckpointError, ValueError):
+            return b""
+        d = m.decision
+        return json.dumps({
+            "checkpoint_id": m.checkpoint_id, "kind": m.kind, "epoch": m.epoch, "parent_id": m.parent_id,
+            "attempt_id": m.attempt_id, "batch_id": m.batch_id, "committed_at": m.committed_at,
+            "metrics": dict(d.metrics) if d else {}, "feedback_count": d.feedback_count if d else None,
+            "terminated": d.terminated if d else False, "reason": d.reason if d else None,
+        }, sort_keys=True).encode()
+
+    def retired_summary(self, checkpoint_id: int) -> dict[str, Any] | None:
+        """The summary a retired checkpoint left (``_summary``); None if it is not retired or
+        was retired before summaries were kept."""
+        try:
+            data = self.store.get(self.layout.retired(checkpoint_id))
+        except ObjectNotFound:
+            return None
+        try:
+            summary = json.loads(data) if data else None
+        except ValueError:
+            return None
+        return summary if isinstance(summary, dict) else None
+
     def collect_garbage(self, retain_last: int) -> GcReport:
         """Keep the last ``retain_last`` checkpoints and every batch's final checkpoint; delete
         everything else under ``attempts/`` that no kept manifest references, except attempts
@@ -593,7 +622,9 @@ class CheckpointLog:
         for cid in ids:
             if cid not in keep:
                 # Tombstone first: the id stays taken, so no zombie can ever commit it again.
-                self.store.put(self.layout.retired(cid), b"")
+                # The retired marker keeps the checkpoint's summary (its decision: metrics,
+                # feedback, termination) for the job's history (include.overview).
+                self.store.put(self.layout.retired(cid), self._summary(cid))
                 self.store.put(self.layout.checkpoint(cid), _TOMBSTONE)
                 report.retired.append(cid)
         aborted = set()

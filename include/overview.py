@@ -274,6 +274,7 @@ class _Reader:
         checks = self._checks()  # epoch -> [CheckView]
         epoch_ids = sorted(({m.epoch for m in manifests.values() if m.kind == "epoch"}
                             | set(retired) | set(attempts) | set(checks)) - {final_id})
+        summaries = {cid: d for cid in retired if (d := self.log.retired_summary(cid)) is not None}
         newest = manifests[max(manifests)] if manifests else None
         history = newest.head_state.feedback_counts() if newest else {}
         history_by_head = {h: s.feedback_counts for h, s in newest.head_state.heads.items()} if newest else {}
@@ -301,8 +302,17 @@ class _Reader:
                 view.events = _released(m.coordinators, previous_seq)
                 previous_seq = {name: int(s.get("seq", 0)) for name, s in (m.coordinators or {}).items()}
             elif epoch in retired:
-                view.retention = "retired"  # its metrics went with it; its feedback counts are in every later head state
-                view.feedback = history.get(epoch)
+                # its data went with it; the retired marker keeps its decision, and every later
+                # head state its feedback counts
+                view.retention = "retired"
+                summary = summaries.get(epoch) or {}
+                if summary.get("kind") == "final":
+                    continue
+                view.metrics = dict(summary.get("metrics") or {})
+                view.attempt_id, view.batch_id = summary.get("attempt_id"), summary.get("batch_id")
+                view.committed_at = summary.get("committed_at") or view.committed_at
+                view.terminated, view.reason = bool(summary.get("terminated")), summary.get("reason")
+                view.feedback = history.get(epoch, summary.get("feedback_count"))
                 view.feedback_by_head = {h: c[epoch] for h, c in history_by_head.items() if epoch in c}
                 previous_seq = {}
             for a in tried.values():
@@ -322,7 +332,7 @@ class _Reader:
                     view.events = _planned_events(plan, previous_seq)
             epochs.append(view)
         by_epoch = {e.epoch: e for e in epochs}
-        batches = self._batches(manifests, by_epoch, batch_finals)
+        batches = self._batches(manifests, summaries, by_epoch, batch_finals)
 
         metric_names = sorted({k for e in epochs for k in e.metrics})
         chosen = metric if metric is not None else _convergence_metric(epochs, metric_names)
@@ -389,27 +399,31 @@ class _Reader:
                 html_key=html if any(o.key == html for o in self.objects) else None))
         return out
 
-    def _batches(self, manifests: dict[int, Manifest], epochs: dict[int, EpochView],
-                 finals: dict[str, int]) -> list[BatchView]:
+    def _batches(self, manifests: dict[int, Manifest], retired: dict[int, dict[str, Any]],
+                 epochs: dict[int, EpochView], finals: dict[str, int]) -> list[BatchView]:
         starts = {}
         for rest in self._keys("batch-starts"):
             d = self._json(f"{self.layout.root}/batch-starts/{rest}")
             if d is not None:
                 starts[rest.rsplit(".json", 1)[0]] = int(d["start_epoch"])
+        # checkpoint id -> (batch, kind, epoch, parent): the kept manifests and the retired ones' summaries
+        records = {cid: (m.batch_id, m.kind, m.epoch, m.parent_id) for cid, m in manifests.items()}
+        records.update({cid: (d.get("batch_id"), d.get("kind"), d.get("epoch"), d.get("parent_id"))
+                        for cid, d in retired.items() if cid not in records})
         committed: dict[str, list[int]] = {}
         parents: dict[str, int | None] = {}
-        for cid in sorted(manifests):
-            m = manifests[cid]
-            if m.batch_id is None:
+        for cid in sorted(records):
+            batch_id, kind, epoch, parent_id = records[cid]
+            if batch_id is None:
                 continue
-            if m.kind == "epoch":
-                committed.setdefault(m.batch_id, []).append(m.epoch)
-            if m.batch_id not in parents:  # its first checkpoint's parent is what it resumed from
-                parents[m.batch_id] = m.parent_id
-                if m.parent_id is not None and m.parent_id in manifests \
-                        and manifests[m.parent_id].batch_id != m.batch_id and m.parent_id in epochs:
-                    epochs[m.parent_id].status = "restored"
-                    epochs[m.parent_id].restored_by.append(m.batch_id)
+            if kind == "epoch":
+                committed.setdefault(batch_id, []).append(epoch)
+            if batch_id not in parents:  # its first checkpoint's parent is what it resumed from
+                parents[batch_id] = parent_id
+                if parent_id is not None and parent_id in records \
+                        and records[parent_id][0] != batch_id and parent_id in epochs:
+                    epochs[parent_id].status = "restored"
+                    epochs[parent_id].restored_by.append(batch_id)
         names = set(committed) | set(starts) | set(finals)
         views = []
         for b in names:

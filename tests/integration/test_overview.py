@@ -93,7 +93,10 @@ def test_refused_epoch_retired_epoch_and_the_reports(view_stores):
     log = CheckpointLog(store, REFUSED_JOB)
     history = log.latest().head_state.feedback_counts()
     assert [e.feedback for e in view.epochs[:3]] == [history[0], history[1], history[2]]
-    assert view.epochs[0].metrics == {} and view.epochs[0].size_bytes is None  # retention took them
+    # retention took its data; the retired marker kept its decision
+    assert view.epochs[0].size_bytes is None and set(view.epochs[0].metrics) == {"l1_delta"}
+    assert view.epochs[0].attempt_id.startswith("a0-") and view.epochs[0].batch_id == "r1"
+    assert [b.epochs for b in view.batches] == [[0, 1, 2]]
 
     refused = view.epochs[epoch]
     [attempt] = refused.attempts
@@ -138,3 +141,27 @@ def test_errors_name_the_bad_value_and_writes_are_refused(view_stores, tmp_path)
     for write in (lambda: ro.put("x", b""), lambda: ro.put_if_absent("x", b""), lambda: ro.delete(["x"])):
         with pytest.raises(ReadOnlyViolation, match="read-only"):
             write()
+
+
+def test_retired_epochs_keep_their_decisions_for_the_chart(view_stores, spark, tmp_path):
+    """The finished job run again with retention 2: the epochs it retired show the same metrics,
+    feedback counts, termination and batches as the run that kept them all."""
+    from include.runner import IterationRunner
+
+    kept = job_overview(LocalStore(view_stores.root), FINISHED_JOB)
+    original = CheckpointLog(LocalStore(view_stores.root), FINISHED_JOB).load(0)
+    edges = os.path.join(os.path.dirname(view_stores.root), "edges.csv")  # fill_view_stores' graph
+    config = JobConfig(job_id=FINISHED_JOB, body="pagerank", input=edges, checkpoint_root=str(tmp_path / "store"),
+                       tolerance=1e-3, max_epochs=40, body_params={"damping": 0.5}, retain_last=2,
+                       num_partitions=original.num_partitions)
+    IterationRunner(config, spark).run(batch_id="b1", max_epochs_in_batch=B1_EPOCHS)
+    IterationRunner(config, spark).run(batch_id="b2")
+    view = job_overview(LocalStore(str(tmp_path / "store")), FINISHED_JOB)
+
+    retired = [e for e in view.epochs if e.retention == "retired"]
+    assert len(retired) >= len(view.epochs) - 3, [(e.epoch, e.retention) for e in view.epochs]
+    assert [(e.epoch, e.metrics, e.feedback, e.terminated, e.reason, e.batch_id) for e in view.epochs] == \
+        [(e.epoch, e.metrics, e.feedback, e.terminated, e.reason, e.batch_id) for e in kept.epochs]
+    assert all(e.attempt_id and e.committed_at for e in retired)
+    assert [(b.batch_id, b.epochs, b.restored_from) for b in view.batches] == \
+        [(b.batch_id, b.epochs, b.restored_from) for b in kept.batches]

@@ -158,12 +158,21 @@ def test_damaged_manifest_is_refused(log):
 
 
 def test_retention_keeps_last_r_and_batch_finals(log):
+    manifests = []
     for e in range(6):
         log.commit(write_attempt(log, e, f"a{e}", e - 1 if e else None))
+        manifests.append(log.load(e))
         if e == 1:
             log.record_batch_final("batch-1", 1)
     report = log.collect_garbage(retain_last=2)
     assert report.retired == [0, 2, 3]
+    for cid in (0, 2, 3):  # the retired marker keeps the decision, for the job's history
+        m, summary = manifests[cid], log.retired_summary(cid)
+        assert summary == {"checkpoint_id": cid, "kind": "epoch", "epoch": cid, "parent_id": m.parent_id,
+                           "attempt_id": f"a{cid}", "batch_id": m.batch_id, "committed_at": m.committed_at,
+                           "metrics": m.decision.metrics, "feedback_count": m.decision.feedback_count,
+                           "terminated": m.decision.terminated, "reason": m.decision.reason}
+    assert log.retired_summary(4) is None
     assert log.checkpoint_ids() == [1, 4, 5]
     for cid in (1, 4, 5):
         log.load(cid, verify="full")
