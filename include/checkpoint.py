@@ -139,6 +139,11 @@ class DatasetRef:
     def rows(self) -> int:
         return sum(f.rows or 0 for f in self.files)
 
+    @property
+    def size(self) -> int:
+        """Stored bytes, all files."""
+        return sum(f.size for f in self.files)
+
     def to_dict(self) -> dict[str, Any]:
         return {"schema": self.schema, "partitions": [[f.to_dict() for f in p] for p in self.partitions]}
 

@@ -441,7 +441,7 @@ class _Reader:
             state = "PUBLISHED" if rec else lifecycle.get(f"sink:{name}", "FULLY_FINISHED")
             if rec:
                 lifecycle[f"sink:{name}"] = "PUBLISHED"
-            outputs.append(OutputView(name, final.checkpoint_id, ds.rows, sum(f.size for f in ds.files), state,
+            outputs.append(OutputView(name, final.checkpoint_id, ds.rows, ds.size, state,
                                       location=rec.get("location") if rec else None,
                                       format=rec.get("format") if rec else None,
                                       published_at=rec.get("at") if rec else None))

@@ -128,7 +128,7 @@ class EpochExecutor:
             # Cached: a body may read its variables several times in one step (PageRank does 3
             # times); the replay then reads and verifies each object once.
             cached = read_dataset(self.spark, store, ds, plan.num_partitions).cache()
-            variables[name] = sized_for_joins(cached, sum(f.size for f in ds.files))
+            variables[name] = sized_for_joins(cached, ds.size)
             read.append(cached)
         if self.handoff:
             log.info("job %s %s %d: variables %s", plan.job_id, plan.kind, plan.checkpoint_id,
