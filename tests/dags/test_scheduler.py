@@ -105,12 +105,12 @@ def test_backfill_three_dates_twice_then_recompute_one(server, tmp_path):
     def run_backfill(*extra: str) -> list[dict]:
         before = {r["dag_run_id"] for r in server.runs("iterate_pagerank_daily")}
         locked = False
-        for _ in range(5):  # SQLite: the CLI's write may meet the scheduler's lock
+        for i in range(12):  # SQLite: the CLI's write may meet the scheduler's lock (for long on a loaded machine)
             done = server.cli(*backfill, *extra)
             if "database is locked" not in done.stderr:
                 break
             locked = True
-            time.sleep(2)
+            time.sleep(min(2 + i, 6))
         # a try that met the lock after its backfill row was written leaves that backfill running:
         # the retry is then refused as a second one, and the first is the one to wait for
         created_before = locked and "AlreadyRunningBackfill" in done.stderr
