@@ -206,3 +206,18 @@ def test_nan_in_a_metric_is_caught_by_its_nonfinite_column():
 def test_an_unknown_expectation_type_is_a_config_error():
     with pytest.raises(ConfigError, match="expectation 'x' .*expect_column_values_to_be_purple"):
         run([ExpectationSpec("x", "expect_column_values_to_be_purple", {"column": "ranks.rows"})])
+
+
+def test_the_suite_kept_between_validations_takes_each_runs_parameters():
+    # The suite of a spec list is built once per process; the parameters (the parent's metrics)
+    # differ from epoch to epoch and must be the ones of each validation, passing or failing.
+    specs = [spec("not_increasing", "l1_delta", max_value={"$PARAMETER": "previous__l1_delta + 1e-9"})]
+    for previous, status in [(0.4, "passed"), (0.2, "failed"), (0.5, "passed"), (0.1, "failed")]:
+        report, gx_json, html = run(specs, {"previous__l1_delta": previous}, profile={**PROFILE, "l1_delta": 0.3})
+        (outcome,) = report.outcomes
+        assert (outcome.status, outcome.expected) == (status, f"<= {previous + 1e-9:.10g}")
+        assert gx_json["success"] is (status == "passed")
+        if status == "failed":  # the details of a failure, as Great Expectations reports them
+            assert gx_json["results"][0]["result"]["unexpected_count"] == 1 and "<html" in html.lower()
+        else:
+            assert html is None
