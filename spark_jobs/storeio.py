@@ -1,7 +1,7 @@
 """Spark I/O against an ObjectStore, with no Hadoop S3 connector.
 
-* Writing (the tail): ``mapInArrow`` over the dataset, repartitioned into P partitions; each
-  partition writes one Parquet object through the store (local file or S3 PUT), hashes it,
+* Writing (the tail): ``mapInArrow`` over the dataset, shuffled by its partition (one of P);
+  each partition writes one Parquet object through the store (local file or S3 PUT), hashes it,
   aggregates its partial metrics and writes its epoch report. Only the small reports come
   back to the driver.
 * Reading (the head's replay, and static inputs on S3): a Spark 4 Python data source whose
@@ -57,8 +57,12 @@ def write_dataset(
 
     A record's partition is ``pmod(hash(keys), P)`` (all columns when there are no keys),
     computed as a column: Spark may coalesce or reuse shuffles, so its own partition ids are
-    not trusted. Each Spark task writes one file per partition it holds, records sorted by
-    key; partitions that received no record get an empty report from the driver.
+    not trusted. The records are shuffled by that column, so each partition's records reach one
+    Spark task, and the shuffle is left to adaptive execution to coalesce (it merges whole
+    shuffle partitions, never splits one): a small dataset is written by one task instead of P
+    (each task's Python hand-over costs more than a small partition's data). Each Spark task
+    writes one file per partition it holds, records sorted by key; partitions that received no
+    record get an empty report from the driver.
 
     ``kept``: also keep the written records in Spark: the partitions the tail writes are
     local-checkpointed as it reads them (memory, spilling to disk; lineage cut), so the next
@@ -83,7 +87,7 @@ def write_dataset(
     local = df.isLocal()  # rows the driver holds (a frame made from pandas or Arrow): no Spark job
     df = df.withColumn(_PID, F.pmod(F.hash(*hashed), F.lit(num_partitions)))
     if not local:
-        df = df.repartition(num_partitions, _PID).sortWithinPartitions(_PID, *key_columns)
+        df = df.repartition(_PID).sortWithinPartitions(_PID, *key_columns)
         if kept is not None:
             df = df.localCheckpoint(eager=False)  # materialised by the tail's job below
 
@@ -143,9 +147,9 @@ _PID = "__iterations_partition"
 
 def by_partition(head: str, reports: Sequence[EpochReport]) -> dict[int, EpochReport]:
     """The tasks' reports by partition. A partition is written by exactly one task: the tail's
-    shuffle is by the partition column into P partitions, which Spark neither splits nor
-    coalesces; if two tasks ever reported one partition, keeping either report would drop the
-    other's file from the checkpoint, so the attempt fails instead."""
+    shuffle is by the partition column, whose shuffle partitions adaptive execution may merge
+    but never splits; if two tasks ever reported one partition, keeping either report would
+    drop the other's file from the checkpoint, so the attempt fails instead."""
     found: dict[int, EpochReport] = {}
     twice: set[int] = set()
     for r in reports:

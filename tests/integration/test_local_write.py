@@ -62,3 +62,27 @@ def test_one_store_read_from_two_sessions_of_one_process(spark, tmp_path):
     assert read_files(spark, store, groups, schema).count() == len(ROWS)
     assert read_files(other, store, groups, schema).count() == len(ROWS)
     assert read_files(spark, store, groups, schema).count() == len(ROWS)
+
+
+def test_a_small_dataset_is_written_by_one_spark_task_with_a_file_per_partition(spark, tmp_path):
+    """The tail's shuffle is by the partition column and adaptive execution coalesces it: a
+    small dataset's partitions are all written by one Spark task (one Python hand-over instead
+    of P), still one file and one report per partition, records in key order. With adaptive
+    execution off, a task per (non-empty) shuffle partition, the same files' contents."""
+    rows = [(i, i * 0.5, 0.0) for i in range(200)]
+    coalesced, coalesced_rows = write(spark, tmp_path, spark.createDataFrame(rows, SCHEMA).repartition(4), "one")
+    tasks = {f.key.rsplit("-", 1)[1] for r in coalesced for f in r.files}
+    assert len(tasks) == 1, f"written by the tasks {tasks}"
+    assert [len(r.files) for r in coalesced] == [1, 1, 1]
+    for p, got in coalesced_rows.items():
+        assert [row["cluster_id"] for row in got] == sorted(row["cluster_id"] for row in got)
+    shuffle_partitions = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    spark.conf.set("spark.sql.shuffle.partitions", "3")
+    try:
+        spread, spread_rows = write(spark, tmp_path, spark.createDataFrame(rows, SCHEMA).repartition(4), "spread")
+    finally:
+        spark.conf.set("spark.sql.adaptive.enabled", "true")
+        spark.conf.set("spark.sql.shuffle.partitions", shuffle_partitions)
+    assert len({f.key.rsplit("-", 1)[1] for r in spread for f in r.files}) > 1
+    assert spread_rows == coalesced_rows
