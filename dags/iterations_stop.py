@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
-from iterations.dag_factory import DEFAULT_STORE, JOB_ID_PATTERN
+from iterations.dag_factory import DEFAULT_STORE, JOB_ID_PATTERN, param
 from iterations.operators.epoch import StopRequestOperator
 
 with DAG(
@@ -28,11 +28,11 @@ with DAG(
     default_args={"retries": 2, "retry_delay": dt.timedelta(seconds=10)},
     doc_md=__doc__,
     params={
-        "job_id": Param("pagerank", type="string", pattern=JOB_ID_PATTERN,
+        "job_id": param("pagerank", type="string", pattern=JOB_ID_PATTERN,
                         description="The job to stop (for a scheduled job: the batch's generation, <job>.<date>)."),
-        "checkpoint_root": Param(DEFAULT_STORE, type="string", minLength=1,
+        "checkpoint_root": param(DEFAULT_STORE, type="string", minLength=1,
                                  description="The job's checkpoint store."),
-        "mode": Param("drain", type="string", enum=["drain", "suspend"],
+        "mode": param("drain", type="string", enum=["drain", "suspend"],
                       description="drain: finish and publish now; suspend: stop, resume later."),
     },
 ):

@@ -22,6 +22,19 @@ DEFAULT_STORE = os.path.join(LOCAL_DIR, "store")
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 
 
+# The JSON Schema dialect of every param's schema. Airflow validates a param with
+# ``jsonschema.validate``, which first checks the schema against its dialect's metaschema, and
+# does so for every param of every task each time a DAG is serialized (twice per ``airflow dags
+# test``, on every parse by the dag-processor): 0.09 ms a check against draft 7's metaschema,
+# 0.39 ms against the default 2020-12 one, whose vocabularies add nothing these schemas use.
+SCHEMA_DIALECT = "http://json-schema.org/draft-07/schema#"
+
+
+def param(default: Any, *, description: str, **schema: Any) -> Param:
+    """A DAG param whose schema (``type``, ``enum``, ``minimum``...) is JSON Schema draft 7."""
+    return Param(default, description=description, schema={"$schema": SCHEMA_DIALECT, **schema})
+
+
 def job_params(
     *,
     job_id: str,
@@ -36,34 +49,34 @@ def job_params(
     """The params every iteration DAG has, with their JSON schema (the trigger form).
     ``scheduled``: also the params of a scheduled job's batches (recompute, batch_date)."""
     params = {
-        "job_id": Param(job_id, type="string", pattern=JOB_ID_PATTERN,
+        "job_id": param(job_id, type="string", pattern=JOB_ID_PATTERN,
                         description="Names the checkpoint log: the same id resumes the same job."),
-        "input_path": Param(input_path, type="string", minLength=1,
+        "input_path": param(input_path, type="string", minLength=1,
                             description="Static input: a local path or s3://bucket/key (CSV with header, Parquet, JSON lines)."),
-        "output_path": Param(output_path, type=["null", "string"],
+        "output_path": param(output_path, type=["null", "string"],
                              description="Where finish publishes the outputs (local path or s3://bucket/prefix)."),
-        "output_format": Param("parquet", type="string", enum=["parquet", "delta"],
+        "output_format": param("parquet", type="string", enum=["parquet", "delta"],
                                description="parquet: files behind a _PUBLISHED.json manifest; delta: a Delta Lake "
                                            "table per output, one version per published batch."),
-        "checkpoint_root": Param(checkpoint_root, type="string", minLength=1,
+        "checkpoint_root": param(checkpoint_root, type="string", minLength=1,
                                  description="Checkpoint store: a local directory or s3://bucket/prefix."),
-        "max_epochs": Param(max_epochs, type="integer", minimum=1, maximum=1_000_000,
+        "max_epochs": param(max_epochs, type="integer", minimum=1, maximum=1_000_000,
                             description="The job terminates after this many epochs."),
-        "tolerance": Param(tolerance, type="number", minimum=0,
+        "tolerance": param(tolerance, type="number", minimum=0,
                            description="Converged when the body's metric is under this."),
-        "num_partitions": Param(num_partitions, type="integer", minimum=1, maximum=100_000,
+        "num_partitions": param(num_partitions, type="integer", minimum=1, maximum=100_000,
                                 description="Partitions of the feedback datasets; may change between runs."),
-        "on_damaged_checkpoint": Param("fail", type="string", enum=["fail", "previous"],
+        "on_damaged_checkpoint": param("fail", type="string", enum=["fail", "previous"],
                                        description="If the latest checkpoint is found damaged: fail (refuse it, "
                                                    "the default), or previous (verify restores in full and fall "
                                                    "back to the newest intact checkpoint, recomputing the epochs "
                                                    "after it)."),
-        "stop": Param("none", type="string", enum=["none", "drain", "suspend"],
+        "stop": param("none", type="string", enum=["none", "drain", "suspend"],
                       description="At the end of this run's batch, if the job has not terminated: none = go on "
                                   "(continuation); drain = finish now (final checkpoint, publish outputs); "
                                   "suspend = stop with the state checkpointed, nothing published (trigger "
                                   "again to resume). A running job is stopped by the iterations_stop DAG."),
-        "checks": Param({}, type="object",
+        "checks": param({}, type="object",
                         properties={"enabled": {"type": "boolean"},
                                     "expectations": {"type": "array", "items": {
                                         "type": "object", "required": ["name"],
@@ -80,16 +93,16 @@ def job_params(
                                     "\"type\", \"kwargs\", \"severity\"}]}; an entry named like an existing "
                                     "expectation changes it (e.g. {\"name\": \"rank_mass\", \"severity\": "
                                     "\"warning\"}); {\"enabled\": false} turns the checks off. See README, Data checks."),
-        "continuation": Param(True, type="boolean",
+        "continuation": param(True, type="boolean",
                               description="If the job has not terminated when the batch's epochs are done, "
                                           "trigger the next batch (a linked run of this DAG)."),
     }
     if scheduled:
-        params["recompute"] = Param(
+        params["recompute"] = param(
             False, type="boolean",
             description="Recompute this date's batch from the checkpoint it started from and replace "
                         "its outputs atomically. Off: a finished batch is not recomputed.")
-        params["batch_date"] = Param(
+        params["batch_date"] = param(
             None, type=["null", "string"],
             description="The date this batch is for; empty: the run's logical date. "
                         "Continuation runs set it to the date they continue.")
@@ -98,22 +111,22 @@ def job_params(
 
 def pagerank_params(damping: float = 0.85) -> dict[str, Param]:
     """The PageRank body's params (their names are the body's parameter names)."""
-    return {"damping": Param(damping, type="number", exclusiveMinimum=0, exclusiveMaximum=1,
+    return {"damping": param(damping, type="number", exclusiveMinimum=0, exclusiveMaximum=1,
                              description="Probability of following a link.")}
 
 
 def sgd_params(learning_rate: float = 0.1, max_splits_per_epoch: int = 0, target: str = "y") -> dict[str, Param]:
     """The incremental gradient descent body's params."""
-    return {"learning_rate": Param(learning_rate, type="number", exclusiveMinimum=0, description="Step size."),
-            "max_splits_per_epoch": Param(max_splits_per_epoch, type="integer", minimum=0,
+    return {"learning_rate": param(learning_rate, type="number", exclusiveMinimum=0, description="Step size."),
+            "max_splits_per_epoch": param(max_splits_per_epoch, type="integer", minimum=0,
                                           description="Files one epoch takes at most (0: all new ones)."),
-            "target": Param(target, type="string", minLength=1, description="The column to predict.")}
+            "target": param(target, type="string", minLength=1, description="The column to predict.")}
 
 
 def kmeans_params(k: int = 3, seed: int = 42) -> dict[str, Param]:
     """The k-means body's params."""
-    return {"k": Param(k, type="integer", minimum=1, maximum=10_000, description="Number of clusters."),
-            "seed": Param(seed, type="integer", description="Seed of the deterministic k-means++ initialisation.")}
+    return {"k": param(k, type="integer", minimum=1, maximum=10_000, description="Number of clusters."),
+            "seed": param(seed, type="integer", description="Seed of the deterministic k-means++ initialisation.")}
 
 
 def iteration_dag(
