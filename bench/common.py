@@ -184,6 +184,33 @@ class PeakMemory:
         self.peak = max(self.peak, self._tree_rss())
 
 
+def tree_cpu_seconds(exclude: tuple[int, ...] = ()) -> float:
+    """User + system CPU seconds used so far by this process and its descendants (the driver,
+    its Spark JVM, the JVM's Python workers, and those of them that ended), except the process
+    trees in ``exclude`` (a moto_server). Steadier than wall time on a shared machine: a
+    variant's CPU seconds are the work it did, whatever else ran meanwhile."""
+    import psutil
+
+    skip: set[int] = set()
+    for pid in exclude:
+        try:
+            skip |= {pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))}
+        except psutil.Error:
+            pass
+    top = psutil.Process()
+    total = 0.0
+    for proc in [top, *top.children(recursive=True)]:
+        if proc.pid in skip:
+            continue
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        # children_*: the ended (and reaped) children, which are no longer in the tree
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
 def machine() -> str:
     import platform
 

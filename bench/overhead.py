@@ -12,10 +12,14 @@ For each input, four variants run the same body for the same number of epochs:
   store on moto_server (HTTP on loopback).
 
 Each variant's time is end to end: load the input, the epochs, the outputs written. A warm-up
-run of every variant on a small input comes first (JIT, Python workers). ``--repeat N`` runs
+run of every variant on a small input comes first (Python workers), then, for each input, a
+round of every variant at that size that is not counted (the JIT compiles the code paths of
+the real size: whichever variant ran first at a size was 10-30% slower). ``--repeat N`` runs
 the variants N times, in alternating order (forward, backward, ...), and reports each one's
-mean: the JVM keeps getting faster over a run (JIT), which favours whatever runs last, and a
-mean over alternating orders cancels that drift. Run::
+mean: the JVM keeps getting faster over a run, which favours whatever runs last, and a mean
+over alternating orders cancels that drift. Wall time on this kind of machine varies by
++-15% between two runs of one variant; each variant's CPU seconds (the driver, the Spark JVM
+and its Python workers; not moto_server) are printed too, a steadier measure of its work. Run::
 
     .venv/bin/python -m bench.overhead                                  # 250k, 1M, 4M edges; k-means 1M
     .venv/bin/python -m bench.overhead --edges 1000000 --kmeans-points 0 --no-s3
@@ -35,7 +39,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.common import bare_loop, graph, machine, points, start_moto  # noqa: E402
+from bench.common import bare_loop, graph, machine, points, start_moto, tree_cpu_seconds  # noqa: E402
 
 _EPOCH_LINE = re.compile(r"epoch (\d+): .* ([0-9.]+)s (?:committed|adopted)")
 
@@ -75,14 +79,16 @@ def library_run(spark, body, input_path, params, epochs, partitions, root, outpu
 
 
 def run_variants(spark, body, input_path, params, epochs, partitions, work, moto_url, repeat, tag,
-                 no_handoff=False):
-    """{variant: (mean total seconds, median epoch seconds)} for one input."""
+                 no_handoff=False, warmup_round=True, exclude=()):
+    """{variant: Figures} for one input (``warmup_round``: one uncounted run of each first)."""
     variants = ["bare", "bare+parquet", "library local"] + (["library s3"] if moto_url else []) + \
         (["library local, no handoff"] if no_handoff else [])
-    runs: dict[str, list[tuple[float, float]]] = {}
-    for r in range(repeat):
+    runs: dict[str, list[tuple[float, float, float]]] = {}
+    rounds = ([-1] if warmup_round else []) + list(range(repeat))
+    for r in rounds:
         for variant in (variants if r % 2 == 0 else variants[::-1]):
             scratch = tempfile.mkdtemp(prefix="bench-", dir=work)
+            cpu = tree_cpu_seconds(exclude)
             if variant.startswith("bare"):
                 out = bare_loop(spark, body, input_path, params, epochs, partitions,
                                 os.path.join(scratch, "durable") if variant == "bare+parquet" else None,
@@ -97,29 +103,61 @@ def run_variants(spark, body, input_path, params, epochs, partitions, work, moto
                 total, per_epoch = library_run(spark, body, input_path, params, epochs, partitions,
                                                f"{prefix}/store", f"{prefix}/out", {"endpoint_url": moto_url},
                                                f"{tag}-{r}-s3")
+            cpu = tree_cpu_seconds(exclude) - cpu
             shutil.rmtree(scratch, ignore_errors=True)
             median = statistics.median(per_epoch) if per_epoch else float("nan")
-            print(f"    {variant:<14} run {r + 1}: {total:7.2f} s total, {median:6.3f} s median epoch", flush=True)
-            runs.setdefault(variant, []).append((total, median))
-    return {v: (statistics.mean(t for t, _ in r), statistics.median(m for _, m in r)) for v, r in runs.items()}
+            which = "warm-up" if r < 0 else f"run {r + 1}"
+            print(f"    {variant:<14} {which}: {total:7.2f} s total, {median:6.3f} s median epoch, "
+                  f"{cpu:7.2f} CPU s", flush=True)
+            if r >= 0:
+                runs.setdefault(variant, []).append((total, median, cpu))
+    return {v: Figures([t for t, _, _ in r], statistics.median(m for _, m, _ in r), [c for _, _, c in r])
+            for v, r in runs.items()}
+
+
+class Figures:
+    """One variant's runs: wall seconds and CPU seconds of each, the median epoch."""
+
+    def __init__(self, totals, median_epoch, cpu):
+        self.totals, self.median_epoch, self.cpu = totals, median_epoch, cpu
+
+    @property
+    def mean(self) -> float:
+        return statistics.mean(self.totals)
+
+    @property
+    def mean_cpu(self) -> float:
+        return statistics.mean(self.cpu)
 
 
 def print_table(title, results):
+    nan = Figures([float("nan")], float("nan"), [float("nan")])
     print(f"\n{title}")
     print("| input | (a) bare | (b) bare+parquet | (c) library local | (c) library s3 | "
           "(c local)/(a) | (c local)/(b) | (c s3)/(a) | (c s3)/(b) |")
     print("|---|---|---|---|---|---|---|---|---|")
     for label, fig in results:
-        a, b, cl = fig["bare"][0], fig["bare+parquet"][0], fig["library local"][0]
-        cs = fig.get("library s3", (float("nan"),))[0]
+        a, b, cl = fig["bare"].mean, fig["bare+parquet"].mean, fig["library local"].mean
+        cs = fig.get("library s3", nan).mean
         print(f"| {label} | {a:.2f} s | {b:.2f} s | {cl:.2f} s | {cs:.2f} s | "
               f"{cl / a:.2f} | {cl / b:.2f} | {cs / a:.2f} | {cs / b:.2f} |")
+    print("\nCPU seconds (the driver, the Spark JVM and its Python workers), mean of the same runs:")
+    print("| input | (a) bare | (b) bare+parquet | (c) library local | (c) library s3 | "
+          "(c local)/(a) | (c local)/(b) | (c s3)/(a) | (c s3)/(b) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for label, fig in results:
-        print(f"{label}, median seconds per epoch: " + ", ".join(f"{v} {fig[v][1]:.3f}" for v in fig))
+        a, b, cl = fig["bare"].mean_cpu, fig["bare+parquet"].mean_cpu, fig["library local"].mean_cpu
+        cs = fig.get("library s3", nan).mean_cpu
+        print(f"| {label} | {a:.1f} | {b:.1f} | {cl:.1f} | {cs:.1f} | "
+              f"{cl / a:.2f} | {cl / b:.2f} | {cs / a:.2f} | {cs / b:.2f} |")
+    for label, fig in results:
+        print(f"{label}, each run's wall seconds: " + "; ".join(
+            f"{v} " + " ".join(f"{t:.1f}" for t in f.totals) for v, f in fig.items()))
+        print(f"{label}, median seconds per epoch: " + ", ".join(f"{v} {f.median_epoch:.3f}" for v, f in fig.items()))
         if "library local, no handoff" in fig:
-            off = fig["library local, no handoff"][0]
+            off = fig["library local, no handoff"].mean
             print(f"{label}, library local without the warm-session handoff (every epoch reads its checkpoint "
-                  f"back): {off:.2f} s, /(a) {off / fig['bare'][0]:.2f}, /(b) {off / fig['bare+parquet'][0]:.2f}")
+                  f"back): {off:.2f} s, /(a) {off / fig['bare'].mean:.2f}, /(b) {off / fig['bare+parquet'].mean:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--no-s3", action="store_true", help="skip the S3 store (moto_server)")
+    p.add_argument("--no-warmup-round", action="store_true",
+                   help="count every run (by default each input's first round of the variants is not counted)")
     p.add_argument("--no-handoff-too", action="store_true",
                    help="also run the library without the warm-session handoff (reads each checkpoint back)")
     args = p.parse_args(argv)
@@ -146,20 +186,22 @@ def main(argv: list[str] | None = None) -> int:
     try:
         warm, _ = graph(20_000)
         print("warm-up (20k edges, 2 epochs):", flush=True)
-        run_variants(spark, "pagerank", warm, {}, 2, args.partitions, work, moto_url, 1, "warm")
+        exclude = (moto.pid,) if moto is not None else ()
+        run_variants(spark, "pagerank", warm, {}, 2, args.partitions, work, moto_url, 1, "warm", warmup_round=False,
+                     exclude=exclude)
         results = []
         for edges in args.edges:
             path, exact = graph(edges)
             print(f"PageRank, {exact:,} edges:", flush=True)
             results.append((f"PageRank {exact:,} edges", run_variants(
                 spark, "pagerank", path, {}, args.epochs, args.partitions, work, moto_url, args.repeat, f"pr{edges}",
-                args.no_handoff_too)))
+                args.no_handoff_too, not args.no_warmup_round, exclude)))
         if args.kmeans_points:
             path = points(args.kmeans_points)
             print(f"k-means, {args.kmeans_points:,} points, k=4:", flush=True)
             results.append((f"k-means {args.kmeans_points:,} points", run_variants(
                 spark, "kmeans", path, {"k": 4}, args.epochs, args.partitions, work, moto_url, args.repeat,
-                f"km{args.kmeans_points}", args.no_handoff_too)))
+                f"km{args.kmeans_points}", args.no_handoff_too, not args.no_warmup_round, exclude)))
         print_table(f"end-to-end seconds (mean of {args.repeat}, alternating order), {args.epochs} epochs, "
                     f"{machine()}", results)
     finally:
