@@ -130,26 +130,24 @@ class Figures:
         return statistics.mean(self.cpu)
 
 
-def print_table(title, results):
+def _ratio_table(results, figure, unit: str, digits: int) -> None:
+    """One row per input: the variants' mean ``figure`` (``mean`` or ``mean_cpu``) and the ratios."""
     nan = Figures([float("nan")], float("nan"), [float("nan")])
+    print("| input | (a) bare | (b) bare+parquet | (c) library local | (c) library s3 | "
+          "(c local)/(a) | (c local)/(b) | (c s3)/(a) | (c s3)/(b) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for label, fig in results:
+        a, b, cl, cs = (getattr(fig.get(v, nan), figure)
+                        for v in ("bare", "bare+parquet", "library local", "library s3"))
+        print(f"| {label} | " + " | ".join(f"{x:.{digits}f}{unit}" for x in (a, b, cl, cs)) + " | "
+              f"{cl / a:.2f} | {cl / b:.2f} | {cs / a:.2f} | {cs / b:.2f} |")
+
+
+def print_table(title, results):
     print(f"\n{title}")
-    print("| input | (a) bare | (b) bare+parquet | (c) library local | (c) library s3 | "
-          "(c local)/(a) | (c local)/(b) | (c s3)/(a) | (c s3)/(b) |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for label, fig in results:
-        a, b, cl = fig["bare"].mean, fig["bare+parquet"].mean, fig["library local"].mean
-        cs = fig.get("library s3", nan).mean
-        print(f"| {label} | {a:.2f} s | {b:.2f} s | {cl:.2f} s | {cs:.2f} s | "
-              f"{cl / a:.2f} | {cl / b:.2f} | {cs / a:.2f} | {cs / b:.2f} |")
+    _ratio_table(results, "mean", " s", 2)
     print("\nCPU seconds (the driver, the Spark JVM and its Python workers), mean of the same runs:")
-    print("| input | (a) bare | (b) bare+parquet | (c) library local | (c) library s3 | "
-          "(c local)/(a) | (c local)/(b) | (c s3)/(a) | (c s3)/(b) |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for label, fig in results:
-        a, b, cl = fig["bare"].mean_cpu, fig["bare+parquet"].mean_cpu, fig["library local"].mean_cpu
-        cs = fig.get("library s3", nan).mean_cpu
-        print(f"| {label} | {a:.1f} | {b:.1f} | {cl:.1f} | {cs:.1f} | "
-              f"{cl / a:.2f} | {cl / b:.2f} | {cs / a:.2f} | {cs / b:.2f} |")
+    _ratio_table(results, "mean_cpu", "", 1)
     for label, fig in results:
         print(f"{label}, each run's wall seconds: " + "; ".join(
             f"{v} " + " ".join(f"{t:.1f}" for t in f.totals) for v, f in fig.items()))
