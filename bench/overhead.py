@@ -17,9 +17,10 @@ round of every variant at that size that is not counted (the JIT compiles the co
 the real size: whichever variant ran first at a size was 10-30% slower). ``--repeat N`` runs
 the variants N times, in alternating order (forward, backward, ...), and reports each one's
 mean: the JVM keeps getting faster over a run, which favours whatever runs last, and a mean
-over alternating orders cancels that drift. Wall time on this kind of machine varies by
-+-15% between two runs of one variant; each variant's CPU seconds (the driver, the Spark JVM
-and its Python workers; not moto_server) are printed too, a steadier measure of its work. Run::
+over alternating orders cancels that drift. Each variant's CPU seconds (the driver, the Spark
+JVM and its Python workers; not moto_server) are printed beside its wall seconds. On this kind
+of machine both vary by up to +-15% between two runs of one variant: compare means of several
+runs. Run::
 
     .venv/bin/python -m bench.overhead                                  # 250k, 1M, 4M edges; k-means 1M
     .venv/bin/python -m bench.overhead --edges 1000000 --kmeans-points 0 --no-s3
@@ -193,13 +194,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"PageRank, {exact:,} edges:", flush=True)
             results.append((f"PageRank {exact:,} edges", run_variants(
                 spark, "pagerank", path, {}, args.epochs, args.partitions, work, moto_url, args.repeat, f"pr{edges}",
-                args.no_handoff_too, not args.no_warmup_round, exclude)))
+                no_handoff=args.no_handoff_too, warmup_round=not args.no_warmup_round, exclude=exclude)))
         if args.kmeans_points:
             path = points(args.kmeans_points)
             print(f"k-means, {args.kmeans_points:,} points, k=4:", flush=True)
             results.append((f"k-means {args.kmeans_points:,} points", run_variants(
                 spark, "kmeans", path, {"k": 4}, args.epochs, args.partitions, work, moto_url, args.repeat,
-                f"km{args.kmeans_points}", args.no_handoff_too, not args.no_warmup_round, exclude)))
+                f"km{args.kmeans_points}", no_handoff=args.no_handoff_too, warmup_round=not args.no_warmup_round,
+                exclude=exclude)))
         print_table(f"end-to-end seconds (mean of {args.repeat}, alternating order), {args.epochs} epochs, "
                     f"{machine()}", results)
     finally:
