@@ -1,5 +1,6 @@
 """A real Airflow for tests: ``airflow standalone`` (api-server, scheduler, dag-processor,
-triggerer; LocalExecutor on SQLite) in its own process group, driven through the REST API."""
+triggerer; the project's PreloadingLocalExecutor, as in docker-compose.yaml, on SQLite) in its
+own process group, driven through the REST API."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ class AirflowServer:
             "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(ROOT, "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__EXECUTOR": "iterations.executors.PreloadingLocalExecutor",  # as docker-compose.yaml
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",  # tests unpause what they run
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",

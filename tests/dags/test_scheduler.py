@@ -1,5 +1,6 @@
-"""The DAGs under the real scheduler (``airflow standalone``: LocalExecutor on SQLite), driven
-through the REST API and the CLI as an operator of the system would."""
+"""The DAGs under the real scheduler (``airflow standalone``: the project's
+PreloadingLocalExecutor on SQLite), driven through the REST API and the CLI as an operator of
+the system would."""
 
 from __future__ import annotations
 
@@ -85,6 +86,16 @@ def test_worker_killed_mid_epoch_run_finishes_correctly(server, spark, tmp_path)
     expected = ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
     got = read_published(tmp_path / "out", "ranks")
     assert dict(zip(got["node"], got["rank"])) == expected, "bit for bit the failure-free result"
+
+    # PreloadingLocalExecutor: the scheduler imported Great Expectations before forking its
+    # workers, so no commit task (the killed worker's replacement's included) imports it again
+    assert "Preloaded for the task processes in" in open(server.log_path).read(), server.log_tail()
+    commits = glob.glob(os.path.join(server.home, "logs", "dag_id=iterate_pagerank", f"run_id={run_id}",
+                                     "task_id=epoch_*.commit", "*.log"))
+    assert len({os.path.dirname(p) for p in commits}) == 5, commits
+    for path in commits:
+        text = open(path, errors="replace").read()
+        assert "its modules were preloaded" in text and "imported by this process" not in text, (path, text[-3000:])
 
 
 def _dates_state(root: str) -> dict[str, bytes]:

@@ -119,6 +119,28 @@ def test_the_connection_ids_are_the_ones_the_code_uses():
         assert 'aws_conn_id: str | None = "aws_default"' in f.read()
 
 
+def test_the_scheduler_executor_is_a_local_executor_of_the_plugins(compose):
+    """The executor class named in the file exists where the image puts the plugins (on
+    PYTHONPATH), runs tasks locally as LocalExecutor does (``airflow standalone`` and the single
+    scheduler container rely on it) and preloads by default."""
+    import importlib
+    import sys
+
+    from airflow.executors.local_executor import LocalExecutor
+
+    name = env(compose["services"]["airflow-scheduler"])["AIRFLOW__CORE__EXECUTOR"]
+    module, _, cls = name.rpartition(".")
+    sys.path.insert(0, os.path.join(ROOT, "plugins"))
+    try:
+        executor = getattr(importlib.import_module(module), cls)
+    finally:
+        sys.path.remove(os.path.join(ROOT, "plugins"))
+    assert issubclass(executor, LocalExecutor) and executor.is_local
+    assert "AIRFLOW__ITERATIONS__PRELOAD_MODULES" not in env(compose["services"]["airflow-scheduler"])
+    with open(DOCKERFILE) as f:
+        assert "PYTHONPATH=/opt/airflow:/opt/airflow/plugins" in f.read()
+
+
 def test_the_buckets_are_created_at_start_up(compose):
     script = " ".join(compose["services"]["minio-init"]["command"])
     buckets = set(re.findall(r"mc mb --ignore-existing stack/([a-z0-9-]+)", script))

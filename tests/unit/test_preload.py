@@ -1,0 +1,68 @@
+"""Preloading the runtime's heavy modules in a process that forks task processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from include.errors import ConfigError
+from include.preload import DEFAULT_MODULES, parse_modules, preload
+from tests.conftest import ROOT
+
+
+def test_parse_modules_defaults_empty_and_list():
+    assert parse_modules(None) == DEFAULT_MODULES
+    assert parse_modules("") == ()
+    assert parse_modules(" json.decoder , csv ,") == ("json.decoder", "csv")
+
+
+@pytest.mark.parametrize("text, bad", [("great-expectations", "'great-expectations'"),
+                                       ("csv, pyspark.sql..connect", "'pyspark.sql..connect'"),
+                                       ("1module", "'1module'")])
+def test_parse_modules_names_a_bad_name(text, bad):
+    with pytest.raises(ConfigError, match=rf"preload_modules: {bad} is not a module name"):
+        parse_modules(text)
+
+
+def test_preload_reports_seconds_and_names_a_missing_module():
+    imported = []
+    seconds = preload(["a.b", "c"], importer=imported.append)
+    assert imported == ["a.b", "c"] and set(seconds) == {"a.b", "c"} and all(s >= 0 for s in seconds.values())
+    with pytest.raises(ConfigError, match=r"cannot import 'no_such_module_xyz'"):
+        preload(["csv", "no_such_module_xyz"])
+
+
+def test_a_forked_process_finds_great_expectations_preloaded():
+    """What the executor relies on: modules preloaded before a fork are there in the child, and
+    the child's first data-check validation makes its context without importing them again
+    (its log line says so); preloading is quiet (none of Great Expectations' INFO logging)."""
+    script = textwrap.dedent("""
+        import logging, os, sys
+        logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s %(message)s")
+        from include.preload import DEFAULT_MODULES, preload
+        seconds = preload(DEFAULT_MODULES)
+        assert set(seconds) == set(DEFAULT_MODULES), seconds
+        pid = os.fork()
+        if pid == 0:
+            from include import checks
+            checks._gx()
+            sys.stdout.flush()
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+    """)
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    for module in DEFAULT_MODULES:
+        assert f"iterations preloaded {module} in" in out, out
+    assert "Great Expectations ready in" in out and "its modules were preloaded" in out, out
+    assert "imported by this process" not in out, out
+    assert "great_expectations" not in out.replace("preloaded great_expectations", ""), \
+        f"Great Expectations logged while preloading: {out}"
