@@ -11,7 +11,7 @@ here) and each run task the Spark Connect client's (~0.8 s). Use it with::
 
     AIRFLOW__CORE__EXECUTOR=iterations.executors.PreloadingLocalExecutor
 
-The scheduler takes that much longer to start and holds the modules (about 250 MB resident,
+The scheduler takes that much longer to start and holds the modules (about 230 MB resident,
 shared copy-on-write with its workers). An empty ``preload_modules`` makes it LocalExecutor.
 """
 
