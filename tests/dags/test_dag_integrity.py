@@ -133,10 +133,11 @@ def test_data_checks_of_the_dags_and_the_plugin(dagbag):
 
 
 def test_every_param_schema_is_draft_7_and_serialises_round_trip(dagbag):
-    """Airflow checks a param's schema against its dialect's metaschema on every validation, for
-    every param of every task each time a DAG is serialized: the params declare draft 7, whose
-    metaschema check is about 4x cheaper than the default 2020-12 one (dag_factory.param). The
-    serialized DAG keeps the dialect, and a run's params still validate against it."""
+    """Airflow checks a param's schema against its dialect's metaschema on every validation (of
+    the DAG's params at each serialization, and as each task starts): the params declare draft
+    7, whose metaschema check is about 4x cheaper than the default 2020-12 one
+    (dag_factory.param). The serialized DAG keeps the dialect, and a run's params still validate
+    against it."""
     from airflow.serialization.serialized_objects import DagSerialization
 
     from iterations.dag_factory import SCHEMA_DIALECT
@@ -149,3 +150,31 @@ def test_every_param_schema_is_draft_7_and_serialises_round_trip(dagbag):
             assert restored.params.get_param(k).schema == dag.params.get_param(k).schema
     checks = dagbag.dags["iterate_pagerank"].params.get_param("checks")
     assert checks.resolve({"expectations": [{"name": "rank_mass", "severity": "warning"}]})
+
+
+def test_tasks_carry_no_copy_of_the_dag_params(dagbag):
+    """Airflow copies every DAG param into every task and validates each copy at every
+    serialization: the iteration operators keep only their own (operators.epoch.own_params).
+    The serialized tasks carry none, the serialized DAG all of them, and a task's context still
+    gets the DAG's params with the run's conf over them."""
+    from airflow.sdk import DAG, Param
+    from airflow.sdk.definitions.param import process_params
+    from airflow.serialization.serialized_objects import DagSerialization
+
+    from iterations.operators.epoch import StopRequestOperator
+
+    for dag in dagbag.dags.values():
+        assert {t.task_id: dict(t.params) for t in dag.tasks if t.params} == {}, dag.dag_id
+        serialized = DagSerialization.to_dict(dag)["dag"]
+        assert not [t for t in serialized["tasks"] if "params" in t["__var"]], dag.dag_id
+        assert set(serialized["params"] if isinstance(serialized["params"], dict) else dict(serialized["params"])) \
+            == set(dag.params), dag.dag_id
+    dag = dagbag.dags["iterate_pagerank"]
+    commit = dag.get_task("epoch_3.commit")
+    params = process_params(dag, commit, {"max_epochs": 7}, suppress_exception=False)
+    assert params["max_epochs"] == 7 and params["job_id"] == "pagerank" and set(params) == set(dag.params)
+
+    # a param given to the task itself, or one that differs from the DAG's, stays the task's
+    with DAG("own_params_probe", params={"a": Param(1, type="integer"), "b": Param(2, type="integer")}):
+        task = StopRequestOperator(task_id="stop", body="pagerank", params={"b": 3, "c": Param("x", type="string")})
+    assert dict(task.params) == {"b": 3, "c": "x"}

@@ -11,6 +11,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
+from airflow.sdk.definitions.param import ParamsDict
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 JOB_FIELDS = ("job_id", "checkpoint_root", "output_path", "output_format", "max_epochs", "tolerance", "num_partitions", "retain_last",
@@ -44,6 +45,24 @@ class DataChecksLink(BaseOperatorLink):
         return getattr(operator, "data_checks_url", "") or ""
 
 
+def own_params(params: ParamsDict, dag: Any) -> ParamsDict:
+    """The params a task has beyond its DAG's. Airflow copies every DAG param into every task,
+    then validates each copy against its schema whenever the task is serialized (twice per
+    ``airflow dags test``, at every parse by the dag-processor, and once more as each task
+    starts under ``dags test``): for an iteration DAG, 62 tasks x 14 params. A task's context
+    gets the DAG's params (and the run's conf) anyway, so the copies add nothing; a param
+    given to the task itself, or differing from the DAG's, is kept."""
+    if dag is None or not dag.params:
+        return params
+    mine = {}
+    for name, param in params.items():
+        theirs = dag.params.get_param(name) if name in dag.params else None
+        if theirs is None or (param.value, param.schema, param.description) != \
+                (theirs.value, theirs.schema, theirs.description):
+            mine[name] = param
+    return ParamsDict(mine)
+
+
 def _link_url(location: str) -> str:
     return location if "://" in location else "file://" + location
 
@@ -70,6 +89,7 @@ class IterationOperator(BaseOperator):
         ``allowed_roots``: where the run's paths may point (include.paths), besides
         ITERATIONS_ALLOWED_ROOTS and the paths given in ``job``."""
         super().__init__(**kwargs)
+        self.params = own_params(self.params, self.dag)
         self.allowed_roots = list(allowed_roots)
         self.checks = checks or {}
         self.body = body
