@@ -98,6 +98,11 @@ class IterationOperator(BaseOperator):
         self.aws_conn_id = aws_conn_id
         self.scheduled = scheduled
 
+    def pre_execute(self, context: Any) -> None:
+        from include.interpreter import skip_exit_collection
+
+        skip_exit_collection()  # airflow dags test / tasks test: no seconds of collection at exit
+
     def settings(self, context: Mapping[str, Any]) -> dict[str, Any]:
         """The DAG run's params overridden by ``job``; empty strings count as unset."""
         merged = {**dict(context["params"]), **dict(self.job)}
