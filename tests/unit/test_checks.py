@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import pyarrow as pa
 import pytest
@@ -221,3 +222,29 @@ def test_the_suite_kept_between_validations_takes_each_runs_parameters():
             assert gx_json["results"][0]["result"]["unexpected_count"] == 1 and "<html" in html.lower()
         else:
             assert html is None
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a thread's own niceness is Linux's (elsewhere yield_cpu does nothing)")
+def test_the_warm_up_thread_yields_the_cpu_and_only_it():
+    """Great Expectations is imported in a background thread while an epoch's Spark work runs;
+    the thread lowers its own priority so the import takes the CPU the epoch leaves, and the
+    calling thread keeps its own."""
+    import os
+    import threading
+
+    from include.checks import WARM_UP_NICENESS, yield_cpu
+
+    def niceness() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    before, seen = niceness(), {}
+
+    def worker():
+        yield_cpu()
+        seen["worker"] = niceness()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    thread.join()
+    assert seen["worker"] == min(before + WARM_UP_NICENESS, 19)
+    assert niceness() == before

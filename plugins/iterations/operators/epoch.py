@@ -368,6 +368,13 @@ class EpochHeadOperator(SparkAttemptOperator):
         inbox = ", ".join(f"{name}: {len(events)}" for name, events in sorted((plan.events or {}).items()) if events)
         self.log.info("epoch %d: attempt %s%s; coordinator events in its inbox: %s", epoch, plan.attempt_id,
                       " (adopted, complete)" if plan.adopted else "", inbox or "none")
+        if job.check_settings.enabled and not plan.adopted:
+            from include.checks import warm_up
+
+            # while this process waits for the Spark job: ready for a commit task it runs next
+            # (airflow dags test runs them all in one process; a preloading executor's task
+            # processes have Great Expectations imported already)
+            warm_up()
         self.run_attempt(job, plan, options)
         return {"status": "run", "epoch": epoch, "attempt_id": plan.attempt_id}
 
