@@ -266,6 +266,9 @@ class EpochExecutor:
             self._drop_kept(plan.job_id)  # the job's last step: its variables are not needed here again
 
     def run(self, plan: EpochPlan, store: ObjectStore) -> list[EpochReport]:
+        from spark_jobs.session import make_active
+
+        make_active(self.spark)
         try:
             return self.run_finish(plan, store) if plan.kind == "final" else self.run_epoch(plan, store)
         except Exception as e:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 
 from include.config import InputSpec, JobConfig
@@ -35,6 +36,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="body parameter, value as JSON (repeatable): --param damping=0.85 --param k=3")
     p.add_argument("--max-epochs-in-batch", type=int, default=None)
     p.add_argument("--batch-id", default=None)
+    p.add_argument("--remote", default=os.environ.get("SPARK_REMOTE") or None, metavar="sc://HOST:PORT",
+                   help="run the epochs on a Spark Connect server (default: $SPARK_REMOTE; none: a local "
+                        "Spark driver in this process)")
     p.add_argument("--endpoint-url", default=None, help="S3 endpoint (MinIO, moto); default from the environment")
     p.add_argument("--checks", default=None, metavar="FILE",
                    help="data checks (JSON: {\"expectations\": [...]}), over the body's; see README, Data checks")
@@ -63,6 +67,15 @@ def main(argv: list[str] | None = None) -> int:
             params[name] = json.loads(value)
         except json.JSONDecodeError:
             params[name] = value
+    spark = None
+    if args.remote:
+        from spark_jobs.session import connect_session
+
+        try:
+            spark = connect_session(args.remote)
+        except ValueError as e:
+            print(f"--remote: {e}", file=sys.stderr)
+            return 2
     try:
         from include.checks import load_checks_file
 
@@ -78,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         from include.runner import IterationRunner
 
         options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
-        result = IterationRunner(config, store_options=options, wait_for_input=args.wait_for_input).run(
+        result = IterationRunner(config, spark, store_options=options, wait_for_input=args.wait_for_input).run(
             batch_id=args.batch_id, max_epochs_in_batch=args.max_epochs_in_batch
         )
     except IterationError as e:

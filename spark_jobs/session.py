@@ -52,3 +52,30 @@ def get_spark(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
     return spark
+
+
+def make_active(spark) -> None:
+    """Make ``spark`` this thread's active session, if it is a Spark Connect one. pyspark 4.3
+    binds the frame a Connect ``localCheckpoint`` returns (the tail's handoff) to
+    ``SparkSession.active()``, the thread's active session or else the process's first one, not
+    to the session that ran it: in a process holding several sessions (a notebook's two, a
+    batch's and an attempt's, one from before a server restart) that would be the wrong one, and
+    the next epoch would fail with DATAFRAME_NOT_FOUND. There is no public setter: the attribute
+    is pyspark's own. A classic session binds the frame to its own session: nothing to do."""
+    if not type(spark).__module__.startswith("pyspark.sql.connect"):
+        return
+    from pyspark.sql.connect.session import SparkSession
+
+    active = getattr(SparkSession, "_active_session", None)
+    if active is not None:
+        active.session = spark
+
+
+def connect_session(url: str):
+    """A session of the Spark Connect server at ``url`` (``sc://host:port``), for the library
+    runner (``run_job --remote``): the driver is the server, this process only a client."""
+    if not url.startswith("sc://"):
+        raise ValueError(f"Spark Connect URL {url!r} is not supported: expected sc://host:port")
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.remote(url).getOrCreate()

@@ -155,21 +155,10 @@ def _usable(spark) -> bool:
     return False
 
 
-def _make_active(spark) -> None:
-    """Make ``spark`` this thread's active Spark Connect session. pyspark 4.3 binds the frame a
-    ``localCheckpoint`` returns (the tail's handoff) to ``SparkSession.active()``, the thread's
-    active session or else the process's first one, not to the session that ran it: in a process
-    holding several sessions (a batch's and an attempt's, or one from before a server restart)
-    that would be the wrong one. There is no public setter: the attribute is pyspark's own."""
-    from pyspark.sql.connect.session import SparkSession
-
-    active = getattr(SparkSession, "_active_session", None)
-    if active is not None:
-        active.session = spark
-
-
 def attempt_tag(attempt_id: str) -> str:
     return f"iterations-{attempt_id}"
+
+
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
@@ -237,7 +226,6 @@ class SparkEpochHook(BaseHook):
         url = self.connect_url()
         spark, session_id = self._attempt_session(url, plan)
         spark, executor = _executor_for(url, session_id, spark, store_options)
-        _make_active(spark)
         spark.addTag(attempt_tag(plan.attempt_id))
         try:
             executor.run(plan, store)

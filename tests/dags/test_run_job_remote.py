@@ -1,0 +1,89 @@
+"""``run_job --remote``: the library runner as a command, its epochs on a Spark Connect server (the
+embedded one the DAG tests share), equal to the same job on a local session."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from include.config import JobConfig
+from include.runner import IterationRunner
+from tests.conftest import ROOT
+from tests.helpers import graph_with_dangling, ranks_of, read_published, write_edges
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def run_job(env, *args):
+    return subprocess.run([sys.executable, "-m", "spark_jobs.run_job", *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_run_job_on_a_spark_connect_server(airflow_env, spark, tmp_path):
+    started = subprocess.run([sys.executable, "-m", "spark_jobs.connect_server", "start"], env=airflow_env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert started.returncode == 0, started.stderr[-3000:]
+    url = started.stdout.strip().splitlines()[-1]
+    assert url.startswith("sc://127.0.0.1:")
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(30, 0.12, seed=11))
+    args = ["--job-id", "pr-remote", "--body", "pagerank", "--input", edges, "--checkpoint-root",
+            str(tmp_path / "store"), "--output-path", str(tmp_path / "out"), "--max-epochs", "4", "--tolerance", "0",
+            "--num-partitions", "3"]
+    # from $SPARK_REMOTE, as pyspark reads it
+    done = run_job({**airflow_env, "SPARK_REMOTE": url}, *args)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "TERMINATED" and summary["epochs_computed"] == [0, 1, 2, 3]
+    published = read_published(tmp_path / "out", "ranks")
+
+    reference = JobConfig(job_id="pr-local", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "lib"),
+                          max_epochs=4, tolerance=0.0, num_partitions=3)
+    assert dict(zip(published["node"], published["rank"])) == \
+        ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
+
+    again = run_job(airflow_env, "--remote", url, *args)  # the flag; a finished job: nothing to do
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout.strip().splitlines()[-1])["epochs_computed"] == []
+
+
+def test_run_job_refuses_a_remote_that_is_not_spark_connect(airflow_env, tmp_path):
+    done = run_job(airflow_env, "--remote", "spark://master:7077", "--job-id", "x", "--body", "pagerank",
+                   "--input", str(tmp_path / "edges.csv"), "--checkpoint-root", str(tmp_path / "store"))
+    assert done.returncode == 2
+    assert "--remote: Spark Connect URL 'spark://master:7077' is not supported: expected sc://host:port" in done.stderr
+
+
+TWO_SESSIONS = """
+import json, sys
+from pyspark.sql import SparkSession
+from include.config import JobConfig
+from include.runner import IterationRunner
+url, edges, root = sys.argv[1:]
+first = SparkSession.builder.remote(url).create()
+first.range(1).collect()
+second = SparkSession.builder.remote(url).create()
+config = JobConfig(job_id="pr-second", body="pagerank", input=edges, checkpoint_root=root, max_epochs=4,
+                   tolerance=0.0, num_partitions=3)
+result = IterationRunner(config, second).run()
+print(json.dumps({str(r["node"]): r["rank"] for r in result.outputs["ranks"].collect()}))
+"""
+
+
+def test_the_library_runner_on_the_second_connect_session_of_a_process(airflow_env, spark, tmp_path):
+    """The variables an epoch hands to the next (a Connect localCheckpoint) are bound by pyspark to
+    the thread's active session, not to the one that made them: on a process's second session
+    the next epoch failed with DATAFRAME_NOT_FOUND until the executor made its session the
+    active one (spark_jobs.session.make_active)."""
+    url = subprocess.run([sys.executable, "-m", "spark_jobs.connect_server", "start"], env=airflow_env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=300).stdout.strip().splitlines()[-1]
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(30, 0.12, seed=12))
+    done = subprocess.run([sys.executable, "-c", TWO_SESSIONS, url, edges, str(tmp_path / "store")], env=airflow_env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    ranks = {int(k): v for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+    reference = JobConfig(job_id="pr-local", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "lib"),
+                          max_epochs=4, tolerance=0.0, num_partitions=3)
+    assert ranks == ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
