@@ -89,7 +89,7 @@ class IterationOperator(BaseOperator):
         ``allowed_roots``: where the run's paths may point (include.paths), besides
         ITERATIONS_ALLOWED_ROOTS and the paths given in ``job``."""
         super().__init__(**kwargs)
-        self.params = own_params(self.params, self.dag)
+        self.params = own_params(self.params, self.dag if self.has_dag() else None)
         self.allowed_roots = list(allowed_roots)
         self.checks = checks or {}
         self.body = body
