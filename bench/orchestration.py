@@ -70,6 +70,7 @@ def airflow_env(home: str, port: int) -> dict[str, str]:
 class Run:
     seconds: float
     log: str = ""
+    started_at: float = 0.0  # epoch seconds, for a command
     phases: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -93,9 +94,7 @@ def _command(args: list[str], env: dict[str, str], what: str, ok: str) -> Run:
     if done.returncode != 0 or ok not in log:
         print(log[-4000:], file=sys.stderr)
         raise SystemExit(f"{what} failed (exit {done.returncode})")
-    run = Run(elapsed, log)
-    run.phases = dag_phases(log, started_at, started_at + elapsed) if what == "dags test" else {}
-    return run
+    return Run(elapsed, log, started_at)
 
 
 class _Lines(logging.Handler):
@@ -110,8 +109,10 @@ class _Lines(logging.Handler):
 
 
 def dags_test(env: dict[str, str], conf: dict) -> Run:
-    return _command([AIRFLOW, "dags", "test", "iterate_pagerank", "--conf", json.dumps(conf)], env,
-                    "dags test", "state=success")
+    run = _command([AIRFLOW, "dags", "test", "iterate_pagerank", "--conf", json.dumps(conf)], env,
+                   "dags test", "state=success")
+    run.phases = dag_phases(run.log, run.started_at, run.started_at + run.seconds)
+    return run
 
 
 def run_job(env: dict[str, str], url: str, path: str, epochs: int, partitions: int, root: str, job_id: str) -> Run:
@@ -280,12 +281,17 @@ def report(runs: dict[str, list[Run]], epochs: int, edges: int) -> None:
     def above(s: float, base: float) -> list[str]:
         return [f"{s - base:+.1f} s", f"{(s - base) / epochs:+.2f} s"]
 
-    rows = {"library, warm process": ["", "", "", ""], "library, command": ["", "", *above(cmd, warm)]}
-    for name in ("dags test, connect", "dags test, submit"):
-        if f"{name}, {epochs}" in runs:
-            rows[name] = [*above(med(name, epochs), cmd), *above(med(name, epochs), warm)]
-    for name, cells in rows.items():
-        print(f"| {name} | {med(name, epochs):.1f} | " + " | ".join(cells) + " |")
+    def cells(name: str, s: float, cmd: float, warm: float) -> str:
+        """A row's differences: above the library command (not for the baselines) and above
+        the library in a warm process (not for that one)."""
+        if name == "library, warm process":
+            return " | ".join([""] * 4)
+        return " | ".join((["", ""] if name == "library, command" else above(s, cmd)) + above(s, warm))
+
+    names = ["library, warm process", "library, command"] + \
+        [name for name in ("dags test, connect", "dags test, submit") if f"{name}, {epochs}" in runs]
+    for name in names:
+        print(f"| {name} | {med(name, epochs):.1f} | {cells(name, med(name, epochs), cmd, warm)} |")
 
     # The same without the epochs' Spark work, which is the same work in every variant and what
     # varies most from run to run: what is left is each variant's own cost around it.
@@ -298,12 +304,10 @@ def report(runs: dict[str, list[Run]], epochs: int, edges: int) -> None:
           "process | per epoch |")
     print("|---|---|---|---|---|---|---|")
     cmd_out, warm_out = outside("library, command"), outside("library, warm process")
-    for name in rows:
+    for name in names:
         mine = outside(name)
-        cells = ["", "", "", ""] if name == "library, warm process" else \
-            ["", "", *above(mine, warm_out)] if name == "library, command" else [*above(mine, cmd_out), *above(mine, warm_out)]
         work = statistics.median(r.spark_work for r in runs[f"{name}, {epochs}"])
-        print(f"| {name} | {work:.1f} | {mine:.1f} | " + " | ".join(cells) + " |")
+        print(f"| {name} | {work:.1f} | {mine:.1f} | {cells(name, mine, cmd_out, warm_out)} |")
     print("\nEach run's seconds:")
     for key, rs in runs.items():
         print(f"  {key}: " + " ".join(f"{r.seconds:.1f}" for r in rs))
