@@ -22,12 +22,19 @@ def run_job(env, *args):
                           capture_output=True, text=True, timeout=600)
 
 
-def test_run_job_on_a_spark_connect_server(airflow_env, spark, tmp_path):
+@pytest.fixture
+def connect_url(airflow_env):
+    """The embedded Spark Connect server's URL (started unless it runs for the DAG tests)."""
     started = subprocess.run([sys.executable, "-m", "spark_jobs.connect_server", "start"], env=airflow_env, cwd=ROOT,
                              capture_output=True, text=True, timeout=300)
     assert started.returncode == 0, started.stderr[-3000:]
     url = started.stdout.strip().splitlines()[-1]
     assert url.startswith("sc://127.0.0.1:")
+    return url
+
+
+def test_run_job_on_a_spark_connect_server(airflow_env, connect_url, spark, tmp_path):
+    url = connect_url
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(30, 0.12, seed=11))
     args = ["--job-id", "pr-remote", "--body", "pagerank", "--input", edges, "--checkpoint-root",
             str(tmp_path / "store"), "--output-path", str(tmp_path / "out"), "--max-epochs", "4", "--tolerance", "0",
@@ -72,16 +79,14 @@ print(json.dumps({str(r["node"]): r["rank"] for r in result.outputs["ranks"].col
 """
 
 
-def test_the_library_runner_on_the_second_connect_session_of_a_process(airflow_env, spark, tmp_path):
+def test_the_library_runner_on_the_second_connect_session_of_a_process(airflow_env, connect_url, spark, tmp_path):
     """The variables an epoch hands to the next (a Connect localCheckpoint) are bound by pyspark to
     the thread's active session, not to the one that made them: on a process's second session
     the next epoch failed with DATAFRAME_NOT_FOUND until the executor made its session the
     active one (spark_jobs.session.make_active)."""
-    url = subprocess.run([sys.executable, "-m", "spark_jobs.connect_server", "start"], env=airflow_env, cwd=ROOT,
-                         capture_output=True, text=True, timeout=300).stdout.strip().splitlines()[-1]
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(30, 0.12, seed=12))
-    done = subprocess.run([sys.executable, "-c", TWO_SESSIONS, url, edges, str(tmp_path / "store")], env=airflow_env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", TWO_SESSIONS, connect_url, edges, str(tmp_path / "store")],
+                          env=airflow_env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     ranks = {int(k): v for k, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
     reference = JobConfig(job_id="pr-local", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "lib"),
