@@ -50,6 +50,7 @@ class PageRank(IterationBody):
     metric_aggregations = {"l1_delta": "sum"}
     convergence_metric = "l1_delta"
     outputs = ("ranks",)
+    facts = ("input_nodes",)  # StepResult.facts of every epoch
     # checked before each checkpoint commits (include.checks), on the feedback ranks and the output
     expectations = (
         {"name": "ranks_node_unique", "type": "expect_column_values_to_be_between",

@@ -64,6 +64,7 @@ class IncrementalSGD(IterationBody):
     metric_aggregations = {"points": "sum", "new_points": "sum"}
     convergence_metric = None
     outputs = ("model", "splits")
+    facts = ()  # step() reports no StepResult.facts
     # checked before each checkpoint commits (include.checks)
     expectations = (
         {"name": "splits_once", "type": "expect_column_values_to_be_between",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 
 import pyarrow as pa
@@ -248,3 +249,361 @@ def test_the_warm_up_thread_yields_the_cpu_and_only_it():
     thread.join()
     assert seen["worker"] == min(before + WARM_UP_NICENESS, 19)
     assert niceness() == before
+
+
+# --- what a run's conf may say: the allow-list (a conf is untrusted) -------------------------
+
+
+def exploit(marker) -> dict:
+    """A spec whose row_condition Great Expectations' pandas engine would evaluate as code."""
+    return {"column": "ranks.rows", "min_value": 0,
+            "row_condition": f"@pd.io.common.os.system('touch {marker}')==0", "condition_parser": "pandas"}
+
+
+def test_a_row_condition_in_a_run_conf_is_refused_and_never_runs(tmp_path):
+    marker = tmp_path / "pwned"
+    conf = {"expectations": [{"name": "evil", "type": "expect_column_values_to_be_between", "kwargs": exploit(marker)}]}
+    for value in (conf, json.dumps(conf)):
+        with pytest.raises(ConfigError, match=r"the checks param\.expectations\[0\] \(evil\): kwarg 'row_condition' "
+                                              r"is refused .*evaluates it as code.*accepts: column"):
+            CheckSettings.parse(value, "the checks param")
+    # a kwargs-only entry (changing an expectation by name) is checked too
+    with pytest.raises(ConfigError, match="kwarg 'row_condition' is refused"):
+        CheckSettings.parse({"expectations": [{"name": "rank_mass", "kwargs": exploit(marker)}]})
+    assert not marker.exists()
+
+
+def test_a_row_condition_in_a_checks_file_is_refused_naming_the_file(tmp_path):
+    marker = tmp_path / "pwned"
+    path = tmp_path / "checks.json"
+    path.write_text(json.dumps({"expectations": [
+        {"name": "evil", "type": "expect_column_max_to_be_between", "kwargs": exploit(marker)}]}))
+    with pytest.raises(ConfigError, match=f"checks file {path}.expectations\\[0\\] \\(evil\\): kwarg 'row_condition'"):
+        load_checks_file(str(path))
+    assert not marker.exists()
+
+
+def test_validate_and_merge_refuse_a_row_condition_given_directly(tmp_path):
+    """Defence in depth: a spec that never went through CheckSettings (a body's, one built in
+    code) is held to the allow-list when merged and again when validated."""
+    marker = tmp_path / "pwned"
+    with pytest.raises(ConfigError, match=r"the data checks of epoch 2 \(evil\): kwarg 'row_condition' is refused"):
+        run([ExpectationSpec("evil", "expect_column_values_to_be_between", exploit(marker))])
+    with pytest.raises(ConfigError, match=r"\(evil\): kwarg 'row_condition' is refused"):
+        merge([{"name": "evil", "type": "expect_column_values_to_be_between", "kwargs": exploit(marker)}])
+    # a body's type with a later entry's kwargs: the merged expectation is what is checked
+    with pytest.raises(ConfigError, match=r"\(evil\): kwarg 'condition_parser' is refused"):
+        merge([{"name": "evil", "type": "expect_column_values_to_be_between", "kwargs": {"column": "x", "max_value": 0}},
+               {"name": "evil", "kwargs": {"column": "x", "max_value": 0, "condition_parser": "pandas"}}])
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"column": "ranks.rows", "max_value": 1, "condition_parser": "pandas"}, "kwarg 'condition_parser' is refused"),
+    ({"column": "ranks.rows", "max_value": 1, "result_format": "COMPLETE"},
+     "kwarg 'result_format' is refused for expect_column_values_to_be_between. expect_column_values_to_be_between "
+     "accepts: column .*min_value .*mostly"),
+    ({"column": "ranks.rows", "value_set": [1]}, "kwarg 'value_set' is refused for expect_column_values_to_be_between"),
+    ({"column": "ranks.rows", "max_value": "1"}, r"kwarg 'max_value' .* must be a finite number or \{\"\$PARAMETER\""),
+    ({"column": "ranks.rows", "max_value": float("inf")}, "kwarg 'max_value' .* must be a finite number"),
+    ({"column": "ranks.rows", "mostly": 2}, r"kwarg 'mostly' .* must be a number in \[0, 1\]"),
+    ({"column": "ranks.rows", "strict_min": "yes"}, "kwarg 'strict_min' .* must be true or false"),
+    ({"column": ["ranks.rows"], "max_value": 1}, "kwarg 'column' .* must be a profile column name"),
+    ({"column": "ranks.rows\n", "max_value": 1}, "kwarg 'column' .* must not contain control characters"),
+    ({"max_value": 1}, "expect_column_values_to_be_between needs kwarg.s. column"),
+    ({"column": "x", "max_value": {"$PARAMETER": "previous__l1_delta", "$PARAMETER.previous__l1_delta": "now()"}},
+     "kwarg 'max_value' .* with no other key"),  # GX would take the other key's value as it is
+])
+def test_kwargs_outside_the_allow_list_are_refused(kwargs, message):
+    entry = {"name": "x", "type": "expect_column_values_to_be_between", "kwargs": kwargs}
+    with pytest.raises(ConfigError, match=r"run\.expectations\[0\] \(x\): " + message):
+        CheckSettings.parse({"expectations": [entry]}, "run")
+
+
+def test_only_column_may_be_a_glob():
+    entry = {"name": "x", "type": "expect_column_pair_values_to_be_equal",
+             "kwargs": {"column_A": "ranks.*.sum", "column_B": "input_nodes"}}
+    with pytest.raises(ConfigError, match="kwarg 'column_A' .* must be a column name, not a glob"):
+        CheckSettings.parse({"expectations": [entry]})
+
+
+def test_value_sets_are_bounded():
+    entry = {"name": "x", "type": "expect_column_values_to_be_in_set",
+             "kwargs": {"column": "ranks.schema", "value_set": list(range(1001))}}
+    with pytest.raises(ConfigError, match="value_set' .* at most 1000 values"):
+        CheckSettings.parse({"expectations": [entry]})
+    entry["kwargs"]["value_set"] = [{"nested": 1}]
+    with pytest.raises(ConfigError, match="value_set' .* must list strings, finite numbers"):
+        CheckSettings.parse({"expectations": [entry]})
+
+
+def test_an_unknown_type_is_refused_naming_the_accepted_types():
+    entry = {"name": "x", "type": "expect_column_values_to_match_regex", "kwargs": {"column": "ranks.schema"}}
+    with pytest.raises(ConfigError, match=r"run\.expectations\[0\] \(x\): type must be a Great Expectations "
+                                          r"expectation type this project accepts; expectation 'x' has "
+                                          r"'expect_column_values_to_match_regex'\. Accepted types: .*"
+                                          r"expect_column_values_to_be_between"):
+        CheckSettings.parse({"expectations": [entry]}, "run")
+
+
+@pytest.mark.parametrize("expression, message", [
+    ("previous__l1_delta ** 1000", r"\*\* \(a power\) is not accepted"),
+    ("previous__l1_delta ^ 1000", r"\^ \(a power\) at position 19 is not accepted"),
+    ("now()", "'now' is reserved"),
+    ("round(previous__l1_delta)", "'round' is reserved"),
+    ("timedelta(days=1)", "'=' at position 14 is not accepted"),
+    ("f(previous__l1_delta)", r"f\(\.\.\.\) is a function call"),
+    ("previous__l1_delta.real", r"'\.' \(an attribute"),
+    ("__import__", "'_' at the start of a name"),
+    ("1" + " + 1" * 60, "of 241 characters .*at most 200 are accepted"),
+    ("((((((((((((1))))))))))))", "nest deeper than 10"),
+    ("1e999", "not finite"),
+    ("", "not an expression"),
+])
+def test_parameter_expressions_are_arithmetic_only(expression, message):
+    entry = {"name": "x", "type": "expect_column_values_to_be_between",
+             "kwargs": {"column": "l1_delta", "max_value": {"$PARAMETER": expression}}}
+    with pytest.raises(ConfigError, match=r"kwarg 'max_value' of expect_column_values_to_be_between has a "
+                                          rf"\$PARAMETER.*{message}"):
+        CheckSettings.parse({"expectations": [entry]})
+    if expression:
+        shown = expression if len(expression) <= 200 else expression[:60]
+        with pytest.raises(ConfigError, match=re.escape(repr(shown)[:-1])):
+            CheckSettings.parse({"expectations": [entry]})
+    with pytest.raises(ConfigError, match="accepted: numbers|at most 200"):  # and never reaches GX
+        run([ExpectationSpec("x", entry["type"], entry["kwargs"])], {"previous__l1_delta": 0.5})
+
+
+def test_arithmetic_parameters_work_end_to_end():
+    specs = [spec("not_increasing", "l1_delta", max_value={"$PARAMETER": "previous__l1_delta + 1e-9"}),
+             spec("halved", "l1_delta", min_value={"$PARAMETER": "-(previous__l1_delta - 2 * previous__l1_delta) / 2"},
+                  max_value={"$PARAMETER": "(previous__l1_delta + .5) * 1E0 - -0"}),
+             ExpectationSpec("few_nodes", "expect_column_max_to_be_between",
+                             {"column": "ranks.rows", "max_value": {"$PARAMETER": "previous__l1_delta * 8"}})]
+    report, _, _ = run(specs, {"previous__l1_delta": 0.5})
+    assert {o.name: (o.status, o.expected) for o in report.outcomes} == {
+        "not_increasing": ("passed", "<= 0.500000001"), "halved": ("passed", "between 0.25 and 1"),
+        "few_nodes": ("passed", "<= 4")}
+    report, _, _ = run(specs, {"previous__l1_delta": 0.1})
+    assert {o.name: (o.status, o.expected) for o in report.outcomes} == {
+        "not_increasing": ("failed", "<= 0.100000001"), "halved": ("passed", "between 0.05 and 0.6"),
+        "few_nodes": ("failed", "<= 0.8")}
+
+
+def test_the_checks_param_schema_lists_the_allow_list():
+    pytest.importorskip("airflow.sdk")
+    from include.checks import EXPECTATION_KWARGS, EXPECTATION_TYPES
+    from plugins.iterations.dag_factory import job_params
+
+    schema = job_params(job_id="j", input_path="i", output_path=None)["checks"].schema
+    item = schema["properties"]["expectations"]["items"]["properties"]
+    assert item["type"]["enum"] == sorted(EXPECTATION_TYPES)
+    assert item["kwargs"] == {"type": "object", "propertyNames": {"enum": list(EXPECTATION_KWARGS)}}
+    assert "row_condition" not in EXPECTATION_KWARGS and "condition_parser" not in EXPECTATION_KWARGS
+
+
+# --- who may relax what: run_settings --------------------------------------------------------
+
+BODY = {"name": "pagerank", "heads": {"ranks": ["node"]}, "metric_aggregations": {"l1_delta": "sum"},
+        "convergence_metric": "l1_delta", "outputs": ["ranks"], "epoch_outputs": [], "facts": ["input_nodes"],
+        "expectations": [{"name": "rank_mass", "type": "expect_column_values_to_be_between",
+                          "kwargs": {"column": "ranks.rank.sum", "min_value": 0.999, "max_value": 1.001}},
+                         {"name": "ranks_cover_input", "type": "expect_column_pair_values_to_be_equal",
+                          "kwargs": {"column_A": "ranks.rows", "column_B": "input_nodes"}}]}
+AUTHOR = {"expectations": [{"name": "no_dominant_node", "type": "expect_column_values_to_be_between",
+                            "kwargs": {"column": "ranks.rank.max", "max_value": 0.5}, "severity": "warning"}]}
+NEW = {"name": "mine", "type": "expect_column_values_to_be_between", "kwargs": {"column": "ranks.rows", "min_value": 1}}
+
+
+def test_locked_names_are_the_runtimes_the_bodys_and_the_authors():
+    from include.checks import locked_expectation_names
+
+    locked = locked_expectation_names(BODY, AUTHOR)
+    assert locked == {"l1_delta_finite": "the runtime's checks", "ranks_schema_stable": "the runtime's checks",
+                      "rank_mass": "the body 'pagerank'", "ranks_cover_input": "the body 'pagerank'",
+                      "no_dominant_node": "the DAG's checks"}
+    runtime = {e["name"] for e in runtime_expectations(BODY["heads"], BODY["metric_aggregations"], {"ranks": "x"})}
+    assert runtime <= set(locked)
+
+
+@pytest.mark.parametrize("run_conf, message", [
+    ({"enabled": False}, r'the checks param: "enabled": false would turn this DAG\'s data checks off; only the '
+                         r"DAG's author may allow"),
+    ({"expectations": [NEW, {"name": "rank_mass", "severity": "warning"}]},
+     r"the checks param\.expectations\[1\] \(rank_mass\): a run may not change the expectation 'rank_mass' "
+     r"\(one of the body 'pagerank'\) \(it gives severity\): only the DAG's author"),
+    ({"expectations": [{"name": "l1_delta_finite", "enabled": False}]}, r"'l1_delta_finite' \(one of the runtime's"),
+    ({"expectations": [{"name": "ranks_schema_stable", "kwargs": {"column": "ranks.schema", "value_set": ["x"]}}]},
+     "'ranks_schema_stable'.*it gives kwargs"),
+    ({"expectations": [{"name": "no_dominant_node", "kwargs": {"column": "ranks.rank.max", "max_value": 1}}]},
+     r"'no_dominant_node' \(one of the DAG's checks\)"),
+])
+def test_a_run_may_not_relax_the_authors_checks(run_conf, message):
+    from include.checks import locked_expectation_names, run_settings
+
+    author = CheckSettings.parse(AUTHOR, "the DAG's checks")
+    with pytest.raises(ConfigError, match=message):
+        run_settings(run_conf, author, locked_expectation_names(BODY, author), run_may_relax=False)
+    # the author's own names are locked even if the caller passes only the body's
+    if "no_dominant_node" in json.dumps(run_conf):
+        with pytest.raises(ConfigError, match="no_dominant_node"):
+            run_settings(run_conf, author, ["rank_mass"])
+    # the DAG lets runs relax its checks: today's layering
+    relaxed = run_settings(run_conf, author, locked_expectation_names(BODY, author), run_may_relax=True)
+    assert relaxed == CheckSettings.parse(run_conf).over(author)
+
+
+def test_a_run_may_add_expectations():
+    from include.checks import locked_expectation_names, run_settings
+
+    settings = run_settings(json.dumps({"expectations": [NEW]}), AUTHOR, locked_expectation_names(BODY))
+    assert settings.enabled and [e["name"] for e in settings.expectations] == ["no_dominant_node", "mine"]
+    assert [s.name for s in merge([*BODY["expectations"], *settings.expectations])] == \
+        ["rank_mass", "ranks_cover_input", "no_dominant_node", "mine"]
+    assert run_settings(None, AUTHOR, locked_expectation_names(BODY)) == CheckSettings.parse(AUTHOR)
+    with pytest.raises(ConfigError, match="kwarg 'row_condition' is refused"):  # adding is allow-listed too
+        run_settings({"expectations": [{**NEW, "kwargs": {**NEW["kwargs"], "row_condition": "x"}}]}, AUTHOR, ())
+
+
+# --- columns no checkpoint can have ----------------------------------------------------------
+
+KMEANS = {"name": "kmeans", "heads": {"centroids": ["cluster_id"]}, "outputs": ["centroids", "assignments"],
+          "epoch_outputs": ["centroid_history"], "facts": ["input_points", "k"],
+          "metric_aggregations": {"max_shift": "max", "min_cluster_size": "min", "assigned_points": "sum"}}
+
+
+def between(name, column, **kwargs):
+    return {"name": name, "type": "expect_column_values_to_be_between", "kwargs": {"column": column, **kwargs}}
+
+
+@pytest.mark.parametrize("column", [
+    "assignments.cluster_id.min",  # a final-only output
+    "centroid_history.shift.max",  # an epoch output
+    "centroids.*.nonfinite",  # a glob over a head
+    "*.cluster_id.nulls", "centroids.duplicate_keys", "centroids.rows", "k", "input_points", "max_shift",
+    "max_shift.nonfinite", "epoch", "feedback", "[a-c]*.rows",
+])
+def test_columns_a_checkpoint_can_have_pass_the_static_check(column):
+    from include.checks import check_columns
+
+    check_columns(merge([between("x", column, max_value=1)]), KMEANS)
+    check_columns(CheckSettings.parse({"expectations": [between("x", column, max_value=1)]}), KMEANS)
+
+
+@pytest.mark.parametrize("column", [
+    "centroid.x.min",  # a typo in the dataset
+    "centroids.x.mean",  # no such statistic
+    "centroids.x",  # no statistic
+    "assignments.duplicate_keys",  # outputs have no key columns
+    "input_point",  # a typo in a fact
+    "max_shift.nulls",
+    "centroid.*.nonfinite",  # a glob that can match nothing
+    "*.average",
+])
+def test_a_column_no_checkpoint_can_have_is_refused_when_the_job_starts(column):
+    from include.checks import check_columns
+
+    with pytest.raises(ConfigError) as refused:
+        check_columns(merge([between("x", column, max_value=1)]), KMEANS)
+    message = str(refused.value)
+    assert f"expectation 'x' names {column!r}, which no checkpoint's profile can have" in message
+    for kinds in ("heads: centroids", "epoch outputs: centroid_history", "outputs: centroids, assignments",
+                  "(input_points, k)", "(assigned_points, max_shift, min_cluster_size)", "D.<column>.nulls"):
+        assert kinds in message
+    # column_A, column_B and column_list are columns too
+    pair = {"name": "p", "type": "expect_column_pair_values_to_be_equal", "kwargs": {"column_A": "k", "column_B": column}}
+    multi = {"name": "m", "type": "expect_multicolumn_sum_to_equal", "kwargs": {"column_list": ["k", column], "sum_total": 1}}
+    for entry in (pair, multi):
+        with pytest.raises(ConfigError, match=re.escape(repr(column))):
+            check_columns(merge([entry]), KMEANS)
+
+
+def test_a_parameter_no_checkpoint_has_is_refused_when_the_job_starts():
+    from include.checks import check_columns
+
+    check_columns(merge([between("x", "max_shift", max_value={"$PARAMETER": "previous__max_shift * 2"})]), KMEANS)
+    with pytest.raises(ConfigError, match="uses the parameter.s. previous__max_shfit, which no checkpoint has "
+                                          r"\(parameters: previous__assigned_points, previous__max_shift"):
+        check_columns(merge([between("x", "max_shift", max_value={"$PARAMETER": "previous__max_shfit * 2"})]), KMEANS)
+
+
+def test_the_bodies_declare_their_facts_and_their_checks_name_real_columns():
+    from include.body import resolve_body
+    from include.checks import check_columns
+
+    facts = {"pagerank": ["input_nodes"], "kmeans": ["input_points", "k"], "sgd": []}
+    for name, declared in facts.items():
+        meta = resolve_body(name).describe()
+        assert meta["facts"] == declared
+        runtime = runtime_expectations(meta["heads"], meta["metric_aggregations"], {h: "x bigint" for h in meta["heads"]})
+        check_columns(merge([*runtime, *meta["expectations"]]), meta)
+    import os
+
+    from tests.conftest import ROOT
+
+    meta = resolve_body("pagerank").describe()
+    dag = CheckSettings.parse(load_checks_file(os.path.join(ROOT, "include", "pagerank_checks.json")))
+    check_columns(merge([*meta["expectations"], *dag.expectations]), meta)
+
+
+EPOCH_PROFILE = {**PROFILE, "ranks.schema": "node string, rank double", "ranks.node.nulls": 0}
+del EPOCH_PROFILE["ranks.node.nonfinite"]
+
+
+@pytest.mark.parametrize("column, message", [
+    ("ranks.rnk.min", r"'ranks\.rnk\.min', but dataset ranks \(in this epoch checkpoint\) has no column 'rnk'; "
+                      r"its columns: node string, rank double"),
+    ("ranks.node.min", r"'ranks\.node\.min', but ranks\.node is string: nonfinite, min, max, sum exist only for "
+                       r"numeric .* ranks's numeric columns: rank"),
+    ("ranks.*.mean", r"the glob 'ranks\.\*\.mean', which matches no column of dataset ranks"),
+])
+def test_a_column_its_dataset_cannot_have_is_a_config_error_at_validation(column, message):
+    specs = [spec("fine", "ranks.rank.min", min_value=0), spec("typo", column, max_value=1)]
+    with pytest.raises(ConfigError, match=r"the data checks of epoch 2 \(job j\) name columns it cannot have: "
+                                          r"expectation 'typo' names .*" + message):
+        run(specs, profile=EPOCH_PROFILE)
+    if "*" not in column:  # only "column" may be a glob
+        pair = ExpectationSpec("pair", "expect_column_pair_values_to_be_equal",
+                               {"column_A": "ranks.rows", "column_B": column})
+        with pytest.raises(ConfigError, match="expectation 'pair'"):
+            run([pair], profile=EPOCH_PROFILE)
+
+
+def test_what_is_legitimately_absent_is_skipped():
+    final = {"epoch": 3, "kind": "final", "ranks.rows": 4, "ranks.schema": "node bigint, rank double",
+             "ranks.node.nulls": 0, "ranks.rank.nulls": 0, "ranks.rank.nonfinite": 0, "ranks.rank.sum": 1.0,
+             "ranks.rank.min": 0.1, "ranks.rank.max": 0.4, "ranks.node.nonfinite": 0, "ranks.node.sum": 10.0,
+             "ranks.node.min": 1.0, "ranks.node.max": 4.0}
+    specs = [spec("not_increasing", "l1_delta", max_value={"$PARAMETER": "previous__l1_delta + 1e-9"}),  # a metric
+             spec("unique", "ranks.duplicate_keys", max_value=0),  # a head's keys: outputs have none
+             ExpectationSpec("cover", "expect_column_pair_values_to_be_equal",  # a fact: epochs only
+                             {"column_A": "ranks.rows", "column_B": "input_nodes"}),
+             spec("history", "centroid_history.shift.max", max_value=1),  # a dataset of epochs only
+             spec("finite", "ranks.*.nonfinite", max_value=0)]
+    report = run(specs, profile=final)[0]
+    assert {o.name: o.status for o in report.outcomes} == {
+        "not_increasing": "skipped", "unique": "skipped", "cover": "skipped", "history": "skipped",
+        "finite[ranks.rank.nonfinite]": "passed", "finite[ranks.node.nonfinite]": "passed"}
+    # an empty head has no min/max/sum of its numeric columns (no records): skipped, not an error
+    empty = {"epoch": 1, "kind": "epoch", "l1_delta": 0.0, "l1_delta.nonfinite": 0, "ranks.rows": 0,
+             "ranks.schema": "node bigint, rank double", "ranks.duplicate_keys": 0, "ranks.node.nulls": 0,
+             "ranks.rank.nulls": 0}
+    report = run([spec("low", "ranks.rank.min", min_value=0), spec("finite", "ranks.*.nonfinite", max_value=0),
+                  spec("rows", "ranks.rows", max_value=0)], profile=empty)[0]
+    assert {o.name: o.status for o in report.outcomes} == {"low": "skipped", "finite": "skipped", "rows": "passed"}
+    assert "ranks has no records" in {o.name: o for o in report.outcomes}["low"].note
+
+
+def test_a_column_lost_by_the_data_fails_its_check_instead():
+    """A head pinned to the schema it was restored with (the runtime's <head>_schema_stable)
+    that lost a column: the data's fault (a failed check, the attempt refused), not the
+    configuration's."""
+    drifted = {**PROFILE, "ranks.schema": "node bigint"}
+    for key in [k for k in drifted if k.startswith("ranks.rank.")]:
+        del drifted[key]
+    specs = merge([*runtime_expectations({"ranks": ["node"]}, ["l1_delta"], {"ranks": "node bigint, rank double"}),
+                   between("low", "ranks.rank.min", min_value=0), between("finite", "ranks.rank*.nonfinite", max_value=0)])
+    report = run(specs, profile=drifted)[0]
+    status = {o.name: o.status for o in report.outcomes}
+    assert status["ranks_schema_stable"] == "failed" and status["low"] == "failed" and status["finite"] == "failed"
+    assert not report.success and "no longer has" in {o.name: o for o in report.outcomes}["low"].note
