@@ -15,6 +15,7 @@ import logging
 import os
 import random
 import re
+import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
@@ -34,6 +35,9 @@ log = logging.getLogger(__name__)
 
 _TMP_MARK = ".tmp-"
 _BAD_KEY = re.compile(r"(^/)|(^|/)\.\.?(/|$)|//|\\|\x00")
+# A checkpoint store marks its root with this object (include.protocol.mark_store): no output
+# is ever published inside a store (include.outputs.check_not_in_store).
+STORE_MARKER = "_iterations/store.json"
 
 
 def sha256_hex(data: bytes) -> str:
@@ -127,17 +131,46 @@ class ObjectStore(ABC):
         """Filesystem path of a key when the store is a local directory."""
         return None
 
+    def marker_above(self, key: str, marker: str) -> str | None:
+        """Where ``marker`` lies in the directory of ``key`` or in one of its ancestors, up to
+        the top of the filesystem or the bucket (beyond this store's own root): the location of
+        the first such directory, None if there is none."""
+        parts = [p for p in key.split("/") if p]
+        for n in range(len(parts), -1, -1):
+            prefix = "/".join(parts[:n])
+            if self.exists(f"{prefix}/{marker}" if prefix else marker):
+                return self.location(prefix)
+        return None
+
     def check_reachable(self) -> None:
         """Fail fast, naming the store, if it cannot be used at all."""
         self.list("__probe__/")
+
+    def check_conditional_writes(self) -> None:
+        """Fail with PermanentStoreError, naming the store, if ``put_if_absent`` is not really
+        exclusive here (a second create of a key also "wins"), so that a job does not start
+        committing checkpoints on a store where two attempts could both believe they committed.
+        Writes (a scratch object, removed again) where a check is needed: call it from code
+        that is about to write anyway, never from read-only users. Idempotent and cheap when
+        repeated. Default: nothing to check (a store whose exclusive create is atomic by
+        construction, or one that cannot write at all)."""
 
 
 class LocalStore(ObjectStore):
     """A directory on the local filesystem."""
 
-    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True):
+    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True, create: bool = True):
+        """``create=False``: open an existing root only; a missing one is a PermanentStoreError
+        naming it, and nothing is created."""
         self.root = os.path.abspath(os.fspath(root))
         self.fsync = fsync
+        if not create:
+            if not os.path.isdir(self.root):
+                what = "is not a directory" if os.path.exists(self.root) else "does not exist"
+                raise PermanentStoreError(
+                    f"local store root {self.root} {what} (opened without creating it)"
+                )
+            return
         try:
             os.makedirs(self.root, exist_ok=True)
         except OSError as e:
@@ -252,6 +285,20 @@ class LocalStore(ObjectStore):
         if not os.access(self.root, os.W_OK):
             raise PermanentStoreError(f"local store root {self.root} is not writable")
 
+    def check_conditional_writes(self) -> None:
+        """Nothing to check: ``put_if_absent`` links a complete file to its name, and linking
+        to a taken name fails with EEXIST: exactly one creator wins, by construction."""
+
+    def marker_above(self, key: str, marker: str) -> str | None:
+        path = self._path(key) if key else self.root
+        while True:
+            if os.path.isfile(os.path.join(path, *marker.split("/"))):
+                return path
+            parent = os.path.dirname(path)
+            if parent == path:
+                return None
+            path = parent
+
 
 # --- S3 --------------------------------------------------------------------------------------
 
@@ -283,8 +330,42 @@ _PERMANENT_HINTS = {
     "SignatureDoesNotMatch": "the secret key does not match the access key id",
     "InvalidBucketName": "the bucket name is not valid",
     "AllAccessDisabled": "all access to this object has been disabled",
+    "RequestTimeTooSkewed": "the clocks differ too much: this machine's clock and the endpoint's "
+    "are further apart than the endpoint allows (15 minutes on AWS); fix this machine's clock, "
+    "e.g. enable NTP time synchronisation",
+    # By status, only for codes without a hint of their own (a code's hint always wins).
     "403": "access denied (HTTP 403): check the credentials",
 }
+
+TRUST_CONDITIONAL_WRITES_ENV = "ITERATIONS_TRUST_CONDITIONAL_WRITES"
+PROBE_PREFIX = "_iterations/probe/"
+
+
+class _ProbeSlot:
+    """The conditional-write verdict of one (endpoint, bucket) in this process: None while
+    undecided, "" when the endpoint refused the second create, else the refusal message."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.verdict: str | None = None
+
+
+_PROBES: dict[tuple[str, str], _ProbeSlot] = {}
+_PROBES_LOCK = threading.Lock()
+
+
+def conditional_writes_trusted_by_environment() -> bool:
+    """True when the deployment sets ITERATIONS_TRUST_CONDITIONAL_WRITES=1 (or true/yes):
+    every store is taken to honour If-None-Match and never probed."""
+    value = os.environ.get(TRUST_CONDITIONAL_WRITES_ENV, "").strip().lower()
+    if value in ("", "0", "false", "no"):
+        return False
+    if value in ("1", "true", "yes"):
+        return True
+    raise ConfigError(
+        f"{TRUST_CONDITIONAL_WRITES_ENV} must be 1 (skip the conditional-write probe) or 0/unset "
+        f"(probe), got {value!r}"
+    )
 
 
 @dataclass
@@ -306,6 +387,10 @@ class S3Store(ObjectStore):
     connect_timeout: float = 5.0
     read_timeout: float = 60.0
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    # False: check_conditional_writes() trusts the endpoint without probing it. Deliberately not
+    # part of spec(): trusting an endpoint is the deployment's decision for the process that
+    # commits, not a property of the data that travels in plans and manifests.
+    probe_conditional_writes: bool = True
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]", self.bucket or ""):
@@ -399,10 +484,9 @@ class S3Store(ObjectStore):
                 if code in _TRANSIENT_CODES or (status and status >= 500) or status == 429:
                     failure = f"{code or status}: {err.get('Message', '')}".strip()
                 else:
-                    hint = _PERMANENT_HINTS.get(code) or _PERMANENT_HINTS.get(str(status), "")
                     raise PermanentStoreError(
                         f"{what} {where} failed with {code or status}"
-                        + (f" ({hint})" if hint else f": {err.get('Message', '')}")
+                        + _permanent_hint(code, status, str(err.get("Message", "")))
                     ) from e
             except (NoCredentialsError, PartialCredentialsError) as e:
                 raise PermanentStoreError(
@@ -523,6 +607,91 @@ class S3Store(ObjectStore):
     def check_reachable(self) -> None:
         self._call("HEAD bucket", "", lambda: self.client.head_bucket(Bucket=self.bucket))
 
+    def marker_above(self, key: str, marker: str) -> str | None:
+        from botocore.exceptions import ClientError
+
+        full = self._key(key) if key else self.prefix
+        parts = [p for p in full.split("/") if p]
+        for n in range(len(parts), -1, -1):
+            prefix = "/".join(parts[:n])
+            k = f"{prefix}/{marker}" if prefix else marker
+
+            def head(k=k) -> bool:
+                try:
+                    self.client.head_object(Bucket=self.bucket, Key=k)
+                    return True
+                except ClientError as e:
+                    if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                        return False
+                    raise
+
+            if self._call("HEAD", key, head):
+                return f"s3://{self.bucket}/{prefix}"
+        return None
+
+    def check_conditional_writes(self) -> None:
+        """Make sure the endpoint refuses a second create-if-absent of a key (HTTP 412), as
+        the single-winner commit needs: an endpoint that ignores If-None-Match lets every
+        writer "win". Creates a scratch object under ``_iterations/probe/`` twice and deletes
+        it. At most once per process per (endpoint, bucket): the verdict, either way, is kept;
+        an error on the way (transient or not) is raised and nothing is kept. Skipped when
+        the store was opened with ``probe_conditional_writes=False`` or the environment sets
+        ITERATIONS_TRUST_CONDITIONAL_WRITES=1."""
+        if not self.probe_conditional_writes:
+            log.debug("%s: conditional-write probe skipped (probe_conditional_writes=False)", self.location())
+            return
+        if conditional_writes_trusted_by_environment():
+            log.debug("%s: conditional-write probe skipped (%s)", self.location(), TRUST_CONDITIONAL_WRITES_ENV)
+            return
+        endpoint = self.endpoint_url or self.client.meta.endpoint_url
+        with _PROBES_LOCK:
+            slot = _PROBES.setdefault((endpoint, self.bucket), _ProbeSlot())
+        with slot.lock:
+            if slot.verdict is None:
+                slot.verdict = self._probe_conditional_writes(endpoint)
+            verdict = slot.verdict
+        if verdict:
+            raise PermanentStoreError(verdict)
+
+    def _probe_conditional_writes(self, endpoint: str) -> str:
+        key = f"{PROBE_PREFIX}{uuid.uuid4()}"
+        payload = b"conditional-write probe of include.store; safe to delete\n"
+        try:
+            # False here too is possible: the create landed, its reply was lost and the
+            # retry was refused. Either way the object exists now.
+            self.put_if_absent(key, payload)
+            second = self.put_if_absent(key, payload)
+        finally:
+            try:
+                self.delete([key])
+            except StoreError as e:
+                log.warning("conditional-write probe: could not delete %s: %s", self.location(key), e)
+        if not second:
+            log.info("S3 endpoint %s refuses a second create-if-absent in bucket %s: conditional "
+                     "writes honoured", endpoint, self.bucket)
+            return ""
+        return (
+            f"the S3 endpoint {endpoint} ignores conditional writes (If-None-Match: *) in bucket "
+            f"{self.bucket}: a second create-if-absent of the scratch object {self.url(key)} was "
+            "accepted instead of refused with 412 Precondition Failed, so exactly-once checkpoint "
+            "commits cannot be guaranteed there (two attempts could both commit the same "
+            "checkpoint). Use an endpoint that supports conditional writes; if this one is known "
+            f"to honour them, skip the probe: set {TRUST_CONDITIONAL_WRITES_ENV}=1 in the "
+            "deployment's environment, or open the store with probe_conditional_writes=False"
+        )
+
+
+def _permanent_hint(code: str, status: int, message: str) -> str:
+    """The explanation of a permanent S3 error for its message: the code's own hint if it has
+    one; else the status's hint with the endpoint's message (the code is not one we know, so
+    the hint may not tell the whole story); else the endpoint's message."""
+    if code in _PERMANENT_HINTS:
+        return f" ({_PERMANENT_HINTS[code]})"
+    hint = _PERMANENT_HINTS.get(str(status))
+    if hint:
+        return f" ({hint}): {message}" if message else f" ({hint})"
+    return f": {message}"
+
 
 # --- opening stores --------------------------------------------------------------------------
 
@@ -530,8 +699,13 @@ class S3Store(ObjectStore):
 def open_store(url: str, **options: Any) -> ObjectStore:
     """Open a store from a URL: ``s3://bucket/prefix`` or a local path / ``file://`` URL.
 
-    S3 options: endpoint_url, region, access_key_id, secret_access_key, session_token, retry.
-    Unset endpoint and region fall back to boto3's environment (AWS_ENDPOINT_URL_S3, AWS_REGION).
+    S3 options: endpoint_url, region, access_key_id, secret_access_key, session_token, retry,
+    connect_timeout, read_timeout, sleep, probe_conditional_writes (False: never probe the
+    endpoint in ``check_conditional_writes``). Unset endpoint and region fall back to boto3's
+    environment (AWS_ENDPOINT_URL_S3, AWS_REGION).
+    Local options: fsync, create (False: the root must exist already; nothing is created).
+    Each kind accepts and ignores the other's options, so one set of settings serves both.
+    Opening a store never writes to it (``create`` aside) nor probes it.
     """
     if not url or not isinstance(url, str):
         raise ConfigError(f"store URL must be a non-empty string, got {url!r}")
@@ -540,11 +714,13 @@ def open_store(url: str, **options: Any) -> ObjectStore:
         if not parsed.netloc:
             raise ConfigError(f"S3 URL {url!r} has no bucket: use s3://bucket/prefix")
         allowed = {"endpoint_url", "region", "access_key_id", "secret_access_key",
-                   "session_token", "retry", "connect_timeout", "read_timeout", "sleep"}
-        unknown = set(options) - allowed
+                   "session_token", "retry", "connect_timeout", "read_timeout", "sleep",
+                   "probe_conditional_writes"}
+        unknown = set(options) - allowed - _LOCAL_OPTIONS
         if unknown:
             raise ConfigError(f"unknown S3 store options {sorted(unknown)}; accepted: {sorted(allowed)}")
-        return S3Store(bucket=parsed.netloc, prefix=parsed.path.strip("/"), **options)
+        s3_options = {k: v for k, v in options.items() if k in allowed}
+        return S3Store(bucket=parsed.netloc, prefix=parsed.path.strip("/"), **s3_options)
     if parsed.scheme == "file":
         return LocalStore(parsed.path, **_local_options(options))
     if parsed.scheme == "" or (len(parsed.scheme) == 1 and os.name == "nt"):
@@ -552,9 +728,12 @@ def open_store(url: str, **options: Any) -> ObjectStore:
     raise ConfigError(f"unsupported store URL {url!r}: use s3://bucket/prefix or a local path")
 
 
+_LOCAL_OPTIONS = frozenset({"fsync", "create"})
+
+
 def _local_options(options: Mapping[str, Any]) -> dict[str, Any]:
     # S3-only options are ignored for local paths so one set of settings serves both.
-    return {k: v for k, v in options.items() if k == "fsync"}
+    return {k: v for k, v in options.items() if k in _LOCAL_OPTIONS}
 
 
 def store_from_spec(spec: Mapping[str, Any], **secrets: Any) -> ObjectStore:

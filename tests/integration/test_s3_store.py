@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import http.client
+import http.server
+import threading
+
 import pytest
 
-from include.errors import ObjectNotFound, PermanentStoreError, TransientStoreError
-from include.store import RetryPolicy, S3Store
+from include.errors import ConfigError, ObjectNotFound, PermanentStoreError, TransientStoreError
+from include.store import RetryPolicy, S3Store, open_store
 
 pytestmark = pytest.mark.s3
 
 FAST = RetryPolicy(max_attempts=4, base_delay=0.01, max_delay=0.02)
+TRUST_CONDITIONAL_WRITES_ENV = "ITERATIONS_TRUST_CONDITIONAL_WRITES"  # the deployment's switch
 
 
 def make(endpoint, bucket, **kw) -> S3Store:
@@ -145,3 +150,190 @@ def test_checkpoint_commit_survives_a_lost_reply(moto_endpoint, bucket):
     assert log.load(0, verify="full").attempt_id == "mine"
     with pytest.raises(CheckpointSuperseded, match="committed by mine; attempt rival is superseded"):
         log.commit(rival)
+
+
+# --- conditional-write probe -------------------------------------------------------------------
+
+
+class _DropIfNoneMatch(http.server.BaseHTTPRequestHandler):
+    """Forwards every request to moto_server without its If-None-Match header: an S3 endpoint
+    that ignores conditional writes, seen over real HTTP."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _forward(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        headers = {k: v for k, v in self.headers.items()
+                   if k.lower() not in ("if-none-match", "connection", "keep-alive", "expect")}
+        self.server.stripped += "If-None-Match" in self.headers
+        upstream = http.client.HTTPConnection(self.server.upstream, timeout=30)
+        try:
+            upstream.request(self.command, self.path, body=body, headers=headers)
+            reply = upstream.getresponse()
+            data = reply.read()
+        finally:
+            upstream.close()
+        self.send_response(reply.status, reply.reason)
+        for k, v in reply.getheaders():
+            if k.lower() not in ("transfer-encoding", "connection", "keep-alive", "content-length"):
+                self.send_header(k, v)
+        length = reply.getheader("Content-Length") if self.command == "HEAD" else None
+        self.send_header("Content-Length", length or str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def ignoring_endpoint(moto_endpoint):
+    """An endpoint in front of moto_server that drops If-None-Match; its server counts them."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _DropIfNoneMatch)
+    server.daemon_threads = True
+    server.upstream = moto_endpoint.removeprefix("http://")
+    server.stripped = 0
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def url_of(server) -> str:
+    return f"http://127.0.0.1:{server.server_address[1]}"
+
+
+@pytest.fixture(autouse=True)
+def probe_not_skipped(monkeypatch):
+    monkeypatch.delenv(TRUST_CONDITIONAL_WRITES_ENV, raising=False)
+
+
+def count_requests(store: S3Store) -> list[str]:
+    sent: list[str] = []
+    store.client.meta.events.register("before-send.s3", lambda request, **kw: sent.append(request.method))
+    return sent
+
+
+def test_conditional_write_probe_passes_where_if_none_match_is_honoured(moto_endpoint, bucket):
+    store = make(moto_endpoint, bucket)
+    sent = count_requests(store)
+    store.check_conditional_writes()
+    assert sent == ["PUT", "PUT", "POST"], "two creates of one scratch key, then its delete"
+    assert store.list("") == [], "the scratch object is gone"
+    sent.clear()
+    again = make(moto_endpoint, bucket)
+    again_sent = count_requests(again)
+    store.check_conditional_writes()
+    again.check_conditional_writes()
+    assert sent == [] and again_sent == [], "once per process per endpoint and bucket"
+    assert "probe" not in str(store.spec())
+
+
+def test_a_probe_that_failed_transiently_is_not_taken_as_passed(moto_endpoint, bucket):
+    from botocore.awsrequest import AWSResponse
+
+    flaky = make(moto_endpoint, bucket, sleep=lambda s: None)
+
+    def always_503(request, **kwargs):
+        class Raw:
+            def stream(self, **kw):
+                yield b"<Error><Code>ServiceUnavailable</Code><Message>down</Message></Error>"
+
+        return AWSResponse(request.url, 503, {}, Raw())
+
+    flaky.client.meta.events.register("before-send.s3.PutObject", always_503)
+    with pytest.raises(TransientStoreError, match=r"conditional PUT .*_iterations/probe/.* after 4 attempts"):
+        flaky.check_conditional_writes()
+    store = make(moto_endpoint, bucket)
+    sent = count_requests(store)
+    store.check_conditional_writes()
+    assert sent == ["PUT", "PUT", "POST"], "probed again after the failure"
+
+
+def test_endpoint_that_ignores_if_none_match_is_refused(ignoring_endpoint, moto_endpoint, bucket):
+    endpoint = url_of(ignoring_endpoint)
+    store = make(endpoint, bucket)
+    # The hazard: through this endpoint a second create-if-absent also "wins".
+    stripped = ignoring_endpoint.stripped
+    assert store.put_if_absent("ck/0001.json", b"winner") is True
+    assert store.put_if_absent("ck/0001.json", b"loser") is True
+    assert store.get("ck/0001.json") == b"loser"
+    assert ignoring_endpoint.stripped == stripped + 2, "the header was sent, and dropped on the way"
+
+    message = (rf"the S3 endpoint {endpoint} ignores conditional writes \(If-None-Match: \*\) in bucket "
+               rf"{bucket}: .*exactly-once checkpoint commits cannot be guaranteed there.*"
+               rf"{TRUST_CONDITIONAL_WRITES_ENV}=1.*probe_conditional_writes=False")
+    with pytest.raises(PermanentStoreError, match=message):
+        store.check_conditional_writes()
+    assert [o.key for o in store.list("")] == ["ck/0001.json"], "the scratch object is deleted"
+    sent = count_requests(store)
+    with pytest.raises(PermanentStoreError, match=message):
+        store.check_conditional_writes()
+    assert sent == [], "the verdict is kept: not probed twice"
+
+    # The same bucket through moto directly honours If-None-Match.
+    make(moto_endpoint, bucket).check_conditional_writes()
+
+
+def test_the_probe_can_be_skipped_by_the_deployment(ignoring_endpoint, bucket, monkeypatch):
+    endpoint = url_of(ignoring_endpoint)
+    trusted = make(endpoint, bucket, probe_conditional_writes=False)
+    sent = count_requests(trusted)
+    trusted.check_conditional_writes()
+    opened = open_store(f"s3://{bucket}/p", endpoint_url=endpoint, probe_conditional_writes=False)
+    assert isinstance(opened, S3Store) and opened.probe_conditional_writes is False
+    opened.check_conditional_writes()
+    monkeypatch.setenv(TRUST_CONDITIONAL_WRITES_ENV, "1")
+    store = make(endpoint, bucket)
+    store_sent = count_requests(store)
+    store.check_conditional_writes()
+    assert sent == [] and store_sent == [], "nothing probed"
+    monkeypatch.setenv(TRUST_CONDITIONAL_WRITES_ENV, "maybe")
+    with pytest.raises(ConfigError, match=f"{TRUST_CONDITIONAL_WRITES_ENV} must be 1 .* got 'maybe'"):
+        store.check_conditional_writes()
+    monkeypatch.setenv(TRUST_CONDITIONAL_WRITES_ENV, "0")
+    with pytest.raises(PermanentStoreError, match="ignores conditional writes"):
+        store.check_conditional_writes()
+
+
+# --- permanent errors: hints ---------------------------------------------------------------------
+
+
+def error_reply(status: int, code: str, message: str):
+    from botocore.awsrequest import AWSResponse
+
+    def reply(request, **kwargs):
+        class Raw:
+            def stream(self, **kw):
+                yield f"<Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
+
+        return AWSResponse(request.url, status, {}, Raw())
+
+    return reply
+
+
+def test_skewed_clock_is_not_reported_as_bad_credentials(moto_endpoint, bucket):
+    sleeps = []
+    store = make(moto_endpoint, bucket, sleep=sleeps.append)
+    store.client.meta.events.register("before-send.s3.GetObject", error_reply(
+        403, "RequestTimeTooSkewed", "The difference between the request time and the current time is too large."))
+    with pytest.raises(PermanentStoreError) as caught:
+        store.get("a/b")
+    message = str(caught.value)
+    assert "failed with RequestTimeTooSkewed" in message and "clock" in message and "NTP" in message
+    assert "credentials" not in message
+    assert sleeps == [], "not retried"
+
+
+def test_unknown_403_code_gets_the_status_hint_and_the_endpoints_message(moto_endpoint, bucket):
+    store = make(moto_endpoint, bucket)
+    store.client.meta.events.register("before-send.s3.GetObject", error_reply(
+        403, "SomethingNew", "Why the endpoint refused."))
+    with pytest.raises(PermanentStoreError, match=r"failed with SomethingNew \(access denied \(HTTP 403\): "
+                                                  r"check the credentials\): Why the endpoint refused\."):
+        store.get("a/b")

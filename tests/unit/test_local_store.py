@@ -87,3 +87,35 @@ def test_spec_has_no_secrets():
                  secret_access_key="very-secret")
     text = repr(s3) + str(s3.spec())
     assert "very-secret" not in text and "AKIA_SECRET_ID" not in text
+
+
+def test_open_an_existing_root_without_creating_it(tmp_path):
+    missing = tmp_path / "no" / "such" / "root"
+    for opener in (lambda: LocalStore(missing, create=False),
+                   lambda: open_store(str(missing), create=False),
+                   lambda: open_store(f"file://{missing}", create=False)):
+        with pytest.raises(PermanentStoreError, match=f"local store root {missing} does not exist"):
+            opener()
+    assert not os.path.exists(tmp_path / "no"), "nothing is created"
+    (tmp_path / "a-file").write_bytes(b"x")
+    with pytest.raises(PermanentStoreError, match="a-file is not a directory"):
+        open_store(str(tmp_path / "a-file"), create=False)
+
+    (tmp_path / "root").mkdir()
+    store = open_store(str(tmp_path / "root"), create=False, fsync=False,
+                       endpoint_url="http://127.0.0.1:9", probe_conditional_writes=False)
+    assert isinstance(store, LocalStore) and store.root == str(tmp_path / "root") and store.fsync is False
+    store.put("k/x", b"1")
+    assert store.get("k/x") == b"1"
+    assert isinstance(open_store(str(tmp_path / "created"), create=True), LocalStore)
+    assert os.path.isdir(tmp_path / "created"), "create=True (the default) still creates the root"
+    # S3 accepts and ignores the local options, so one set of options serves both
+    s3 = open_store("s3://my-bucket/p", endpoint_url="http://127.0.0.1:9", create=False, fsync=True)
+    assert isinstance(s3, S3Store) and s3.bucket == "my-bucket"
+
+
+def test_local_store_needs_no_conditional_write_probe(tmp_path):
+    store = LocalStore(tmp_path)
+    store.check_conditional_writes()
+    store.check_conditional_writes()
+    assert store.list("") == [], "nothing is written"
