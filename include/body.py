@@ -81,6 +81,9 @@ class IterationBody(ABC):
     # Great Expectations configurations ({"name", "type", "kwargs", "severity", "description"})
     # over the columns of the attempt's profile, e.g. "ranks.rank.min" or "l1_delta"
     expectations: ClassVar[tuple[Mapping[str, Any], ...]] = ()
+    # the names of the scalars step() reports in StepResult.facts (profile columns the data
+    # checks may name; include.checks.check_columns refuses any other)
+    facts: ClassVar[tuple[str, ...]] = ()
 
     def coordinators(self, params: Any, input: Any, store_options: Mapping[str, Any]) -> dict[str, Any]:
         """The job's coordinators (``include.coordinator.Coordinator``) by name, created for a
@@ -133,6 +136,7 @@ class IterationBody(ABC):
             "outputs": list(cls.outputs),
             "epoch_outputs": list(cls.epoch_outputs),
             "expectations": [dict(e) for e in cls.expectations],
+            "facts": list(cls.facts),
         }
 
 
@@ -141,6 +145,12 @@ BUILTIN_BODIES = {
     "kmeans": "spark_jobs.bodies.kmeans:KMeans",
     "sgd": "spark_jobs.bodies.sgd:IncrementalSGD",
 }
+
+
+def body_reference(name: str) -> str:
+    """How a body is loaded, ``package.module:Class``, for a registered name or a reference
+    (one body, one reference: an owner record compares these)."""
+    return BUILTIN_BODIES.get(name, name)
 
 
 def resolve_body(name: str) -> IterationBody:

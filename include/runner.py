@@ -20,10 +20,12 @@ from typing import Any, Mapping, Sequence
 
 from include.checkpoint import Manifest
 from include.config import JobConfig
-from include.errors import AlignmentIncomplete, CheckpointCorrupted
+from include.errors import AlignmentIncomplete
 from include.failpoints import failpoint
 from include.head import AlignmentDecision, HeadStatus
 from include.lifecycle import StopMode
+from include.ownership import LEASE_TTL_S, Holder
+from include.protocol import attempt_failed, attempt_ran, commit_epoch, end_run, start_run
 from include.runtime import DEFAULT_CHECKS, Check, DataCheckFailed, EpochPlan, IterationJob
 from include.store import ObjectStore
 
@@ -60,6 +62,8 @@ class IterationRunner:
         wait_for_input: float | None = None,
         poll_interval: float = 1.0,
         handoff: bool = True,
+        take_over: bool = False,
+        lease_wait: float = 0.0,
     ):
         """``warm_start``: a final checkpoint (of another job, same store) epoch 0 starts from.
         ``coordinators``: extra coordinators by name (``include.coordinator``).
@@ -71,7 +75,10 @@ class IterationRunner:
         ``handoff``: each epoch starts from the variables the previous one left in Spark (kept
         as its tail wrote them) instead of reading its checkpoint back, when that checkpoint is
         exactly what the previous attempt of this run wrote; a restart, or any other
-        checkpoint, reads the store (``EpochExecutor``)."""
+        checkpoint, reads the store (``EpochExecutor``).
+        ``take_over``: continue a job that belongs to another owner (a DAG, another body, input or
+        output path: include.ownership) and make it this run's. ``lease_wait``: how long to wait
+        for another run of the job to end before failing with JobBusy naming it."""
         self.config = config
         self.store_options = dict(store_options or {})
         self.attempt_retries = attempt_retries
@@ -83,6 +90,9 @@ class IterationRunner:
                                 coordinators=coordinators)
         self._spark = spark
         self._executor = None
+        self.take_over = take_over
+        self.lease_wait = lease_wait
+        self.holder = Holder.this_process()
 
     @property
     def spark(self):
@@ -109,20 +119,24 @@ class IterationRunner:
             # which partitions did not finish (the others' reports are in), before the abort
             self._failed_partitions = sorted({p for _h, p in plan.aligner().missing(self.job.reports(plan))}) \
                 if plan.kind == "epoch" else []
-            # A failed attempt never becomes state; its files are deleted now, not left to GC.
-            self.job.abort(plan, reason=f"{type(e).__name__}: {e}"[:500])
-            if isinstance(e, CheckpointCorrupted):  # the restored state failed its checksums
-                raise self.job.refuse_damaged(e) from e
-            raise
+            error = attempt_failed(self.job, plan, e)
+            if error is e:
+                raise
+            raise error from e
+        attempt_ran(self.job, plan)
 
     def run(self, *, batch_id: str | None = None, max_epochs_in_batch: int | None = None) -> RunResult:
         """Run epochs until the job terminates (then finish and publish) or the batch's epoch
         budget is spent. Safe to call again after any failure: it resumes."""
         try:
-            return self._run(batch_id, max_epochs_in_batch)
+            state = start_run(self.job, self.holder, take_over=self.take_over, lease_wait=self.lease_wait)
+            self.job.lease.renew_every(LEASE_TTL_S / 3)  # other hosts cannot see this process live
+            return self._run(state, batch_id, max_epochs_in_batch)
         except BaseException:
             self.job.reset_coordinators()  # a failure resets the coordinators to the checkpoint
             raise
+        finally:
+            end_run(self.job)
 
     def _await_input(self, state) -> bool:
         deadline = time.monotonic() + self.wait_for_input
@@ -151,13 +165,12 @@ class IterationRunner:
                 for p in failed:
                     self.job.partition_failed(plan, p)
 
-    def _run(self, batch_id: str | None, max_epochs_in_batch: int | None) -> RunResult:
+    def _run(self, state, batch_id: str | None, max_epochs_in_batch: int | None) -> RunResult:
         job = self.job
         if job.check_settings.enabled:
             from include.checks import warm_up
 
             warm_up()  # Great Expectations' import overlaps with the first epoch's Spark job
-        state = job.state()
         result = RunResult(
             self.config.job_id,
             state.status,
@@ -197,9 +210,9 @@ class IterationRunner:
                 # files: say so (CheckpointSuperseded) rather than "no report yet"
                 job.raise_if_superseded(plan.checkpoint_id, plan.attempt_id)
                 raise
-            manifest = job.commit(plan, decision)
+            manifest, published = commit_epoch(job, plan, decision)
             decision = manifest.decision  # as committed (the end of the input may have ended the job)
-            result.published.update(job.notify_checkpoint_complete(manifest))
+            result.published.update(published)
             (result.epochs_adopted if plan.adopted else result.epochs_computed).append(plan.epoch)
             result.decisions.append(decision)
             metrics = " ".join(f"{k}={v:.3e}" for k, v in sorted(decision.metrics.items()))

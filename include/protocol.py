@@ -1,0 +1,128 @@
+"""The rules a run of a job keeps at the epoch boundary, written once: the library runner
+(include.runner) and the Airflow operators (plugins/iterations/operators) both call them.
+
+- ``start_run``: before a run writes anything: the store can commit exactly once (its
+  conditional writes are probed), the job is this run's (its owner record), and no other run
+  writes it (the lease, whose token fences every commit and publication).
+- ``resolve_attempt``: what became of an attempt a step of the run recorded earlier (a retried
+  task): still pending, committed by itself (its reply was lost, its plan since collected), or
+  superseded.
+- ``attempt_failed``: a failed attempt is aborted (its files deleted, never adopted); a damaged
+  checkpoint is refused with the way out.
+- ``commit_epoch``: checks, the single-winner commit, then the epoch's outputs published.
+- ``end_run``: the lease is released.
+
+Nothing here imports Spark or Airflow.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Callable, Sequence
+
+from include.body import body_reference
+from include.checkpoint import Manifest
+from include.config import JobConfig
+from include.errors import CheckpointCorrupted, CheckpointError, CheckpointSuperseded
+from include.failpoints import failpoint
+from include.head import AlignmentDecision, EpochReport
+from include.outputs import check_output_path_outside_stores
+from include.ownership import Holder, JobLease, JobOwner, claim
+from include.runtime import EpochPlan, IterationJob, JobState
+from include.store import STORE_MARKER, ObjectStore
+
+log = logging.getLogger("iterations")
+
+
+def owner_of(config: JobConfig, dag_id: str | None) -> JobOwner:
+    """What a run of ``config`` claims the job for (``dag_id`` None: outside Airflow)."""
+    return JobOwner(dag_id=dag_id, body=body_reference(config.body), input=config.input.to_dict(),
+                    output_path=config.output_path)
+
+
+def mark_store(store: ObjectStore) -> None:
+    """Mark the store's root as a checkpoint store: no output is ever published inside one
+    (include.outputs.check_not_in_store)."""
+    if not store.exists(STORE_MARKER):
+        store.put_if_absent(STORE_MARKER, json.dumps({"format": "iterations.store/1"}).encode())
+
+
+def start_run(job: IterationJob, holder: Holder, *, dag_id: str | None = None, take_over: bool = False,
+              lease_wait: float = 0.0, alive: Callable[[Holder], bool | None] | None = None,
+              poll: float = 1.0) -> JobState:
+    """Everything a run does before it writes: check the body, its parameters and the data
+    checks; probe the store's conditional writes (once per process), mark the store, refuse an output path inside a checkpoint store, claim the job (OwnershipError if it is another's and not taken
+    over), hold its lease (JobBusy naming the run that holds it, after ``lease_wait`` seconds),
+    then the job's state at its latest checkpoint."""
+    job.check_expectations()  # the body, its parameters and the data checks, refused before anything is written
+    job.store.check_conditional_writes()
+    mark_store(job.store)
+    check_output_path_outside_stores(job.config.output_path, **job.store_options)
+    claim(job.store, job.config.job_id, owner_of(job.config, dag_id), take_over=take_over,
+          claimed_by=holder.describe())
+    job.lease = JobLease(job.store, job.config.job_id).acquire(holder, wait=lease_wait, alive=alive, poll=poll)
+    return job.state()
+
+
+def end_run(job: IterationJob) -> None:
+    """Release the run's lease (nothing if it holds none, or lost it)."""
+    if job.lease is not None:
+        job.lease.release()
+        job.lease = None
+
+
+def resolve_attempt(job: IterationJob, epoch: int, attempt_id: str) -> tuple[EpochPlan | None, Manifest | None]:
+    """(its plan, the checkpoint it committed) for an attempt recorded earlier: (plan, None)
+    while it is not committed; (plan or None, manifest) once it committed (its plan may be gone:
+    the commit's garbage collection removes a committed attempt's plan); CheckpointSuperseded
+    if another attempt committed the checkpoint or the attempt was aborted."""
+    recorded = job.log.read_plan(epoch, attempt_id)
+    plan = EpochPlan.from_dict(recorded) if recorded is not None else None
+    if job.raise_if_superseded(epoch, attempt_id):
+        return plan, job.log.load(epoch, verify="none")
+    reason = job.log.abort_reason(epoch, attempt_id)
+    if reason is not None:
+        raise CheckpointSuperseded(f"attempt {attempt_id} of checkpoint {epoch} of job {job.config.job_id} was "
+                                   f"aborted ({reason or 'no reason given'}): run the epoch again")
+    if plan is None:
+        raise CheckpointError(f"attempt {attempt_id} of checkpoint {epoch} of job {job.config.job_id} has no plan "
+                              f"in the store ({job.store.location(job.log.layout.plan(epoch, attempt_id))}) and "
+                              "was not committed: run the epoch again")
+    return plan, None
+
+
+def attempt_ran(job: IterationJob, plan: EpochPlan) -> None:
+    """The attempt's Spark job ended and every report is written (a failure point for tests:
+    ``head.after_run`` / ``finish.after_run``)."""
+    failpoint(f"{'head' if plan.kind == 'epoch' else 'finish'}.after_run", job=job.config.job_id,
+              epoch=plan.checkpoint_id)
+
+
+def attempt_failed(job: IterationJob, plan: EpochPlan, error: BaseException) -> BaseException:
+    """Abort a failed attempt (its files deleted now, not left to GC; it is never adopted) and
+    return the error to raise: for a damaged restored checkpoint, the refusal that names the
+    way out; otherwise ``error`` itself."""
+    job.abort(plan, reason=f"{type(error).__name__}: {error}"[:500])
+    if isinstance(error, CheckpointCorrupted):
+        return job.refuse_damaged(error)
+    return error
+
+
+def commit_epoch(job: IterationJob, plan: EpochPlan, decision: AlignmentDecision | None = None,
+                 reports: Sequence[EpochReport] | None = None) -> tuple[Manifest, dict[str, str]]:
+    """Check, commit (single winner; a retry of a commit that landed gets its manifest), then
+    publish the epoch's outputs: (the manifest as committed, output name -> where published)."""
+    manifest = job.commit(plan, decision, reports)
+    return manifest, job.notify_checkpoint_complete(manifest)
+
+
+def epoch_line(decision: AlignmentDecision) -> str:
+    """The progress line of a committed epoch: ``epoch 3 committed: feedback=4804 l1_delta=4.575e-07``."""
+    metrics = " ".join(f"{k}={v:.3e}" for k, v in sorted(decision.metrics.items()))
+    return (f"epoch {decision.epoch} committed: feedback={decision.feedback_count} {metrics}".rstrip()
+            + (f" -> terminating ({decision.reason})" if decision.terminated else ""))
+
+
+__all__ = ["attempt_failed", "attempt_ran", "commit_epoch", "end_run", "epoch_line", "mark_store", "owner_of",
+           "resolve_attempt", "start_run"]
