@@ -13,11 +13,17 @@ Layout under ``jobs/<job_id>/`` of the store::
     retired/<id>               retention removed this checkpoint's data (its manifest stays a
                                tombstone so that nobody can ever commit that id again); holds
                                the checkpoint's summary (its decision: metrics, feedback)
-    aborted/<epoch>/<attempt_id>  the attempt was aborted: never adopted, its files are garbage
+    aborted/<epoch>/<attempt_id>  the attempt's fate, decided once by a create-if-absent write:
+                               aborted (never adopted, its files are garbage), or claimed by
+                               its own commit (``claim_commit``; removed with the epoch's GC)
     batches/<batch_id>.json    the final checkpoint of a batch (kept by retention)
     published/<id>/<sink>.json the outputs of checkpoint <id> a sink committed (2PC phase two)
+    history/<where>/<sink>/<version>.json  the files the job wrote into an output (the only
+                               files its later publications may delete: include.outputs)
     savepoints/<id>.json       the job was suspended at checkpoint <id> (kept by retention)
     control/stop.json          a pending stop request (drain or suspend) for the running job
+    owner.json                 who the job belongs to: DAG, body, input, output (include.ownership)
+    lease/<token>.json         which run may write; the highest token is current (include.ownership)
 
 Nothing under ``attempts/`` is read by an epoch computation unless a committed manifest
 references it. Ordering is by checkpoint id only, never by timestamps.
@@ -117,6 +123,21 @@ class JobLayout:
 
     def stop_request(self) -> str:
         return f"{self.root}/control/stop.json"
+
+    def history_prefix(self, location: str, name: str) -> str:
+        """Where the job records what it wrote into output ``name`` at ``location``."""
+        return f"{self.root}/history/{hashlib.sha256(location.encode()).hexdigest()[:24]}/{check_attempt_id(name)}/"
+
+    def owner(self) -> str:
+        """Who the job belongs to (include.ownership)."""
+        return f"{self.root}/owner.json"
+
+    def lease_prefix(self) -> str:
+        return f"{self.root}/lease/"
+
+    def lease(self, token: int) -> str:
+        """One record of the job's lease; the highest token is the current one (include.ownership)."""
+        return f"{self.lease_prefix()}{token:010d}.json"
 
     @staticmethod
     def parse_id(key: str) -> int | None:
@@ -354,24 +375,53 @@ class CheckpointLog:
                 out.append(EpochReport.from_json(self.store.get(o.key)))
         return out
 
+    def has_started(self) -> bool:
+        """Whether any attempt of any epoch was ever recorded (the job has started)."""
+        return bool(self.store.list(self.layout.attempts()))
+
     def attempt_ids(self, epoch: int) -> list[str]:
         prefix = self.layout.attempts(epoch)
         ids = {o.key[len(prefix):].split("/", 1)[0] for o in self.store.list(prefix)}
         return sorted(ids)
 
     def is_aborted(self, epoch: int, attempt_id: str) -> bool:
-        return self.store.exists(self.layout.aborted(epoch, attempt_id))
+        return self.abort_reason(epoch, attempt_id) is not None
 
-    def abort_reason(self, epoch: int, attempt_id: str) -> str | None:
-        """None if the attempt was not aborted, else why (possibly empty)."""
+    def _fate(self, epoch: int, attempt_id: str) -> dict[str, Any] | None:
+        """The attempt's fate, decided once (see ``claim_commit``): None while undecided, else
+        ``{"claim": "commit"}`` or ``{"reason": ...}`` (aborted)."""
         try:
             data = self.store.get(self.layout.aborted(epoch, attempt_id))
         except ObjectNotFound:
             return None
         try:
-            return str(json.loads(data).get("reason") or "")
-        except (ValueError, AttributeError):
-            return ""
+            fate = json.loads(data)
+        except ValueError:
+            fate = None
+        return fate if isinstance(fate, dict) else {"reason": ""}
+
+    def abort_reason(self, epoch: int, attempt_id: str) -> str | None:
+        """None if the attempt was not aborted (undecided, or claimed by its commit), else why
+        (possibly empty)."""
+        fate = self._fate(epoch, attempt_id)
+        if fate is None or fate.get("claim") == "commit":
+            return None
+        return str(fate.get("reason") or "")
+
+    def claim_commit(self, epoch: int, attempt_id: str) -> None:
+        """Decide the attempt's fate for its commit, before the manifest is written: one
+        create-if-absent write of ``aborted/<epoch>/<attempt>`` decides between this commit and
+        any abort of the attempt, whichever comes first; the loser sees the winner's record. A
+        commit that finds the attempt aborted raises CheckpointSuperseded; a retry of the same
+        commit finds its own claim and goes on."""
+        key = self.layout.aborted(epoch, attempt_id)
+        if self.store.put_if_absent(key, json.dumps({"claim": "commit", "at": _now()}).encode()):
+            return
+        reason = self.abort_reason(epoch, attempt_id)
+        if reason is not None:  # fenced: a retry took over, or a rewind rejected its epoch
+            raise CheckpointSuperseded(
+                f"attempt {attempt_id} of checkpoint {epoch} of job {self.job_id} was aborted "
+                f"({reason or 'no reason given'}): it cannot commit, it is superseded and its files are garbage")
 
     def read_plan(self, epoch: int, attempt_id: str) -> dict[str, Any] | None:
         try:
@@ -460,14 +510,17 @@ class CheckpointLog:
         return Manifest.from_bytes(data, self.store.location(self.layout.checkpoint(checkpoint_id))).attempt_id
 
     def abort(self, epoch: int, attempt_id: str, reason: str = "") -> bool:
-        """Abort an attempt: mark it, then delete its files. Idempotent; a no-op (False) for the
-        attempt that committed the epoch's checkpoint."""
+        """Abort an attempt: decide its fate (one create-if-absent write, the same one its
+        commit makes: ``claim_commit``), then delete its files. Idempotent. A no-op (False) for
+        an attempt whose commit claimed it first (committed, or committing now): nothing it
+        wrote is deleted, so a checkpoint can never be committed and then lose its files."""
         if self.committed_by(epoch) == attempt_id:
             return False
-        self.store.put(
-            self.layout.aborted(epoch, attempt_id),
-            json.dumps({"reason": reason, "at": _now()}).encode(),
-        )
+        key = self.layout.aborted(epoch, attempt_id)
+        if not self.store.put_if_absent(key, json.dumps({"reason": reason, "at": _now()}).encode()):
+            if self.abort_reason(epoch, attempt_id) is None:
+                log.info("epoch %d attempt %s is not aborted: its commit claimed it first", epoch, attempt_id)
+                return False
         keys = [o.key for o in self.store.list(self.layout.attempt(epoch, attempt_id) + "/")]
         self.store.delete(keys)
         log.info("aborted epoch %d attempt %s (%d objects deleted)%s", epoch, attempt_id, len(keys),
@@ -503,6 +556,36 @@ class CheckpointLog:
                 d = json.loads(self.store.get(o.key))
                 out[d["sink"]] = d
         return out
+
+    # --- the history of what the job wrote into its outputs (include.outputs.PublicationHistory)
+
+    def record_written(self, location: str, name: str, version: str, keys: list[str]) -> None:
+        self.store.put(f"{self.layout.history_prefix(location, name)}{check_attempt_id(version)}.json",
+                       json.dumps({"location": location, "name": name, "version": version, "keys": list(keys),
+                                   "retired": False, "at": _now()}, sort_keys=True).encode())
+
+    def written(self, location: str, name: str) -> dict[str, list[str]]:
+        """version -> its keys, for the versions of output ``name`` at ``location`` this job wrote
+        and has not deleted (records of another shape are ignored)."""
+        out = {}
+        for o in self.store.list(self.layout.history_prefix(location, name)):
+            try:
+                d = json.loads(self.store.get(o.key))
+            except (ValueError, ObjectNotFound):
+                continue
+            if (isinstance(d, dict) and d.get("location") == location and d.get("name") == name
+                    and not d.get("retired") and isinstance(d.get("version"), str) and isinstance(d.get("keys"), list)
+                    and o.key.endswith(f"/{d['version']}.json")):
+                out[d["version"]] = [k for k in d["keys"] if isinstance(k, str)]
+        return out
+
+    def mark_retired(self, location: str, name: str, version: str) -> None:
+        key = f"{self.layout.history_prefix(location, name)}{check_attempt_id(version)}.json"
+        try:
+            d = json.loads(self.store.get(key))
+        except ObjectNotFound:
+            return
+        self.store.put(key, json.dumps({**d, "retired": True, "retired_at": _now()}, sort_keys=True).encode())
 
     # --- stop requests and savepoints -----------------------------------------------------
 

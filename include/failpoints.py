@@ -9,12 +9,19 @@ Syntax: ``name[@key=value...]=action`` separated by ``;``, for example::
 Actions: ``kill`` (SIGKILL this process), ``kill-driver`` (SIGKILL the driver, whose pid the
 Spark session helper puts in ITERATIONS_DRIVER_PID before the JVM starts: its whole process
 group when it leads one, as when a machine dies, else the driver and this process),
-``raise`` (raise FailpointError), ``hold`` (stop here once, so that a test can act while this
+``raise`` (raise FailpointError), ``raise-once`` and ``kill-once`` (the same, the first time
+any process reaches the point; later arrivals, such as the retry of the task that failed,
+pass: a marker ``<spec>.fired`` in ITERATIONS_FAILPOINT_DIR, created exclusively, records
+it), ``hold`` (stop here once, so that a test can act while this
 process is in the middle of its work, e.g. kill the machine it runs on: the first process to
 reach the point creates ``<spec>.held`` in the directory ITERATIONS_FAILPOINT_DIR, holding its
 pid, and waits until ``<spec>.release`` appears there, ``<spec>`` being the point's name and
 conditions as written, ``tail.partition_written@epoch=3@partition=1``; later arrivals, such as
 Spark's retry of the task, pass).
+
+``ITERATIONS_FAILPOINTS_FILE=path``: the points are (also) read from that file, again whenever
+it changes, so that a long-lived process (a Spark Connect server's Python workers) takes the
+points a test sets for each scenario. Every point that fires is traced (``failpoint.fired``).
 """
 
 from __future__ import annotations
@@ -23,9 +30,11 @@ import os
 import signal
 
 ENV = "ITERATIONS_FAILPOINTS"
+FILE_ENV = "ITERATIONS_FAILPOINTS_FILE"
 DRIVER_PID_ENV = "ITERATIONS_DRIVER_PID"
 DIR_ENV = "ITERATIONS_FAILPOINT_DIR"
 HOLD_LIMIT_S = 600.0
+ACTIONS = ("kill", "kill-driver", "raise", "hold", "raise-once", "kill-once")
 
 
 class FailpointError(RuntimeError):
@@ -38,13 +47,14 @@ def _parse(text: str) -> dict[str, list[tuple[dict[str, str], str]]]:
         spec, _, action = item.rpartition("=")
         name, *conds = spec.split("@")
         where = dict(c.split("=", 1) for c in conds)
-        if action not in ("kill", "kill-driver", "raise", "hold"):
-            raise ValueError(f"failpoint {item!r}: action must be kill, kill-driver, raise or hold")
+        if action not in ACTIONS:
+            raise ValueError(f"failpoint {item!r}: action must be one of {', '.join(ACTIONS)}")
         points.setdefault(name, []).append((where, action))
     return points
 
 
 _ACTIVE = _parse(os.environ.get(ENV, ""))
+_FILE: dict[str, object] = {"path": os.environ.get(FILE_ENV) or None, "stamp": None, "points": {}}
 
 
 def configure(text: str) -> None:
@@ -53,16 +63,37 @@ def configure(text: str) -> None:
     _ACTIVE = _parse(text)
 
 
+def _from_file() -> dict[str, list[tuple[dict[str, str], str]]]:
+    path = _FILE["path"]
+    try:
+        st = os.stat(path)
+    except OSError:
+        return {}
+    stamp = (st.st_mtime_ns, st.st_size)
+    if stamp != _FILE["stamp"]:
+        with open(path) as f:
+            _FILE["points"] = _parse(f.read())
+        _FILE["stamp"] = stamp
+    return _FILE["points"]  # type: ignore[return-value]
+
+
 def failpoint(name: str, **context: object) -> None:
     """Trigger the failure configured for ``name`` if its conditions match ``context``."""
-    if not _ACTIVE:
+    if not _ACTIVE and not _FILE["path"]:
         return
-    for where, action in _ACTIVE.get(name, ()):
+    points = [*_ACTIVE.get(name, ()), *(_from_file().get(name, ()) if _FILE["path"] else ())]
+    for where, action in points:
         if all(str(context.get(k)) == v for k, v in where.items()):
+            spec = name + "".join(f"@{k}={v}" for k, v in where.items())
+            if action.endswith("-once"):
+                if not _first_time(spec):
+                    continue
+                action = action[:-len("-once")]
+            trace("failpoint.fired", point=spec, action=action)
             if action == "raise":
                 raise FailpointError(f"failpoint {name} {context}")
             if action == "hold":
-                _hold(name + "".join(f"@{k}={v}" for k, v in where.items()))
+                _hold(spec)
                 continue
             if action == "kill-driver" and DRIVER_PID_ENV in os.environ:
                 driver = int(os.environ[DRIVER_PID_ENV])
@@ -70,6 +101,20 @@ def failpoint(name: str, **context: object) -> None:
                     os.killpg(driver, signal.SIGKILL)
                 os.kill(driver, signal.SIGKILL)
             os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _first_time(spec: str) -> bool:
+    """Whether this is the first arrival at ``spec`` (of any process): one exclusive create."""
+    where = os.environ.get(DIR_ENV)
+    if not where:
+        raise FailpointError(f"failpoint {spec}: a -once action needs the directory {DIR_ENV}")
+    try:
+        fd = os.open(os.path.join(where, f"{spec}.fired"), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(str(os.getpid()))
+    return True
 
 
 def _hold(name: str) -> None:

@@ -21,7 +21,16 @@ from typing import Any, Callable, Mapping, Sequence
 
 from include.body import resolve_body
 from include.checkpoint import CheckpointLog, DatasetRef, Manifest
-from include.checks import CheckReport, CheckSettings, merge, profile_row, runtime_expectations, schema_string, validate
+from include.checks import (
+    CheckReport,
+    CheckSettings,
+    check_columns,
+    merge,
+    profile_row,
+    runtime_expectations,
+    schema_string,
+    validate,
+)
 from include.config import InputSpec, JobConfig
 from include.coordinator import AlignmentCoordinator, Coordinator, CoordinatorHolder, Coordinators
 from include.errors import CheckpointCorrupted, CheckpointError, CheckpointSuperseded, IterationError
@@ -36,7 +45,8 @@ from include.head import (
 )
 from include.failpoints import failpoint, trace
 from include.lifecycle import Lifecycle, OperatorState, StopMode
-from include.outputs import publish_dataset, publish_delta, publish_increment
+from include.ownership import Lease
+from include.outputs import check_not_in_store, publish_dataset, publish_delta, publish_increment
 from include.store import ObjectStore, open_store
 
 log = logging.getLogger("iterations")
@@ -147,11 +157,14 @@ class IterationJob:
         store_options: Mapping[str, Any] | None = None,
         warm_start: Manifest | None = None,
         coordinators: Mapping[str, Coordinator] | None = None,
+        publication_family: Sequence[str] = (),
     ):
         """``warm_start``: the final checkpoint (of another job in the same store) whose
         variables epoch 0 starts from, through the body's ``warm_start``; used only while this
         job has no checkpoint of its own. ``coordinators``: extra coordinators by name, besides
-        the body's and the built-in ``alignment``."""
+        the body's and the built-in ``alignment``. ``publication_family``: other jobs (in the
+        same store) whose published versions this job's publications replace and may delete (a
+        scheduled batch's earlier generations)."""
         if warm_start is not None and warm_start.kind != "final":
             raise CheckpointError(
                 f"a job warm-starts from a final checkpoint; checkpoint {warm_start.checkpoint_id} "
@@ -166,9 +179,14 @@ class IterationJob:
         self.check_settings = CheckSettings.parse(config.checks)
         self.last_check_report: CheckReport | None = None  # of the latest check() in this process
         self._body_meta: dict[str, Any] | None = None
+        self._expectations_checked = False
         self._extra_coordinators = dict(coordinators or {})
         self._coords: Coordinators | None = None
         self._coords_valid = False  # False: restore from the store before the next use
+        # this run's hold on the job (include.ownership; include.protocol.start_run): checked
+        # before every commit and publication; None: not leased (a test driving phases by hand)
+        self.lease: Lease | None = None
+        self.publication_history = _History(self.log, [CheckpointLog(self.store, j) for j in publication_family])
 
     @property
     def body_meta(self) -> dict[str, Any]:
@@ -232,7 +250,18 @@ class IterationJob:
             f"job {self.config.job_id}: {reason}; and no kept checkpoint before it is intact "
             f"(kept: {self.log.checkpoint_ids()}): nothing to fall back to")
 
+    def check_expectations(self) -> None:
+        """ConfigError, before any Spark work, if the body is unknown, its parameters bad, or the
+        job's data checks name a column no checkpoint of its body can have
+        (include.checks.check_columns; once per job object)."""
+        meta = self.body_meta  # an unknown body or bad parameters: ConfigError
+        if self._expectations_checked or not self.check_settings.enabled:
+            return
+        check_columns(merge([*meta.get("expectations", []), *self.check_settings.expectations]), meta)
+        self._expectations_checked = True
+
     def _base_plan(self, kind: str, checkpoint_id: int, latest: Manifest | None, batch_id: str | None) -> EpochPlan:
+        self.check_expectations()
         meta = self.body_meta
         P = self.config.num_partitions
         source = latest if latest is not None else self.warm_start
@@ -284,14 +313,15 @@ class IterationJob:
                 f"job {self.config.job_id} is {state.status.value} at checkpoint "
                 f"{state.latest.checkpoint_id if state.latest else None}: no epoch left to plan"
             )
+        self.settle(state)
         epoch = state.next_epoch
+        failpoint("head.before_plan", job=self.config.job_id, epoch=epoch)
         base = self._base_plan("epoch", epoch, state.latest, batch_id)
         events, snapshots = self._trigger_coordinators(state.latest, epoch)
         base = dataclasses.replace(base, events=events, coordinators=snapshots)
-        adopted = self._adoptable(base)
-        if adopted is not None:
-            return adopted
-        return self._record(base)
+        plan = self._adoptable(base) or self._record(base)
+        failpoint("head.after_plan", job=self.config.job_id, epoch=epoch)
+        return plan
 
     # --- coordinators -----------------------------------------------------------------------
 
@@ -385,12 +415,20 @@ class IterationJob:
                 f"{'' if state.latest else ' with no checkpoint'}: finish runs once termination is "
                 "decided (or a drain is requested after at least one epoch) and before the job is terminated"
             )
+        self.settle(state)
+        failpoint("finish.before_plan", job=self.config.job_id)
         base = self._base_plan("final", state.latest.checkpoint_id + 1, state.latest, batch_id)
         # the coordinators stay as the latest checkpoint left them
         base = dataclasses.replace(base, coordinators=state.latest.coordinators,
                                    stop=StopMode.DRAIN.value if drainable else None)
-        adopted = self._adoptable(base)
-        return adopted if adopted is not None else self._record(base)
+        plan = self._adoptable(base) or self._record(base)
+        failpoint("finish.after_plan", job=self.config.job_id)
+        return plan
+
+    def settle(self, state: JobState) -> dict[str, str]:
+        """Nothing is planned on a checkpoint whose outputs are not published: publish what a
+        crash between its commit and its publication left (a no-op when all are published)."""
+        return self.notify_checkpoint_complete(state.latest) if state.latest is not None else {}
 
     def _record(self, base: EpochPlan) -> EpochPlan:
         attempt_id = f"a{base.checkpoint_id}-{uuid.uuid4().hex[:12]}"
@@ -440,6 +478,7 @@ class IterationJob:
     def align(self, plan: EpochPlan, reports: Sequence[EpochReport] | None = None) -> AlignmentDecision:
         """Global alignment; AlignmentIncomplete while a partition has not reported."""
         reports = self.reports(plan) if reports is None else reports
+        failpoint("align.before_decide", job=self.config.job_id, epoch=plan.epoch)
         return plan.aligner().align(plan.epoch, plan.attempt_id, list(reports))
 
     def check(self, plan: EpochPlan, decision: AlignmentDecision | None, reports: Sequence[EpochReport],
@@ -555,11 +594,10 @@ class IterationJob:
         return manifest
 
     def _commit_manifest(self, plan: EpochPlan, **content: Any) -> Manifest:
-        reason = self.log.abort_reason(plan.checkpoint_id, plan.attempt_id)
-        if reason is not None:  # fenced: a retry took over, or a rewind rejected its epoch
-            raise CheckpointSuperseded(
-                f"attempt {plan.attempt_id} of checkpoint {plan.checkpoint_id} of job {plan.job_id} was aborted "
-                f"({reason or 'no reason given'}): it cannot commit, it is superseded and its files are garbage")
+        if self.lease is not None:
+            self.lease.check()  # fenced: another run took the job over
+        # fenced too: a retry took over, or a rewind rejected its epoch (decided once, with abort)
+        self.log.claim_commit(plan.checkpoint_id, plan.attempt_id)
         manifest = Manifest(
             job_id=plan.job_id,
             checkpoint_id=plan.checkpoint_id,
@@ -680,9 +718,13 @@ class IterationJob:
         checkpoint leaves staged data behind. Returns output name -> where it was published."""
         if not manifest.outputs or not self.config.output_path:
             return {}
+        done = self.log.publications(manifest.checkpoint_id)
+        if all(name in done for name in manifest.outputs):
+            return {name: done[name]["location"] for name in sorted(manifest.outputs)}
+        if self.lease is not None:
+            self.lease.check()  # a run that lost the job publishes nothing
         out = open_store(self.config.output_path, **self.store_options)
         stamp = {"job_id": manifest.job_id, "checkpoint_id": manifest.checkpoint_id, "attempt_id": manifest.attempt_id}
-        done = self.log.publications(manifest.checkpoint_id)
         published = {}
         for name, ds in sorted(manifest.outputs.items()):
             if name in done:
@@ -690,11 +732,12 @@ class IterationJob:
                 continue
             failpoint("publish.before_output", job=manifest.job_id, checkpoint=manifest.checkpoint_id, output=name)
             if self.config.output_format == "delta":
+                check_not_in_store(out, name)
                 where = out.url(name)
                 mode = "overwrite" if manifest.kind == "final" else "append"
                 publish_delta(self.store, where, ds, stamp, store_options=self.store_options, mode=mode)
             elif manifest.kind == "final":
-                publish_dataset(self.store, out, name, ds, stamp)
+                publish_dataset(self.store, out, name, ds, stamp, history=self.publication_history)
                 where = out.location(name)
             else:
                 publish_increment(self.store, out, name, ds, stamp)
@@ -753,6 +796,28 @@ class IterationJob:
             return None
         cid = state.latest.checkpoint_id
         return cid if self.store.exists(self.log.layout.savepoint(cid)) else None
+
+
+class _History:
+    """The job's record of the versions it wrote into its outputs (include.outputs), read over
+    the job and the jobs it replaces; retired in the log that recorded them."""
+
+    def __init__(self, own: CheckpointLog, family: Sequence[CheckpointLog] = ()):
+        self.own = own
+        self.family = list(family)
+
+    def wrote(self, location: str, name: str, version: str, keys: Sequence[str]) -> None:
+        self.own.record_written(location, name, version, list(keys))
+
+    def written(self, location: str, name: str) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for log_ in [*self.family, self.own]:
+            out.update(log_.written(location, name))
+        return out
+
+    def retired(self, location: str, name: str, version: str) -> None:
+        for log_ in [self.own, *self.family]:
+            log_.mark_retired(location, name, version)
 
 
 def _datasets(reports: Sequence[EpochReport], names: Sequence[str], num_partitions: int) -> dict[str, DatasetRef]:

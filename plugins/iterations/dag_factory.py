@@ -21,6 +21,19 @@ DEFAULT_STORE = os.path.join(LOCAL_DIR, "store")
 
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 
+# The expectation types and kwargs include.checks accepts (EXPECTATION_TYPES, EXPECTATION_KWARGS),
+# written out so that parsing a DAG file does not import the checks module; a unit test keeps
+# them equal (tests/unit/test_checks.py).
+EXPECTATION_TYPES = [
+    "expect_column_max_to_be_between", "expect_column_mean_to_be_between", "expect_column_median_to_be_between",
+    "expect_column_min_to_be_between", "expect_column_pair_values_a_to_be_greater_than_b",
+    "expect_column_pair_values_to_be_equal", "expect_column_sum_to_be_between", "expect_column_to_exist",
+    "expect_column_values_to_be_between", "expect_column_values_to_be_in_set", "expect_column_values_to_be_null",
+    "expect_column_values_to_not_be_in_set", "expect_column_values_to_not_be_null", "expect_multicolumn_sum_to_equal",
+]
+EXPECTATION_KWARGS = ["column", "column_A", "column_B", "column_index", "column_list", "ignore_row_if", "max_value",
+                      "min_value", "mostly", "or_equal", "strict_max", "strict_min", "sum_total", "value_set"]
+
 
 # The JSON Schema dialect of every param's schema. Airflow validates a param with
 # ``jsonschema.validate``, which first checks the schema against its dialect's metaschema, and
@@ -82,18 +95,19 @@ def job_params(
                                     "expectations": {"type": "array", "items": {
                                         "type": "object", "required": ["name"],
                                         "properties": {"name": {"type": "string", "minLength": 1},
-                                                       "type": {"type": "string", "pattern": "^expect_"},
-                                                       "kwargs": {"type": "object"},
+                                                       "type": {"type": "string", "enum": EXPECTATION_TYPES},
+                                                       "kwargs": {"type": "object",
+                                                                  "propertyNames": {"enum": EXPECTATION_KWARGS}},
                                                        "severity": {"type": "string",
                                                                     "enum": ["critical", "warning", "info"]},
                                                        "description": {"type": "string"},
                                                        "enabled": {"type": "boolean"}},
                                         "additionalProperties": False}}},
                         additionalProperties=False,
-                        description="Data checks for this run, over the DAG's: {\"expectations\": [{\"name\", "
-                                    "\"type\", \"kwargs\", \"severity\"}]}; an entry named like an existing "
-                                    "expectation changes it (e.g. {\"name\": \"rank_mass\", \"severity\": "
-                                    "\"warning\"}); {\"enabled\": false} turns the checks off. See README, Data checks."),
+                        description="Data checks this run adds to the DAG's: {\"expectations\": [{\"name\", "
+                                    "\"type\", \"kwargs\", \"severity\"}]}. Changing or removing an existing "
+                                    "expectation (an entry with its name) or {\"enabled\": false} is refused "
+                                    "unless the DAG's author allows runs to relax its checks. See docs/data-checks.md."),
         "continuation": param(True, type="boolean",
                               description="If the job has not terminated when the batch's epochs are done, "
                                           "trigger the next batch (a linked run of this DAG)."),
@@ -148,12 +162,22 @@ def iteration_dag(
     wait_for_input: bool = False,
     input_timeout: float = 3600.0,
     checks_file: str | None = None,
+    allow_take_over: bool = False,
+    relax_checks: bool = False,
+    lease_wait: float = 60.0,
 ) -> DAG:
     """``wait_for_input``: for a body whose input arrives while it runs (``sgd``), each epoch
     group starts with ``wait_input``, a deferrable sensor that waits up to ``input_timeout``
     seconds for new input before the head plans the epoch. ``checks_file``: the DAG's data
     checks (JSON, ``include.checks``; a path relative to the project root), over the body's and
-    under each run's ``checks`` param."""
+    under each run's ``checks`` param.
+
+    The author's safeguards, which a run's conf cannot switch off: ``allow_take_over`` (off by
+    default) adds a ``take_over`` param with which a run makes a job of another owner (another
+    DAG, body, input or output) this DAG's; ``relax_checks`` (off by default) lets a run's
+    ``checks`` param turn the data checks off or loosen the author's expectations (otherwise a
+    run may only add expectations). ``lease_wait``: seconds a task waits for another run of the
+    same job to end before it fails naming that run."""
     from include.checks import load_checks_file
     from include.paths import configured_roots
     from iterations.operators.continuation import ContinuationOperator
@@ -172,7 +196,17 @@ def iteration_dag(
     defaults = {k: getattr(params.get(k), "value", None) for k in ("input_path", "output_path", "checkpoint_root")}
     allowed_roots = [*configured_roots(defaults), LOCAL_DIR]
     common = {"body": body, "body_param_names": body_param_names, "aws_conn_id": aws_conn_id, "scheduled": scheduled,
-              "checks": checks, "allowed_roots": allowed_roots}
+              "checks": checks, "allowed_roots": allowed_roots, "allow_take_over": allow_take_over,
+              "relax_checks": relax_checks, "lease_wait": lease_wait,
+              "checkpoint_roots": [defaults["checkpoint_root"]] if defaults["checkpoint_root"] else []}
+    if allow_take_over:
+        params = {**params, "take_over": param(
+            False, type="boolean",
+            description="Continue a job that belongs to another owner (another DAG, body, input or output "
+                        "path) and make it this DAG's. Off: such a run is refused naming the owner.")}
+    # overrides for tests (the fault sweep): seconds between a failed task's tries, and how many
+    retry_delay = float(os.environ.get("ITERATIONS_RETRY_DELAY_SECONDS") or 10.0)
+    retries = int(os.environ.get("ITERATIONS_RETRIES") or retries)
     with DAG(
         dag_id=dag_id,
         schedule=schedule,
@@ -182,7 +216,7 @@ def iteration_dag(
         params=ParamsDict(dict(params)),
         tags=["iterations", body, *tags],
         doc_md=doc_md,
-        default_args={"retries": retries, "retry_delay": dt.timedelta(seconds=10)},
+        default_args={"retries": retries, "retry_delay": dt.timedelta(seconds=retry_delay)},
     ) as dag:
         previous = None
         for i in range(epochs_per_batch):

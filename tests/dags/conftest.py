@@ -28,7 +28,12 @@ def airflow_env(tmp_path_factory):
         "PYSPARK_PYTHON": sys.executable,
         "ITERATIONS_SPARK_CONNECT_PORT": str(free_port()),
         "ITERATIONS_SPARK_CONNECT_DIR": str(connect_dir),
+        # failure points a test arms for one run (tests/faults/airflow_sweep.py): read by every
+        # process, the shared Spark Connect server's Python workers included; empty otherwise
+        "ITERATIONS_FAILPOINTS_FILE": str(connect_dir / "failpoints"),
+        "ITERATIONS_FAILPOINT_DIR": str(tmp_path_factory.mktemp("failpoints_fired")),
     }
+    (connect_dir / "failpoints").write_text("")
     env.pop("ITERATIONS_DRIVER_PID", None)
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     yield env

@@ -247,3 +247,74 @@ def test_rewind_needs_a_kept_checkpoint(log):
     log.commit(write_attempt(log, 0, "a0", None))
     with pytest.raises(CheckpointError, match="does not exist"):
         log.rewind(5, "no such checkpoint")
+
+
+def commit_as_the_runtime_does(log: CheckpointLog, m: Manifest) -> None:
+    """IterationJob._commit_manifest: the attempt's fate claimed for the commit, then the
+    single-winner manifest write."""
+    log.claim_commit(m.checkpoint_id, m.attempt_id)
+    log.commit(m)
+
+
+def test_an_abort_after_the_commit_claimed_the_attempt_deletes_nothing(log):
+    """The interleaving that lost a committed checkpoint's files: abort found the checkpoint not
+    committed yet, commit found no abort mark, commit wrote its manifest, abort deleted the files.
+    The attempt's fate is decided once: here the commit claimed it first."""
+    m = write_attempt(log, 0, "a0", None)
+    log.claim_commit(0, "a0")                              # commit: fate claimed
+    assert log.abort(0, "a0", reason="a retry fenced it") is False  # abort: sees the claim, deletes nothing
+    log.commit(m)                                          # commit: manifest written
+    assert log.load(0, verify="full").attempt_id == "a0", "every file the checkpoint references is there"
+    assert not log.is_aborted(0, "a0") and log.abort_reason(0, "a0") is None
+
+
+def test_a_commit_after_the_abort_claimed_the_attempt_is_refused(log):
+    m = write_attempt(log, 0, "a0", None)
+    assert log.abort(0, "a0", reason="fenced by its retry") is True
+    with pytest.raises(CheckpointSuperseded, match="a0 of checkpoint 0 .* was aborted \\(fenced by its retry\\)"):
+        commit_as_the_runtime_does(log, m)
+    assert log.latest_id() is None
+    assert log.abort(0, "a0") is True, "abort stays idempotent"
+
+
+def test_a_retried_commit_finds_its_own_claim(log):
+    m = write_attempt(log, 0, "a0", None)
+    log.claim_commit(0, "a0")  # the first try died after its claim
+    commit_as_the_runtime_does(log, m)
+    assert log.load(0, verify="full").attempt_id == "a0"
+
+
+def test_abort_and_commit_racing_never_leave_a_checkpoint_without_its_files(log):
+    """Abort and commit of one attempt in two threads, many times: exactly one wins, and a
+    committed checkpoint always verifies in full."""
+    outcomes = []
+    for epoch in range(40):
+        m = write_attempt(log, epoch, f"a{epoch}", epoch - 1 if epoch else None)
+        barrier, result = threading.Barrier(2), {}
+
+        def commit():
+            barrier.wait()
+            try:
+                commit_as_the_runtime_does(log, m)
+                result["commit"] = True
+            except CheckpointSuperseded:
+                result["commit"] = False
+
+        def abort():
+            barrier.wait()
+            result["abort"] = log.abort(epoch, m.attempt_id, reason="raced")
+
+        threads = [threading.Thread(target=commit), threading.Thread(target=abort)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert result["commit"] != result["abort"], result
+        if result["commit"]:
+            assert log.load(epoch, verify="full").attempt_id == m.attempt_id
+        else:
+            assert log.latest_id() == (epoch - 1 if epoch else None)
+            twin = write_attempt(log, epoch, f"b{epoch}", epoch - 1 if epoch else None)
+            commit_as_the_runtime_does(log, twin)  # the epoch goes on with another attempt
+        outcomes.append(result["commit"])
+    assert len(outcomes) == 40

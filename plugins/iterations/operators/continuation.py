@@ -25,6 +25,12 @@ class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
                          openlineage_inject_parent_info=False, **kwargs)
 
     def execute(self, context: Mapping[str, Any]) -> None:
+        from iterations.operators.epoch import permanent_errors
+
+        with permanent_errors():
+            self._continue(context)
+
+    def _continue(self, context: Mapping[str, Any]) -> None:
         from include.head import HeadStatus
 
         if not self.settings(context).get("continuation", True):
@@ -39,6 +45,8 @@ class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
         conf = dict(context["params"])
         conf["stop"] = "none"  # a stop param applied to the batch that asked for it
         conf["recompute"] = False  # a continuation goes on with the batch's generation
+        if "take_over" in conf:
+            conf["take_over"] = False  # the job is this DAG's now: nothing left to take over
         if self.scheduled:
             conf["batch_date"] = self.batch_date(context)
         self.conf = conf

@@ -7,8 +7,9 @@ templated. Heavy imports (pyspark) happen inside ``execute``.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.definitions.param import ParamsDict
@@ -67,6 +68,20 @@ def _link_url(location: str) -> str:
     return location if "://" in location else "file://" + location
 
 
+@contextlib.contextmanager
+def permanent_errors() -> Iterator[None]:
+    """A task that fails for a reason a retry cannot change (bad params or input, a job that is
+    another's or busy, a damaged or superseded checkpoint) fails at once, without its retries:
+    Airflow's AirflowFailException with the error's own message."""
+    from include.errors import CheckpointCorrupted, CheckpointSuperseded, ConfigError, InputDataError
+    from include.ownership import JobBusy, LeaseLost
+
+    try:
+        yield
+    except (ConfigError, InputDataError, JobBusy, LeaseLost, CheckpointCorrupted, CheckpointSuperseded) as e:
+        raise AirflowFailException(f"{type(e).__name__}: {e}") from e
+
+
 class IterationOperator(BaseOperator):
     """Base: builds the job from params. ``job`` (templated) overrides params key by key."""
 
@@ -83,14 +98,27 @@ class IterationOperator(BaseOperator):
         scheduled: bool = False,
         checks: dict[str, Any] | None = None,
         allowed_roots: Sequence[str] = (),
+        checkpoint_roots: Sequence[str] = (),
+        allow_take_over: bool = False,
+        relax_checks: bool = False,
+        lease_wait: float = 60.0,
         **kwargs: Any,
     ) -> None:
         """``checks``: the DAG's data checks (its checks file), under the run's ``checks`` param.
         ``allowed_roots``: where the run's paths may point (include.paths), besides
-        ITERATIONS_ALLOWED_ROOTS and the paths given in ``job``."""
+        ITERATIONS_ALLOWED_ROOTS and the paths given in ``job``. ``checkpoint_roots``: the DAG's
+        checkpoint roots besides the run's own (no output may overlap one). ``allow_take_over``:
+        whether a run's ``take_over`` param may make another owner's job this DAG's.
+        ``relax_checks``: whether a run's ``checks`` param may turn off or loosen the author's
+        checks (otherwise it may only add expectations). ``lease_wait``: seconds a task waits
+        for another run of the job to end before it fails naming it."""
         super().__init__(**kwargs)
         self.params = own_params(self.params, self.dag if self.has_dag() else None)
         self.allowed_roots = list(allowed_roots)
+        self.checkpoint_roots = list(checkpoint_roots)
+        self.allow_take_over = allow_take_over
+        self.relax_checks = relax_checks
+        self.lease_wait = lease_wait
         self.checks = checks or {}
         self.body = body
         self.body_param_names = tuple(body_param_names)
@@ -120,7 +148,6 @@ class IterationOperator(BaseOperator):
         return batch_date(when)
 
     def job_config(self, context: Mapping[str, Any]):
-        from include.checks import CheckSettings
         from include.config import InputSpec, JobConfig
 
         settings = self.settings(context)
@@ -138,20 +165,39 @@ class IterationOperator(BaseOperator):
             {k: self.job.get(k) for k in ("input_path", "output_path", "checkpoint_root")})])
         from include.errors import ConfigError
 
+        from include.paths import check_output_path
+
         try:
             for name in ("input_path", "output_path", "checkpoint_root"):
                 if settings.get(name):
                     policy.check(name, settings[name])
+            check_output_path(settings.get("output_path"), [settings["checkpoint_root"], *self.checkpoint_roots])
+            if settings.get("take_over") and not self.allow_take_over:
+                raise ConfigError(f"take_over: DAG {self.dag_id} does not allow a run to take a job over "
+                                  "(its author sets allow_take_over)")
         except ConfigError as e:  # the params are wrong: a retry would fail the same way
             raise AirflowFailException(f"refused DAG run params: {e}") from e
         return JobConfig(
             body=self.body,
             input=InputSpec(settings["input_path"], settings.get("input_format") or None),
             body_params={k: settings[k] for k in self.body_param_names if settings.get(k) is not None},
-            checks=CheckSettings.parse(settings.get("checks"), "the checks param")
-            .over(CheckSettings.parse(self.checks, "the DAG's checks")).to_dict(),
+            checks=self.run_checks(settings.get("checks")).to_dict(),
             **{k: settings[k] for k in JOB_FIELDS if settings.get(k) is not None},
         )
+
+    def run_checks(self, run: Any):
+        """The run's ``checks`` param over the DAG's checks: a run may add expectations; turning
+        the checks off or changing the author's (the DAG's, the body's, the runtime's) is refused
+        unless the DAG allows it (``relax_checks``)."""
+        from include.checks import CheckSettings, locked_expectation_names, run_settings
+
+        author = CheckSettings.parse(self.checks, "the DAG's checks")
+        if not run:  # nothing from the run (the usual case): no need to load the body's metadata
+            return author
+        from include.body import resolve_body
+
+        locked = locked_expectation_names(resolve_body(self.body).describe(), author)
+        return run_settings(run, author, locked, run_may_relax=self.relax_checks)
 
     def checked(self, job, commit, what: str, hint: str):
         """Run ``commit()`` (which runs the data checks first); keep the checks' report link;
@@ -219,15 +265,51 @@ class IterationOperator(BaseOperator):
             raise RuntimeError(f"no attempt of epoch {epoch} is recorded: run {head_task_id} first")
         return {"status": "run", "epoch": epoch, "attempt_id": (complete or unfinished)[0].attempt_id}
 
-    def epoch_attempt(self, context: Mapping[str, Any], head_task_id: str, index: int):
-        """(job, head result, plan of the head's attempt, or None when the head ran nothing)."""
-        from include.runtime import EpochPlan
+    def epoch_attempt(self, context: Mapping[str, Any], head_task_id: str, index: int, *, write: bool = False):
+        """(job, head result, plan of the head's attempt or None, the checkpoint that attempt
+        committed or None). The plan is None when the head ran nothing, or when the attempt
+        committed and its plan was collected since (a retry of a step after the commit landed:
+        include.protocol.resolve_attempt). ``write``: this step writes (the run's lease is held)."""
+        from include.protocol import resolve_attempt
 
         job, _ = self.iteration_job(context)
+        if write:
+            self.start(context, job)
         head = self.head_result(context, job, head_task_id, index)
         if head["status"] != "run":
-            return job, head, None
-        return job, head, EpochPlan.from_dict(job.log.read_plan(head["epoch"], head["attempt_id"]))
+            return job, head, None, None
+        plan, committed = resolve_attempt(job, head["epoch"], head["attempt_id"])
+        return job, head, plan, committed
+
+    def holder(self, context: Mapping[str, Any]):
+        """Who holds the job's lease for this task: its DAG run (every task of the run, every
+        try); for ``airflow tasks test``, whose every task makes a run of its own, the batch."""
+        from include.ownership import Holder
+
+        run_id = str(context["run_id"])
+        if run_id.startswith("__airflow_temporary_run_"):
+            run_id = batch_id_of(context)
+        return Holder.dag_run(self.dag_id, run_id)
+
+    def start(self, context: Mapping[str, Any], job):
+        """Before this task writes: the store probed, the job claimed for this DAG (its owner),
+        the lease held for this DAG run (include.protocol.start_run); the job's state."""
+        from include.protocol import start_run
+
+        ti = context.get("ti")
+
+        def alive(holder) -> bool | None:  # a DAG run holds the job until it ends
+            if holder.kind != "dag_run" or ti is None or not hasattr(ti, "get_dagrun_state"):
+                return None
+            try:
+                state = str(ti.get_dagrun_state(dag_id=holder.dag_id, run_id=holder.run_id))
+            except Exception as e:  # an unknown run (deleted) has ended; other errors: cannot tell
+                return False if "NOT_FOUND" in str(e).upper() or "404" in str(e) else None
+            return state.rsplit(".", 1)[-1].lower() not in ("success", "failed")
+
+        return start_run(job, self.holder(context), dag_id=self.dag_id,
+                         take_over=bool(self.settings(context).get("take_over")),
+                         lease_wait=self.lease_wait, alive=alive)
 
     def skip_epoch_tasks(self, context: Mapping[str, Any], *, after: int, also: Sequence[str] = ()) -> None:
         """Skip, at once, the tasks of the epoch groups after ``after`` (and the tasks ``also``),
@@ -259,6 +341,7 @@ class IterationOperator(BaseOperator):
         options = IterationStoreHook(self.aws_conn_id).store_options(config.checkpoint_root)
         store = open_store(config.checkpoint_root, **options)
         warm_start = None
+        family: list[str] = []
         if self.scheduled:
             schedule = Schedule(store, config.job_id)
             generation = schedule.attach(self.batch_date(context), batch_id_of(context),
@@ -266,7 +349,10 @@ class IterationOperator(BaseOperator):
             config = dataclasses.replace(config, job_id=generation.job_id)
             warm_start = schedule.warm_start_manifest(generation)
             self.generation = (schedule, generation)
-        return IterationJob(config, store, store_options=options, warm_start=warm_start), options
+            # a recompute replaces the date's earlier generations' outputs: their versions are its to delete
+            family = [g for g in schedule.generations_of(generation.date) if g != generation.job_id]
+        return IterationJob(config, store, store_options=options, warm_start=warm_start,
+                            publication_family=family), options
 
 
 class SparkAttemptOperator(IterationOperator):
@@ -289,33 +375,34 @@ class SparkAttemptOperator(IterationOperator):
         hook = SparkEpochHook(self.spark_mode, self.spark_conn_id)
         for plan in stale:
             hook.interrupt(plan)
-            job.abort(plan, reason="unfinished by an earlier try of the task; superseded by a new attempt")
-            self.log.warning("checkpoint %d: aborted attempt %s left unfinished by an earlier try",
-                             checkpoint_id, plan.attempt_id)
+            if job.abort(plan, reason="unfinished by an earlier try of the task; superseded by a new attempt"):
+                self.log.warning("checkpoint %d: aborted attempt %s left unfinished by an earlier try",
+                                 checkpoint_id, plan.attempt_id)
 
     def run_attempt(self, job, plan, options: Mapping[str, Any]) -> None:
         """Run the attempt unless it was adopted complete; a failed attempt is aborted (its
         files deleted, never adopted) and an error raised in a Spark task surfaces as itself."""
         if plan.adopted:
             return
+        from include.protocol import attempt_failed, attempt_ran
         from iterations.hooks.spark_epoch import SparkEpochHook
 
         try:
             SparkEpochHook(self.spark_mode, self.spark_conn_id).run_attempt(
                 plan, job.store, dict(options), job.config.checkpoint_root)
-        except Exception as e:
+        except Exception as failure:
             from spark_jobs.epoch import raise_executor_error
 
-            from include.errors import CheckpointCorrupted
-
-            job.abort(plan, reason=f"{type(e).__name__}: {e}"[:500])
+            error: Exception = failure
             try:
-                raise_executor_error(e)
-            except CheckpointCorrupted as damaged:  # a retry would read the same bytes: fail now
-                raise AirflowFailException(str(job.refuse_damaged(damaged))) from damaged
-            if isinstance(e, CheckpointCorrupted):
-                raise AirflowFailException(str(job.refuse_damaged(e))) from e
-            raise
+                raise_executor_error(failure)
+            except Exception as ours:  # an error of ours raised in a Spark task, as itself
+                error = ours
+            raised = attempt_failed(job, plan, error)  # aborted; a damaged checkpoint is refused
+            if raised is failure:
+                raise
+            raise raised from failure
+        attempt_ran(job, plan)
 
 
 class EpochHeadOperator(SparkAttemptOperator):
@@ -333,12 +420,16 @@ class EpochHeadOperator(SparkAttemptOperator):
         self.index = index
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        with permanent_errors():
+            return self._head(context)
+
+    def _head(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.head import HeadStatus
         from include.lifecycle import StopMode
 
         job, options = self.iteration_job(context)
         batch = batch_id_of(context)
-        state = job.state()
+        state = self.start(context, job)
         epoch = self.batch_start(job, batch, state.next_epoch) + self.index
         if state.latest is not None and epoch <= state.latest.epoch:
             self.log.info("epoch %d is committed (checkpoint %d): restored, not recomputed", epoch, state.latest.checkpoint_id)
@@ -351,8 +442,7 @@ class EpochHeadOperator(SparkAttemptOperator):
         if state.next_epoch != epoch:
             raise RuntimeError(f"epoch {epoch} cannot start: the latest committed checkpoint is "
                                f"{state.latest.checkpoint_id if state.latest else None}")
-        if state.latest is not None:  # a crash between a commit and its publication: publish now
-            job.notify_checkpoint_complete(state.latest)
+        job.settle(state)  # a crash between a commit and its publication: publish now
         stop = job.stop_requested(state)
         if stop is not None:
             self.log.info("job %s: %s requested: epoch %d and the rest of the batch are not run; %s",
@@ -392,24 +482,31 @@ class EpochCommitOperator(IterationOperator):
         self.align_task_id = align_task_id
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        from include.head import AlignmentDecision
+        with permanent_errors():
+            return self._commit(context)
 
-        job, head, plan = self.epoch_attempt(context, self.head_task_id, self.index)
-        if plan is None:
+    def _commit(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        from include.head import AlignmentDecision
+        from include.protocol import commit_epoch, epoch_line
+
+        job, head, plan, committed = self.epoch_attempt(context, self.head_task_id, self.index, write=True)
+        if committed is not None:  # an earlier try of this task committed it (its reply was lost)
+            self.log.info("epoch %d was committed by this attempt (%s) already: publishing what is left",
+                          committed.epoch, committed.attempt_id)
+            manifest, published = committed, job.notify_checkpoint_complete(committed)
+        elif plan is None:
             return head
-        aligned = context["ti"].xcom_pull(task_ids=self.align_task_id) or {}
-        same = aligned.get("decision") and aligned.get("attempt_id") == plan.attempt_id
-        decision = AlignmentDecision.from_dict(aligned["decision"]) if same else None  # else: aligned again
-        group = self.task_id.rsplit(".", 1)[0]
-        manifest = self.checked(
-            job, lambda: job.commit(plan, decision), f"epoch {plan.epoch}",
-            f"Fix the input (or the checks), then clear the tasks of {group} (run, align, commit) "
-            f"to recompute epoch {plan.epoch}; the run goes on from there.")
+        else:
+            aligned = context["ti"].xcom_pull(task_ids=self.align_task_id) or {}
+            same = aligned.get("decision") and aligned.get("attempt_id") == plan.attempt_id
+            decision = AlignmentDecision.from_dict(aligned["decision"]) if same else None  # else: aligned again
+            group = self.task_id.rsplit(".", 1)[0]
+            manifest, published = self.checked(
+                job, lambda: commit_epoch(job, plan, decision), f"epoch {plan.epoch}",
+                f"Fix the input (or the checks), then clear the tasks of {group} (run, align, commit) "
+                f"to recompute epoch {plan.epoch}; the run goes on from there.")
         d = manifest.decision
-        metrics = " ".join(f"{k}={v:.3e}" for k, v in sorted(d.metrics.items()))
-        self.log.info("epoch %d committed: feedback=%d %s%s", d.epoch, d.feedback_count, metrics,
-                      f" -> terminating ({d.reason})" if d.terminated else "")
-        published = job.notify_checkpoint_complete(manifest)  # the epoch's outputs, if it has any
+        self.log.info("%s", epoch_line(d))
         for name, where in published.items():
             self.log.info("epoch %d output %s appended to %s", d.epoch, name, where)
         result = {"status": "committed", "epoch": d.epoch, "checkpoint_id": manifest.checkpoint_id,
@@ -431,12 +528,17 @@ class FinishOperator(SparkAttemptOperator):
     operator_extra_links = (DataChecksLink(),)
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        with permanent_errors():
+            return self._finish(context)
+
+    def _finish(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.head import HeadStatus
         from include.lifecycle import StopMode
+        from include.protocol import end_run
 
         job, options = self.iteration_job(context)
         batch = batch_id_of(context)
-        state = job.state()
+        state = self.start(context, job)
         requested = job.log.stop_request()
         param = self.settings(context).get("stop", "none")
         stop = requested or (StopMode.parse(param) if param != "none" else None)
@@ -459,11 +561,13 @@ class FinishOperator(SparkAttemptOperator):
                                   "checkpoint_id": state.latest.checkpoint_id if state.latest else None,
                                   "next_epoch": state.next_epoch}
         if state.status is HeadStatus.TERMINATED:
+            if self.scheduled:  # an older generation (cleared, finished after a recompute) never publishes
+                schedule, generation = self.generation
+                schedule.check_may_publish(generation)
             result["published"] = job.publish(state.latest)
             for name, where in result["published"].items():
                 self.log.info("output %s published to %s", name, where)
             if self.scheduled:
-                schedule, generation = self.generation
                 schedule.complete(generation)
                 result.update(batch_date=generation.date, generation=generation.job_id,
                               started_from=generation.started_from)
@@ -476,6 +580,7 @@ class FinishOperator(SparkAttemptOperator):
                           "triggers the next batch unless continuation is off", job.config.job_id, state.next_epoch)
         if state.latest is not None:
             job.log.record_batch_final(batch, state.latest.checkpoint_id)
+        end_run(job)  # the batch's work is done: the next batch (or another run) may take the job
         return result
 
 
@@ -487,17 +592,30 @@ class StopRequestOperator(IterationOperator):
     ui_color = "#f8d7da"
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        with permanent_errors():
+            return self._request(context)
+
+    def _request(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.checkpoint import CheckpointLog
+        from include.errors import ConfigError
+        from include.ownership import read_owner
+        from include.paths import PathPolicy
         from include.store import open_store
         from iterations.hooks.iteration_store import IterationStoreHook
 
         settings = self.settings(context)
         missing = [k for k in ("job_id", "checkpoint_root", "mode") if not settings.get(k)]
         if missing:
-            raise ValueError(f"missing setting(s) {missing} for a stop request")
+            raise ConfigError(f"missing setting(s) {missing} for a stop request")
         root = settings["checkpoint_root"]
-        store = open_store(root, **IterationStoreHook(self.aws_conn_id).store_options(root))
+        PathPolicy.for_dag(self.allowed_roots).check("checkpoint_root", root)  # the same rule as every run
+        # an existing store only: a request never creates directories elsewhere
+        store = open_store(root, create=False, **IterationStoreHook(self.aws_conn_id).store_options(root))
         log = CheckpointLog(store, settings["job_id"])
+        owner = read_owner(store, settings["job_id"])
+        if owner is None and log.latest_id() is None and not log.has_started():
+            raise ConfigError(f"no job {settings['job_id']!r} under {store.location()}: nothing to stop "
+                              "(check job_id and checkpoint_root; a job exists once its first run has started)")
         if log.latest_id() is None:
             self.log.warning("job %s has no checkpoint under %s yet: the request waits for it",
                              settings["job_id"], store.location())

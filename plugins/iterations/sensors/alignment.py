@@ -24,9 +24,18 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
         self.poll_interval = poll_interval
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        from iterations.operators.epoch import permanent_errors
+
+        with permanent_errors():
+            return self._align(context)
+
+    def _align(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from iterations.triggers.alignment import AlignmentTrigger
 
-        job, head, plan = self.epoch_attempt(context, self.head_task_id, self.index)
+        job, head, plan, committed = self.epoch_attempt(context, self.head_task_id, self.index)
+        if committed is not None:  # a retry after the epoch's commit landed: aligned as committed
+            return {"status": "aligned", "epoch": committed.epoch, "attempt_id": committed.attempt_id,
+                    "decision": committed.decision.to_dict()}
         if plan is None:
             return head
         if not plan.aligner().missing(job.reports(plan)):
@@ -53,10 +62,13 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
             self._fail_if_superseded(job, event["epoch"], event["attempt_id"])
         if not event or event.get("status") != "aligned":
             raise RuntimeError(f"alignment did not complete: {event}")
-        from include.runtime import EpochPlan
+        from include.protocol import resolve_attempt
 
         job, _ = self.iteration_job(context)
-        plan = EpochPlan.from_dict(job.log.read_plan(event["epoch"], event["attempt_id"]))
+        plan, committed = resolve_attempt(job, event["epoch"], event["attempt_id"])
+        if committed is not None:
+            return {"status": "aligned", "epoch": committed.epoch, "attempt_id": committed.attempt_id,
+                    "decision": committed.decision.to_dict()}
         return self._decide(job, plan)
 
     def _fail_if_superseded(self, job, epoch: int, attempt_id: str) -> None:

@@ -24,6 +24,12 @@ class InputSensor(IterationOperator, BaseSensorOperator):
         self.poll_interval = poll_interval
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        from iterations.operators.epoch import permanent_errors
+
+        with permanent_errors():
+            return self._wait(context)
+
+    def _wait(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.head import HeadStatus
         from iterations.operators.epoch import batch_id_of
         from iterations.triggers.input import InputTrigger

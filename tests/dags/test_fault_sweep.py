@@ -1,0 +1,30 @@
+"""The fault sweep through the Airflow path (tests/faults/airflow_sweep.py): ``airflow dags
+test`` of the k-means DAG with failure points at every step of the epoch protocol, each failing
+its task once; Airflow retries the task and the run ends equal to the failure-free run, every
+checkpoint committed once, nothing lost, duplicated or left behind."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.faults.airflow_sweep import GROUPS, POINTS, run_dag, task_of, task_tries
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def test_every_protocol_step_is_covered():
+    covered = {p.split("@")[0] for points in GROUPS.values() for p in points}
+    assert covered == {p.split("@")[0] for p in POINTS}, "each failure point is in the CI subset"
+
+
+@pytest.mark.parametrize("name", sorted(GROUPS))
+def test_failures_at_protocol_steps_end_like_the_failure_free_run(airflow_env, spark, tmp_path, name):
+    points = GROUPS[name]
+    out = run_dag(airflow_env, tmp_path, seed=1, points=points, name=name)
+    assert out.facts["succeeded"], out.detail
+    assert sorted(out.facts["fired"]) == sorted(points), "each point fired once"
+    tries = task_tries(out.facts["log"])
+    for point in points:
+        assert tries.get(task_of(point), 0) >= 2, f"{task_of(point)} was retried after {point}: {tries}"
+    assert (out.lost, out.duplicated, out.wrong) == (0, 0, 0), out.detail
+    assert out.garbage == 0, f"files of failed attempts left behind: {out.detail}"

@@ -1,0 +1,160 @@
+"""The fault sweep through the Airflow path: the k-means DAG (``iterate_kmeans``: per-epoch
+outputs and final outputs, so every protocol step has work) run with ``airflow dags test`` and
+task retries, with failure points at every step of the epoch protocol - head (plan, Spark job),
+tail (the Spark job's partitions), align, commit (before and after the manifest write, after the
+release), publish (an epoch's outputs, the final outputs) and finish (plan, Spark job, final
+checkpoint) - each firing once (``raise-once``): the task fails, Airflow retries it, and the run
+must end equal to the failure-free run with every checkpoint committed once (``sweep.audit``).
+
+The failure points are written to the file ``ITERATIONS_FAILPOINTS_FILE`` names, which every
+process of the run reads, the Spark Connect server's Python workers included (for the tail's
+points); ``ITERATIONS_FAILPOINT_DIR`` holds the markers of the points that fired.
+
+Used by tests/dags/test_fault_sweep.py (the CI subset: the points grouped so that one DAG run
+fails each of several tasks once) and ``python -m tests.faults.report --airflow`` (each point
+alone, over seeds).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from include import failpoints
+from tests.faults.sweep import KMEANS_EPOCHS, Outcome, audit, kmeans_workload
+
+F = KMEANS_EPOCHS  # the final checkpoint's id
+
+#: every failure point of the epoch protocol, with the task of the DAG it fails
+POINTS: dict[str, str] = {
+    "head.before_plan@epoch={e}": "epoch_{e}.run",
+    "head.after_plan@epoch={e}": "epoch_{e}.run",
+    "epoch.before_write@epoch={e}": "epoch_{e}.run",
+    "tail.partition_written@epoch={e}@partition={p}": "epoch_{e}.run",
+    "head.after_run@epoch={e}": "epoch_{e}.run",
+    "align.before_decide@epoch={e}": "epoch_{e}.align",
+    "commit.before_write@epoch={e}": "epoch_{e}.commit",
+    "commit.after_write@epoch={e}": "epoch_{e}.commit",
+    "commit.after_release@epoch={e}": "epoch_{e}.commit",
+    "publish.before_output@checkpoint={e}@output=centroid_history": "epoch_{e}.commit",
+    "publish.after_output@checkpoint={e}@output=centroid_history": "epoch_{e}.commit",
+    "finish.before_plan": "finish",
+    "finish.after_plan": "finish",
+    "finish.after_run@epoch=" + str(F): "finish",
+    "finish.before_final_checkpoint": "finish",
+    "finish.after_final_checkpoint": "finish",
+    "publish.before_output@checkpoint=" + str(F) + "@output=centroids": "finish",
+    "publish.after_output@checkpoint=" + str(F) + "@output=assignments": "finish",
+}
+
+#: the CI subset: every point once, grouped in three DAG runs; within a run each task fails at
+#: most once per point it carries (finish carries several: it is retried once per point)
+GROUPS: dict[str, list[str]] = {
+    "head, tail, align, commit": [
+        "head.before_plan@epoch=0", "head.after_plan@epoch=1", "tail.partition_written@epoch=2@partition=1",
+        "align.before_decide@epoch=0", "commit.before_write@epoch=0", "commit.after_write@epoch=1",
+        "commit.after_release@epoch=2", "finish.before_plan",
+    ],
+    "tail, align, publish (epochs), finish": [
+        "epoch.before_write@epoch=0", "head.after_run@epoch=1", "align.before_decide@epoch=2",
+        "publish.before_output@checkpoint=0@output=centroid_history",
+        "publish.after_output@checkpoint=1@output=centroid_history", "commit.after_write@epoch=2",
+        "finish.after_plan", "finish.after_run@epoch=" + str(F),
+    ],
+    "the last epoch's outputs, finish and publication": [
+        "commit.after_write@epoch=" + str(F - 1), "publish.before_output@checkpoint=" + str(F - 1)
+        + "@output=centroid_history", "finish.before_final_checkpoint", "finish.after_final_checkpoint",
+        "publish.before_output@checkpoint=" + str(F) + "@output=centroids",
+        "publish.after_output@checkpoint=" + str(F) + "@output=assignments",
+    ],
+}
+
+#: retries of every task in the sweep's runs (finish may fail once per point it carries)
+RETRIES = 6
+
+
+def task_of(point: str) -> str:
+    """The task of the DAG a failure point fails."""
+    for template, task in POINTS.items():
+        for e in range(F + 1):
+            for p in range(3):
+                if template.format(e=e, p=p) == point:
+                    return task.format(e=e)
+    raise KeyError(f"no task for failure point {point!r}")
+
+
+def airflow_bin() -> str:
+    return os.path.join(os.path.dirname(sys.executable), "airflow")
+
+
+def point_for(template: str, rng: random.Random) -> str:
+    """A template of ``POINTS`` with a seeded epoch and partition."""
+    return template.format(e=rng.randrange(KMEANS_EPOCHS), p=rng.randrange(3))
+
+
+def run_dag(env: dict[str, str], work: Path, seed: int, points: list[str], name: str,
+            timeout: float = 900) -> Outcome:
+    """One ``airflow dags test iterate_kmeans`` run of a fresh job with ``points`` armed (each
+    fires once); the outcome audited against the failure-free run (``sweep.audit``)."""
+    from spark_jobs.session import get_spark
+
+    w = kmeans_workload(work, seed)
+    cfg = w.config(work)
+    trace = work / "trace.jsonl"
+    fired_dir = Path(env[failpoints.DIR_ENV])
+    for old in fired_dir.glob("*.fired"):
+        old.unlink()
+    armed = Path(env[failpoints.FILE_ENV])
+    armed.write_text(";".join(f"{p}=raise-once" for p in points))
+    conf = {"job_id": cfg.job_id, "input_path": cfg.input.path, "checkpoint_root": cfg.checkpoint_root,
+            "output_path": cfg.output_path, "max_epochs": cfg.max_epochs, "tolerance": 0,
+            "num_partitions": cfg.num_partitions, **cfg.body_params, "continuation": False}
+    run_env = {**env, failpoints.TRACE_ENV: str(trace), "ITERATIONS_RETRY_DELAY_SECONDS": "1",
+               "ITERATIONS_RETRIES": str(RETRIES)}
+    try:
+        done = subprocess.run([airflow_bin(), "dags", "test", "iterate_kmeans", "--conf", json.dumps(conf)],
+                              env=run_env, cwd=str(Path(__file__).resolve().parents[2]), capture_output=True,
+                              text=True, timeout=timeout)
+    finally:
+        armed.write_text("")
+    log = done.stdout + done.stderr
+    out = Outcome(name, seed, runs=1, detail=", ".join(points))
+    fired = sorted(p.name[:-len(".fired")] for p in fired_dir.glob("*.fired"))
+    out.faults = len(fired)
+    out.facts = {"fired": fired, "log": log, "returncode": done.returncode,
+                 "succeeded": done.returncode == 0 and "state=success" in log}
+    if not out.facts["succeeded"]:
+        out.lost += 1
+        out.detail += f"; the run failed (exit {done.returncode}): {log[-3000:]}"
+        return out
+    return audit(out, get_spark("iterations-sweep"), w, cfg, trace, work)
+
+
+def task_tries(log: str) -> dict[str, int]:
+    """How many times ``dags test`` started each task (its ``[DAG TEST] starting task_id=`` lines)."""
+    out: dict[str, int] = {}
+    for line in log.splitlines():
+        if "[DAG TEST] starting task_id=" in line:
+            task = line.split("task_id=", 1)[1].split()[0]
+            out[task] = out.get(task, 0) + 1
+    return out
+
+
+def airflow_env(home: Path, connect_dir: Path, fired: Path, armed: Path) -> dict[str, Any]:
+    """An isolated Airflow home for the full sweep (``tests.faults.report --airflow``), as the DAG
+    tests' fixture makes it."""
+    from tests.conftest import ROOT, free_port
+
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(ROOT, "dags"),
+           "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(ROOT, "plugins"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "AIRFLOW__CORE__UNIT_TEST_MODE": "False", "PYTHONPATH": ROOT, "PYSPARK_PYTHON": sys.executable,
+           "ITERATIONS_SPARK_CONNECT_PORT": str(free_port()), "ITERATIONS_SPARK_CONNECT_DIR": str(connect_dir),
+           failpoints.FILE_ENV: str(armed), failpoints.DIR_ENV: str(fired)}
+    env.pop(failpoints.DRIVER_PID_ENV, None)
+    subprocess.run([airflow_bin(), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    return env
