@@ -8,6 +8,9 @@ Trigger with the job's ``job_id`` and ``checkpoint_root`` (the params of the run
   DAG again (same ``job_id``) to resume. The result is the same as an uninterrupted run's.
 
 The request is written into the job's checkpoint store; the job's next epoch head honours it.
+The store must exist under the allowed roots (the embedded local directory and
+ITERATIONS_ALLOWED_ROOTS) and the job must have started; whoever may trigger this DAG may stop
+any job there.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import datetime as dt
 
 from airflow.sdk import DAG
 
-from iterations.dag_factory import DEFAULT_STORE, JOB_ID_PATTERN, param
+from iterations.dag_factory import DEFAULT_STORE, JOB_ID_PATTERN, LOCAL_DIR, param
 from iterations.operators.epoch import StopRequestOperator
 
 with DAG(
@@ -36,4 +39,5 @@ with DAG(
                       description="drain: finish and publish now; suspend: stop, resume later."),
     },
 ):
-    StopRequestOperator(task_id="request_stop", body="")
+    # the checkpoint root must lie under the allowed roots, as for every iteration DAG's runs
+    StopRequestOperator(task_id="request_stop", body="", allowed_roots=[LOCAL_DIR])

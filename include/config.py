@@ -93,6 +93,12 @@ class JobConfig:
             or self.tolerance < 0
         ):
             raise ConfigError(f"tolerance must be a finite number >= 0 (or None), got {self.tolerance!r}")
+        if self.output_path is not None:
+            if not isinstance(self.output_path, str) or not self.output_path:
+                raise ConfigError(f"output_path must be a local path or s3://bucket/prefix, got {self.output_path!r}")
+            from include.paths import check_output_path
+
+            check_output_path(self.output_path, [self.checkpoint_root])
         if not isinstance(self.body_params, Mapping):
             raise ConfigError(f"body_params must be a mapping, got {type(self.body_params).__name__}")
         from include.checks import CheckSettings

@@ -5,7 +5,11 @@ An output ``<output_path>/<name>`` is a set of Parquet files under a version pre
 ``<name>/_PUBLISHED.json``, which lists the files (size and SHA-256) and names the checkpoint
 they come from. Readers follow that manifest (``published()``), so they see the old outputs or
 the new ones, never a mix, and re-publishing (a recomputed batch) replaces the outputs in one
-step. The version before the current one is kept for readers still on it; older ones are deleted.
+step. The version before the current one is kept for readers still on it; older ones are deleted,
+but only those the publisher's own history lists (``PublicationHistory``: the versions its job, or
+the jobs it replaces, wrote there): publishing never deletes a file it did not create. Every byte
+copied is verified against the checkpoint's SHA-256 first, and nothing is written inside a
+checkpoint store (``check_not_in_store``).
 
 Publishing is idempotent: a manifest that already names the same job and checkpoint is left
 alone; a publication that died half way is redone into the same version prefix.
@@ -21,12 +25,14 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Protocol, Sequence
 
-from include.checkpoint import DatasetRef
+from include.checkpoint import DatasetRef, verify_bytes
 from include.errors import ObjectNotFound, OutputError
-from include.store import ObjectStore, open_store
+from include.store import STORE_MARKER, ObjectStore, open_store
 
 log = logging.getLogger("iterations")
 
@@ -56,34 +62,116 @@ def _manifest(out: ObjectStore, name: str) -> dict[str, Any] | None:
     return data
 
 
+class PublicationHistory(Protocol):
+    """Where a publisher records the versions it writes into an output, and finds the ones it
+    may delete: its own, kept outside the output (a job's checkpoint log), so that what lies in
+    the output location itself can never make it delete a file it did not write."""
+
+    def wrote(self, location: str, name: str, version: str, keys: Sequence[str]) -> None:
+        """Record, before writing them, the keys of ``version`` of output ``name`` at ``location``."""
+
+    def written(self, location: str, name: str) -> dict[str, list[str]]:
+        """The versions (and their keys) this publisher's history lists at ``location`` for
+        output ``name`` and has not retired."""
+
+    def retired(self, location: str, name: str, version: str) -> None:
+        """``version``'s files were deleted."""
+
+
+_VERSION = re.compile(r"v-[A-Za-z0-9_.\-]{1,300}")
+
+
+def version_of(stamp: Mapping[str, Any]) -> str:
+    return f"v-{stamp['job_id']}-{stamp['checkpoint_id']}"
+
+
+def _version_keys(name: str, version: str, ds: DatasetRef) -> list[str]:
+    return [f"{name}/{version}/part-{i:05d}.parquet" for i in range(len(ds.files))]
+
+
+def _owned_key(name: str, version: str, key: Any) -> bool:
+    """A key a version of output ``name`` can have (history read back from a store is checked
+    before anything is deleted by it)."""
+    return (isinstance(key, str) and bool(_VERSION.fullmatch(version))
+            and re.fullmatch(re.escape(f"{name}/{version}/") + r"part-\d{5}\.parquet", key) is not None)
+
+
 def _copy_version(source: ObjectStore, out: ObjectStore, name: str, ds: DatasetRef,
                   stamp: Mapping[str, Any]) -> dict[str, Any]:
-    """Copy ``ds`` under ``<name>/v-<job>-<checkpoint>/``; the record that lists the copies."""
-    version = f"v-{stamp['job_id']}-{stamp['checkpoint_id']}"
+    """Copy ``ds`` under ``<name>/v-<job>-<checkpoint>/``, each file verified against the
+    checkpoint's size and SHA-256 first; the record that lists the copies."""
+    version = version_of(stamp)
     files = []
-    for i, ref in enumerate(ds.files):
-        key = f"{name}/{version}/part-{i:05d}.parquet"
-        out.put(key, source.get(ref.key))
+    for key, ref in zip(_version_keys(name, version, ds), ds.files):
+        data = source.get(ref.key)
+        verify_bytes(data, ref, source.location(ref.key))  # never publish bytes the checkpoint does not vouch for
+        out.put(key, data)
         files.append({"key": key, "size": ref.size, "sha256": ref.sha256})
     return {"format": FORMAT, "name": name, **{k: stamp[k] for k in ("job_id", "checkpoint_id", "attempt_id")},
             "version": version, "rows": ds.rows, "schema": ds.schema, "files": files}
 
 
-def publish_dataset(source: ObjectStore, out: ObjectStore, name: str, ds: DatasetRef, stamp: Mapping[str, Any]) -> bool:
+def check_not_in_store(out: ObjectStore, name: str = "") -> None:
+    """OutputError if output ``name`` of ``out`` would lie inside a checkpoint store (a store
+    marks its root with ``_iterations/store.json``): publishing there could overwrite or shadow
+    a job's state."""
+    store_root = out.marker_above(name, STORE_MARKER)
+    if store_root is not None:
+        raise OutputError(f"output {out.location(name)} lies inside a checkpoint store ({store_root}): "
+                          "outputs never overlap a checkpoint root; choose another output_path")
+
+
+def check_output_path_outside_stores(output_path: str | None, **store_options: Any) -> None:
+    """Before a job starts: OutputError if ``output_path`` lies inside a checkpoint store (as
+    ``check_not_in_store``), without creating anything (the path need not exist yet)."""
+    if not output_path:
+        return
+    if output_path.startswith(("s3://", "s3a://")):
+        check_not_in_store(open_store(output_path, **store_options))
+        return
+    path = os.path.abspath(output_path[len("file://"):] if output_path.startswith("file://") else output_path)
+    while True:
+        if os.path.isfile(os.path.join(path, *STORE_MARKER.split("/"))):
+            raise OutputError(f"output {output_path} lies inside a checkpoint store ({path}): outputs never "
+                              "overlap a checkpoint root; choose another output_path")
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+
+
+def publish_dataset(source: ObjectStore, out: ObjectStore, name: str, ds: DatasetRef, stamp: Mapping[str, Any],
+                    *, history: PublicationHistory | None = None) -> bool:
     """Copy ``ds`` (objects of ``source``) under a new version of output ``name`` and switch the
     manifest to it. ``stamp`` names the checkpoint: job_id, checkpoint_id, attempt_id.
+    ``history``: the publisher's record of what it wrote; the versions it lists, other than the
+    new one and the one it replaces, are deleted (none without a history).
     True if this call published, False if the same checkpoint was already published."""
+    check_not_in_store(out, name)
     current = _manifest(out, name)
     if current and (current["job_id"], current["checkpoint_id"]) == (stamp["job_id"], stamp["checkpoint_id"]):
         return False
+    if current and current["job_id"] == stamp["job_id"] and int(current["checkpoint_id"]) > int(stamp["checkpoint_id"]):
+        raise OutputError(f"output {out.location(name)} holds checkpoint {current['checkpoint_id']} of job "
+                          f"{stamp['job_id']}: an older checkpoint ({stamp['checkpoint_id']}) never replaces it")
+    location = out.location()
+    version = version_of(stamp)
+    if history is not None:
+        history.wrote(location, name, version, _version_keys(name, version, ds))
     manifest = _copy_version(source, out, name, ds, stamp)
-    version, files = manifest["version"], manifest["files"]
+    files = manifest["files"]
     manifest["replaces"] = current["version"] if current else None
     out.put(f"{name}/{PUBLISHED}", json.dumps(manifest, indent=1).encode())  # the switch
-    keep = {version, current["version"] if current else None}
-    stale = [o.key for o in out.list(f"{name}/")
-             if o.key != f"{name}/{PUBLISHED}" and o.key[len(name) + 1:].split("/", 1)[0] not in keep]
-    out.delete(stale)
+    if history is not None:
+        keep = {version, current["version"] if current else None}
+        for old, keys in sorted(history.written(location, name).items()):
+            if old in keep:
+                continue
+            owned = [k for k in keys if _owned_key(name, old, k)]
+            out.delete(owned)
+            history.retired(location, name, old)
+            log.info("output %s: deleted version %s (%d files) of an earlier publication", out.location(name), old,
+                     len(owned))
     log.info("published output %s of job %s checkpoint %s to %s (%d files, %d rows%s)",
              name, stamp["job_id"], stamp["checkpoint_id"], out.location(name), len(files), ds.rows,
              f", replacing {current['version']}" if current else "")
@@ -107,6 +195,7 @@ def publish_increment(source: ObjectStore, out: ObjectStore, name: str, ds: Data
                       stamp: Mapping[str, Any]) -> bool:
     """Append ``ds`` (one epoch's output) to output ``name``; True if this call published it,
     False if that checkpoint's increment was already there."""
+    check_not_in_store(out, name)
     cid = int(stamp["checkpoint_id"])
     record_key = f"{name}/{INCREMENTS}/{stamp['job_id']}-{cid:010d}.json"
     if out.exists(record_key):
@@ -180,7 +269,12 @@ def publish_delta(source: ObjectStore, table_uri: str, ds: DatasetRef, stamp: Ma
         return False  # an epoch that emitted no rows: nothing to append
     if not ds.files:
         raise OutputError(f"output for {table_uri} has no files to publish (checkpoint {stamp['checkpoint_id']})")
-    table = pa.concat_tables([pq.read_table(io.BytesIO(source.get(f.key))) for f in ds.files])
+    def verified(ref) -> bytes:
+        data = source.get(ref.key)
+        verify_bytes(data, ref, source.location(ref.key))
+        return data
+
+    table = pa.concat_tables([pq.read_table(io.BytesIO(verified(f))) for f in ds.files])
     write_deltalake(
         table_uri, table, mode=mode, schema_mode="overwrite" if mode == "overwrite" else None,
         storage_options=options,

@@ -97,6 +97,43 @@ class PathPolicy:
                           f"({self.describe()}); add a parent directory to {ROOTS_ENV} if it is meant to be used")
 
 
+def _place(path: str) -> tuple[str, str, str]:
+    """(kind, bucket, key) of a local path (kind "local", its resolved path as key) or an
+    s3:// URL, for comparing locations."""
+    if path.startswith(("s3://", "s3a://")):
+        u = urlparse(path)
+        return "s3", u.netloc, "/".join(s for s in u.path.split("/") if s)
+    if path.startswith("file://"):
+        path = urlparse(path).path
+    return "local", "", os.path.realpath(os.path.abspath(path))
+
+
+def overlap(a: str, b: str) -> bool:
+    """Whether locations ``a`` and ``b`` are the same or one lies inside the other."""
+    (ka, ba, pa), (kb, bb, pb) = _place(a), _place(b)
+    if ka != kb or ba != bb:
+        return False
+    if ka == "local":
+        return os.path.commonpath([pa, pb]) in (pa, pb)
+    return pa == pb or not pa or not pb or pa.startswith(pb + "/") or pb.startswith(pa + "/")
+
+
+CHECKPOINT_ROOTS_ENV = "ITERATIONS_CHECKPOINT_ROOTS"
+
+
+def check_output_path(output_path: str | None, checkpoint_roots: Iterable[str | None]) -> None:
+    """ConfigError if ``output_path`` overlaps one of ``checkpoint_roots`` (or one of the
+    deployment's, ``ITERATIONS_CHECKPOINT_ROOTS``): publishing there could damage a job's state.
+    Stores elsewhere are recognised when publishing (include.outputs.check_not_in_store)."""
+    if not output_path:
+        return
+    extra = [r.strip() for r in os.environ.get(CHECKPOINT_ROOTS_ENV, "").split(",") if r.strip()]
+    for root in [*checkpoint_roots, *extra]:
+        if root and overlap(output_path, str(root)):
+            raise ConfigError(f"output_path {output_path!r} overlaps the checkpoint root {root!r}: outputs never "
+                              "share a location with checkpoints; choose an output_path outside every checkpoint root")
+
+
 def configured_roots(defaults: dict[str, str | None]) -> list[str]:
     """The roots a DAG's params defaults imply: the input's directory (or prefix), the
     checkpoint root and the output path themselves."""
@@ -115,4 +152,4 @@ def configured_roots(defaults: dict[str, str | None]) -> list[str]:
     return roots
 
 
-__all__ = ["PathPolicy", "ROOTS_ENV", "configured_roots"]
+__all__ = ["CHECKPOINT_ROOTS_ENV", "PathPolicy", "ROOTS_ENV", "check_output_path", "configured_roots", "overlap"]

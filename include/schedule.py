@@ -51,6 +51,14 @@ def batch_date(when: dt.datetime | str) -> str:
     return when.astimezone(dt.timezone.utc).strftime(DATE_FORMAT)
 
 
+def _generation_number(name: str, base: str) -> int | None:
+    """0 for ``base``, n for ``base.r<n>``, None for a name of another date or shape."""
+    if name == base:
+        return 0
+    rest = name[len(base):] if name.startswith(base + ".r") else ""
+    return int(rest[2:]) if rest[2:].isdigit() else None
+
+
 @dataclass(frozen=True)
 class Generation:
     job_id: str  # the checkpoint log of this generation
@@ -84,6 +92,29 @@ class Schedule:
         if d is None:
             raise CheckpointError(f"generation {log_id} of scheduled job {self.job_id} is not recorded")
         return Generation(log_id, d["date"], d["started_from"], bool(d["recompute"]))
+
+    def generations_of(self, date: str) -> list[str]:
+        """The generations of ``date``, oldest first (``J.D``, ``J.D.r1``, ...)."""
+        prefix = f"{self.root}/generations/"
+        base = f"{self.job_id}.{date}"
+        names = [o.key[len(prefix):-len(".json")] for o in self.store.list(prefix) if o.key.endswith(".json")]
+        return sorted((n for n in names if _generation_number(n, base) is not None),
+                      key=lambda n: _generation_number(n, base))
+
+    def superseded_by(self, gen: Generation) -> str | None:
+        """The newer generation of ``gen``'s date (a recompute started after it), if any: only the
+        newest generation of a date may publish or become current."""
+        newest = self.generations_of(gen.date)
+        return newest[-1] if newest and newest[-1] != gen.job_id and gen.job_id in newest[:-1] else None
+
+    def check_may_publish(self, gen: Generation) -> None:
+        """CheckpointError if a newer generation of the date exists: an older generation's run
+        (cleared and finished after a recompute) never publishes over the newer one."""
+        newer = self.superseded_by(gen)
+        if newer is not None:
+            raise CheckpointError(
+                f"generation {gen.job_id} of batch {gen.date} of {self.job_id} was superseded by {newer} (a recompute): "
+                "its outputs are not published and it does not become the date's current generation")
 
     def dates(self) -> list[str]:
         prefix = f"{self.root}/dates/"
@@ -152,6 +183,7 @@ class Schedule:
         final = CheckpointLog(self.store, gen.job_id).latest(verify="none")
         if final is None or final.head_state.status is not HeadStatus.TERMINATED:
             raise CheckpointError(f"generation {gen.job_id} has not terminated: it cannot become current")
+        self.check_may_publish(gen)
         record = self.date_record(gen.date)
         if record["current"] == gen.job_id and record["pending"] is None:
             return

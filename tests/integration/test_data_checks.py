@@ -163,10 +163,15 @@ def test_checks_off_means_no_profile_and_no_report(spark, edges, tmp_path):
 
 
 def test_a_bad_expectation_is_a_config_error_naming_it(spark, edges, tmp_path):
-    cfg = JobConfig(job_id="typo", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "store"),
-                    max_epochs=2, tolerance=0.0, num_partitions=2,
-                    checks={"expectations": [{"name": "mine", "type": "expect_column_values_to_be_purple",
-                                              "kwargs": {"column": "ranks.rows"}}]})
+    def config(**checks):
+        return JobConfig(job_id="typo", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "store"),
+                         max_epochs=2, tolerance=0.0, num_partitions=2, checks=checks)
+
     with pytest.raises(ConfigError, match="expectation 'mine' .*expect_column_values_to_be_purple"):
-        IterationRunner(cfg, spark).run()
-    assert IterationJob(cfg).log.latest_id() is None
+        config(expectations=[{"name": "mine", "type": "expect_column_values_to_be_purple",
+                              "kwargs": {"column": "ranks.rows"}}])  # refused as the job is configured
+    typo = config(expectations=[{"name": "mine", "type": "expect_column_values_to_be_between",
+                                 "kwargs": {"column": "rank.sum", "max_value": 2}}])
+    with pytest.raises(ConfigError, match="'rank.sum'"):
+        IterationRunner(typo, spark).run()  # a column no checkpoint has: refused before any epoch runs
+    assert IterationJob(typo).log.latest_id() is None and not IterationJob(typo).log.has_started()

@@ -88,3 +88,23 @@ def test_recompute_starts_a_new_generation_from_the_same_checkpoint(sched):
     sched.complete(again)
     assert sched.date_record(D2) == {"date": D2, "current": again.job_id, "pending": None}
     assert sched.attach(D2, "recompute-3", recompute=True).job_id == "daily.20260102T000000Z.r2"
+
+
+def test_an_older_generation_never_publishes_over_a_newer_one(sched):
+    """A date recomputed (generation .r1) while its first run is cleared and finished afterwards:
+    the older generation may not publish nor become current; the newest one may."""
+    first = sched.attach(D1, "run-1")
+    finish(sched.store, first.job_id)
+    sched.complete(first)
+    newer = sched.attach(D1, "run-2", recompute=True)
+    assert newer.job_id == "daily.20260101T000000Z.r1"
+    assert sched.generations_of(D1) == [first.job_id, newer.job_id]
+    with pytest.raises(CheckpointError, match="generation daily.20260101T000000Z of batch .* was superseded by daily.20260101T000000Z.r1"):
+        sched.check_may_publish(first)
+    with pytest.raises(CheckpointError, match="superseded"):
+        sched.complete(first)
+    sched.check_may_publish(newer)
+    finish(sched.store, newer.job_id)
+    sched.complete(newer)
+    assert sched.date_record(D1)["current"] == newer.job_id
+    assert sched.generations_of(D2) == []

@@ -1,0 +1,117 @@
+"""What a DAG run's conf may do, tried through ``airflow dags test`` as a user who may trigger a
+DAG would: no code runs from it, no path outside the allowed roots or inside a checkpoint store
+is reached, no safeguard of the DAG's author is switched off, no other owner's job is continued,
+and what a retry cannot change fails at once, without the task's retries."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from include.checkpoint import CheckpointLog
+from include.runner import IterationRunner
+from include.store import LocalStore
+from tests.dags.conftest import airflow
+from tests.faults.airflow_sweep import task_tries
+from tests.helpers import graph_with_dangling, pagerank_config, write_edges
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def dags_test(env, dag_id, conf) -> tuple[bool, str, dict[str, int]]:
+    """(succeeded, log, tries of each task)."""
+    done = airflow(env, "dags", "test", dag_id, "--conf", json.dumps(conf))
+    log = done.stdout + done.stderr
+    return done.returncode == 0 and "state=success" in log, log, task_tries(log)
+
+
+@pytest.fixture
+def local(airflow_env, tmp_path):
+    """The DAGs' embedded local directory moved under tmp_path (their default checkpoint root is
+    ``<it>/store``), and the only root the deployment allows; runs point their paths inside it."""
+    return {**airflow_env, "ITERATIONS_LOCAL_DIR": str(tmp_path / "local"),
+            "ITERATIONS_ALLOWED_ROOTS": str(tmp_path / "local")}, tmp_path / "local"
+
+
+def pagerank_conf(root, **extra):
+    edges = write_edges(root / "in" / "edges.csv", graph_with_dangling(10, 0.3, seed=1))
+    return {"job_id": "pr", "input_path": edges, "checkpoint_root": str(root / "ckpt"),
+            "output_path": str(root / "out"), "max_epochs": 2, "tolerance": 0, "num_partitions": 2,
+            "continuation": False, **extra}
+
+
+def test_a_run_conf_cannot_run_code_through_the_checks_param(local):
+    env, root = local
+    marker = root / "pwned"
+    conf = pagerank_conf(root, checks={"expectations": [{
+        "name": "innocent", "type": "expect_column_values_to_be_between",
+        "kwargs": {"column": "ranks.rank.min", "min_value": 0, "condition_parser": "pandas",
+                   "row_condition": f"@pd.io.common.os.system('touch {marker}')==0"}}]})
+    ok, log, tries = dags_test(env, "iterate_pagerank", conf)
+    assert not ok and not marker.exists(), "the shell command never ran"
+    # the param's JSON schema refuses it as the run is created (the operators' own refusal, for
+    # checks that reach them otherwise, is tested in tests/unit/test_checks.py)
+    assert "Invalid input for param checks" in log and "condition_parser" in log and not tries, log[-3000:]
+
+
+def test_a_run_conf_cannot_switch_off_the_authors_checks(local):
+    env, root = local
+    for checks, says in (({"enabled": False}, "enabled"),
+                         ({"expectations": [{"name": "rank_mass", "severity": "info"}]}, "rank_mass"),
+                         ({"expectations": [{"name": "ranks_finite", "enabled": False}]}, "ranks_finite")):
+        ok, log, tries = dags_test(env, "iterate_pagerank", pagerank_conf(root, checks=checks))
+        assert not ok and says in log and "author" in log, log[-3000:]
+        assert tries["epoch_0.run"] == 1, tries
+
+
+def test_a_run_conf_cannot_reach_a_checkpoint_store_or_take_a_job_over(local):
+    env, root = local
+    default_store = root / "store"  # the DAG's default checkpoint root
+    conf = pagerank_conf(root, output_path=str(default_store / "jobs" / "victim" / "checkpoints"))
+    ok, log, tries = dags_test(env, "iterate_pagerank", conf)
+    assert not ok and "overlaps the checkpoint root" in log and tries["epoch_0.run"] == 1, log[-3000:]
+    assert not os.path.exists(default_store / "jobs"), "nothing written there"
+    ok, log, _ = dags_test(env, "iterate_pagerank", pagerank_conf(root, take_over=True))
+    assert not ok and "does not allow a run to take a job over" in log, log[-3000:]
+
+
+def test_a_job_of_another_owner_is_not_continued(local, spark):
+    env, root = local
+    conf = pagerank_conf(root)
+    lib = pagerank_config(root, conf["input_path"], checkpoint_root=conf["checkpoint_root"], max_epochs=2,
+                          num_partitions=2, tolerance=0.0, output_path=conf["output_path"])
+    IterationRunner(lib, spark).run(max_epochs_in_batch=1)  # the job started outside Airflow
+    ok, log, tries = dags_test(env, "iterate_pagerank", conf)
+    assert not ok and "job pr belongs to a run outside Airflow" in log and "dag_id None -> 'iterate_pagerank'" in log
+    assert tries["epoch_0.run"] == 1
+    assert CheckpointLog(LocalStore(conf["checkpoint_root"]), "pr").latest_id() == 0, "nothing committed"
+
+
+def test_bad_input_fails_without_retries(local):
+    env, root = local
+    (root / "in").mkdir(parents=True, exist_ok=True)
+    pd.DataFrame({"id": np.arange(6), "x": [1.0, 2.0, float("inf"), 4.0, 5.0, 6.0],
+                  "y": [1.0] * 6}).to_parquet(root / "in" / "points.parquet")
+    conf = {"job_id": "km", "input_path": str(root / "in" / "points.parquet"), "checkpoint_root": str(root / "ckpt"),
+            "output_path": str(root / "out"), "max_epochs": 2, "num_partitions": 2, "k": 2, "continuation": False}
+    ok, log, tries = dags_test(env, "iterate_kmeans", conf)
+    assert not ok and "InputDataError" in log and "infinite values" in log and "id=2" in log, log[-3000:]
+    assert tries["epoch_0.run"] == 1, f"one Spark attempt, not three: {tries}"
+
+
+def test_the_stop_dag_keeps_to_the_allowed_roots_and_to_existing_jobs(local, tmp_path):
+    env, root = local
+    outside = tmp_path / "elsewhere" / "store"
+    ok, log, _ = dags_test(env, "iterations_stop", {"job_id": "pr", "checkpoint_root": str(outside), "mode": "drain"})
+    assert not ok and "outside the allowed roots" in log and not (tmp_path / "elsewhere").exists(), log[-3000:]
+    missing = root / "no-store"
+    ok, log, _ = dags_test(env, "iterations_stop", {"job_id": "pr", "checkpoint_root": str(missing), "mode": "drain"})
+    assert not ok and "does not exist" in log and not missing.exists(), log[-3000:]
+    (root / "ckpt").mkdir(parents=True)
+    ok, log, _ = dags_test(env, "iterations_stop", {"job_id": "nobody", "checkpoint_root": str(root / "ckpt"),
+                                                   "mode": "suspend"})
+    assert not ok and "no job 'nobody'" in log and not os.listdir(root / "ckpt"), log[-3000:]
