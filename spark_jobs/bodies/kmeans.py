@@ -8,7 +8,9 @@ largest ``log(u) / D(x)^2`` (Efraimidis-Spirakis weighted sampling, weights D(x)
 ``u`` in (0, 1) is a hash of (seed, round, the point's features): the same data and seed give
 the same centroids whatever the partitioning. A cluster that loses all its points keeps its
 centroid; the data check ``no_empty_cluster`` refuses such an epoch unless the job lowers its
-severity to ``warning``. Converged when no centroid moves more than the job's tolerance (Euclidean).
+severity to ``warning``. Input with null, NaN or infinite features, or with fewer distinct
+points than k, is refused (``InputDataError``) before any step. Converged when no centroid
+moves more than the job's tolerance (Euclidean).
 Outputs: ``centroids`` and ``assignments`` (the input rows plus ``cluster_id``); every epoch
 also emits ``centroid_history`` rows (epoch, cluster_id, features, shift), published as each
 epoch's checkpoint commits, so a running job's trajectory can be watched and plotted.
@@ -73,6 +75,7 @@ class KMeans(IterationBody):
     convergence_metric = "max_shift"
     outputs = ("centroids", "assignments")
     epoch_outputs = ("centroid_history",)
+    facts = ("input_points", "k")  # StepResult.facts of every epoch
     # checked before each checkpoint commits (include.checks)
     expectations = (
         {"name": "cluster_ids_unique", "type": "expect_column_values_to_be_between",
@@ -119,17 +122,32 @@ class KMeans(IterationBody):
         points = raw.select(*raw.columns, *[F.col(f).cast("double").alias(f"__f{i}") for i, f in enumerate(features)])
         fcols = [f"__f{i}" for i in range(len(features))]
         points = points.cache()
+        # a sample row for the error message: its id, or without an id column the whole row
+        sample = F.struct(F.col("id")) if "id" in raw.columns else F.struct(*[F.col(n) for n in raw.columns])
+        # one pass: the rows, and per feature its null/NaN rows and a row with ±inf if any
         stats = points.agg(
             F.count("*").alias("n"),
             *[F.sum(F.when(F.col(c).isNull() | F.isnan(c), 1).otherwise(0)).alias(c) for c in fcols],
+            *[F.first(F.when(F.abs(F.col(c)) == F.lit(math.inf), F.struct(sample.alias("row"), F.col(c).alias("value"))),
+                      ignorenulls=True).alias(f"{c}_inf") for c in fcols],
         ).first()
-        if stats["n"] == 0:
-            raise InputDataError("k-means input is empty: no points")
-        nulls = [f for f, c in zip(features, fcols) if stats[c]]
-        if nulls:
-            raise InputDataError(f"k-means feature column(s) {nulls} have null or NaN values")
-        if stats["n"] < params.k:
-            raise InputDataError(f"k-means with k={params.k} needs at least {params.k} points, the input has {stats['n']}")
+        try:
+            if stats["n"] == 0:
+                raise InputDataError("k-means input is empty: no points")
+            nulls = [f for f, c in zip(features, fcols) if stats[c]]
+            if nulls:
+                raise InputDataError(f"k-means feature column(s) {nulls} have null or NaN values")
+            infinite = {f: stats[f"{c}_inf"] for f, c in zip(features, fcols) if stats[f"{c}_inf"] is not None}
+            if infinite:
+                examples = "; ".join(
+                    ", ".join(f"{k}={v}" for k, v in s["row"].asDict().items()) + f": {f}={s['value']}"
+                    for f, s in infinite.items())
+                raise InputDataError(f"k-means feature column(s) {list(infinite)} have infinite values (e.g. {examples})")
+            if stats["n"] < params.k:
+                raise InputDataError(f"k-means with k={params.k} needs at least {params.k} points, the input has {stats['n']}")
+        except InputDataError:
+            points.unpersist()  # refused: nothing keeps the cached points
+            raise
         return {"points": points, "features": features, "fcols": fcols, "num_points": int(stats["n"])}
 
     def initial_centroids(self, data: Mapping[str, Any], params: KMeansParams) -> list[list[float]]:
@@ -144,10 +162,14 @@ class KMeans(IterationBody):
             else:
                 scored = points.select(*fcols, u.alias("key"))
             best = scored.orderBy(F.col("key").desc(), *[F.col(c) for c in fcols]).select(*fcols).first()
-            if best is None:  # fewer distinct points than k: repeat the last one
-                chosen.append(list(chosen[-1]))
-            else:
-                chosen.append([float(best[c]) for c in fcols])
+            if best is None:
+                # every point is one of the chosen centroids: the input has exactly len(chosen)
+                # distinct points (known here at no cost; counting them in load would shuffle)
+                raise InputDataError(
+                    f"k-means with k={params.k} needs at least {params.k} distinct points, the input has "
+                    f"{len(chosen)} distinct point(s) (of {data['num_points']} points): "
+                    "k must not exceed the number of distinct points")
+            chosen.append([float(best[c]) for c in fcols])
         return chosen
 
     def init(self, data: Mapping[str, Any], ctx: EpochContext) -> dict[str, DataFrame]:

@@ -10,9 +10,11 @@ import os
 import signal
 import time
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
+from include import failpoints
 from include.checkpoint import CheckpointLog
 from include.config import JobConfig
 from include.runner import IterationRunner
@@ -29,6 +31,10 @@ KILLED_EPOCH = 2
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("airflow_standalone")
     srv = AirflowServer(str(home), str(tmp_path_factory.mktemp("spark_connect_sched")))
+    armed = tmp_path_factory.mktemp("failpoints") / "armed"
+    armed.write_text("")
+    srv.env.update({failpoints.FILE_ENV: str(armed), failpoints.DIR_ENV: str(armed.parent),
+                    failpoints.TRACE_ENV: str(armed.parent / "trace.jsonl"), "ITERATIONS_RETRY_DELAY_SECONDS": "2"})
     try:
         yield srv.start()
     finally:
@@ -178,3 +184,33 @@ def test_backfill_three_dates_twice_then_recompute_one(server, tmp_path):
     after = read_published(tmp_path / "out" / dates[1], "ranks")
     assert dict(zip(after["node"], after["rank"])) == dict(zip(before["node"], before["rank"])), \
         "recomputed from the same starting checkpoint: the same ranks"
+
+
+def test_a_commit_task_killed_after_its_commit_landed_is_retried_exactly_once(server, spark, tmp_path):
+    """The fault sweep's lost-reply case under the real scheduler: the commit task of epoch 1 of
+    k-means is SIGKILLed right after its manifest is written (the process dies, not a raised
+    error); the scheduler retries it, the retry finds the checkpoint its attempt committed and
+    publishes the epoch's output, and the run ends equal to the failure-free run, every
+    checkpoint committed once (tests/faults/sweep.audit)."""
+    from tests.faults.sweep import Outcome, audit, kmeans_workload
+
+    w = kmeans_workload(tmp_path, seed=2)
+    cfg = w.config(tmp_path)
+    armed = server.env[failpoints.FILE_ENV]
+    point = "commit.after_write@epoch=1"
+    with open(armed, "w") as f:
+        f.write(f"{point}=kill-once")
+    try:
+        run_id = server.trigger("iterate_kmeans", {
+            "job_id": cfg.job_id, "input_path": cfg.input.path, "checkpoint_root": cfg.checkpoint_root,
+            "output_path": cfg.output_path, "max_epochs": cfg.max_epochs, "tolerance": 0,
+            "num_partitions": cfg.num_partitions, **cfg.body_params, "continuation": False})
+        server.unpause("iterate_kmeans")
+        assert server.wait_run("iterate_kmeans", run_id, timeout=600) == "success", server.log_tail()
+    finally:
+        open(armed, "w").close()
+    assert os.path.exists(os.path.join(os.path.dirname(armed), f"{point}.fired")), "the task was killed"
+    assert server.task_instances("iterate_kmeans", run_id)["epoch_1.commit"]["try_number"] >= 2
+    trace = Path(server.env[failpoints.TRACE_ENV])  # every task process appends its commits and publications
+    out = audit(Outcome("killed after its commit", 2), spark, w, cfg, trace, tmp_path)
+    assert (out.lost, out.duplicated, out.wrong, out.garbage) == (0, 0, 0, 0), out.detail

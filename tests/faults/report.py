@@ -5,6 +5,8 @@ epochs recomputed by recoveries), plus the fuzzed DAG params (refused bad inputs
     .venv/bin/python -m tests.faults.report                 # seeds 1 2 3, everything
     .venv/bin/python -m tests.faults.report --seeds 1 2 3 4 5 --only "kill in epoch" "zombie attempt"
     .venv/bin/python -m tests.faults.report --no-s3 --no-processes --no-fuzz
+    .venv/bin/python -m tests.faults.report --airflow --seeds 1 2   # also each failure point of the
+                                                                   # Airflow path alone (airflow dags test)
 
 Runs on a local Spark session, a moto_server it starts for the S3 scenario, and temporary
 directories it deletes. Exit status 1 if any row has lost, duplicated or wrong work.
@@ -49,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-processes", action="store_true", help="skip two run_job processes at once")
     p.add_argument("--no-fuzz", action="store_true", help="skip fuzzing the DAG params")
     p.add_argument("--fuzz-examples", type=int, default=300)
+    p.add_argument("--airflow", action="store_true",
+                   help="also every failure point of tests/faults/airflow_sweep.py alone, through airflow dags test "
+                        "(about a minute per point and seed)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
@@ -99,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{time.monotonic() - started:6.0f}s] {name} seed {seed}: "
                       + " ".join(f"{c}={getattr(out, c)}" for c in COLUMNS)
                       + f" ({time.monotonic() - t0:.1f}s) {out.detail[:160]}", flush=True)
+        if args.airflow:
+            failed |= airflow_rows(rows, args.seeds, started)
         fuzz = None
         if not args.no_fuzz:
             from tests.faults.fuzz_params import fuzz_all
@@ -113,6 +120,50 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows, fuzz))
     print(f"\n{sum(len(v) for v in rows.values())} scenario runs in {time.monotonic() - started:.0f}s")
     return 1 if failed else 0
+
+
+def airflow_rows(rows: dict[str, list[Outcome]], seeds: list[int], started: float) -> bool:
+    """Each failure point of the Airflow path alone (a seeded epoch and partition), one
+    ``airflow dags test`` run per point and seed, in an Airflow home of its own; True if any
+    run lost, duplicated or got something wrong."""
+    import random
+
+    from tests.faults.airflow_sweep import POINTS, airflow_env, point_for, run_dag
+
+    home = Path(tempfile.mkdtemp(prefix="fault-sweep-airflow-"))
+    for sub in ("fired", "connect"):
+        (home / sub).mkdir()
+    (home / "armed").write_text("")
+    env = airflow_env(home / "airflow", home / "connect", home / "fired", home / "armed")
+    failed = False
+    try:
+        for template in POINTS:
+            name = "airflow: " + template.split("@")[0]
+            for seed in seeds:
+                point = point_for(template, random.Random(f"{template}:{seed}"))
+                work = Path(tempfile.mkdtemp(prefix="fault-sweep-", dir=home))
+                t0 = time.monotonic()
+                try:
+                    out = run_dag(env, work, seed, [point], name)
+                    if out.faults != 1:
+                        out.wrong += 1
+                        out.detail += f"; {point} fired {out.faults} times"
+                except Exception as e:
+                    traceback.print_exc()
+                    out = Outcome(name, seed, wrong=1, detail=f"{type(e).__name__}: {e}"[:300])
+                out.facts = {}
+                rows.setdefault(name, []).append(out)
+                failed |= not out.ok
+                print(f"[{time.monotonic() - started:6.0f}s] {name} seed {seed}: "
+                      + " ".join(f"{c}={getattr(out, c)}" for c in COLUMNS)
+                      + f" ({time.monotonic() - t0:.1f}s) {out.detail[:160]}", flush=True)
+    finally:
+        import subprocess
+
+        subprocess.run([sys.executable, "-m", "spark_jobs.connect_server", "stop"], env=env, capture_output=True,
+                       timeout=120)
+        shutil.rmtree(home, ignore_errors=True)
+    return failed
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from include.errors import (
     PermanentStoreError,
     TransientStoreError,
 )
+from include.ownership import OwnershipError
 from include.runner import IterationRunner
 from include.runtime import IterationJob
 from include.store import RetryPolicy
@@ -102,7 +103,7 @@ def test_store_that_cannot_be_reached(spark, tmp_path):
     cfg = pagerank_config(tmp_path, edges, checkpoint_root="s3://some-bucket/root")
     options = {"endpoint_url": f"http://127.0.0.1:{free_port()}", "retry": RetryPolicy(3, 0.01, 0.01),
                "connect_timeout": 0.5}
-    with pytest.raises(TransientStoreError, match=r"s3://some-bucket/root/jobs/pr/.* at http://127.0.0.1:\d+ still failing after 3 attempts"):
+    with pytest.raises(TransientStoreError, match=r"s3://some-bucket/root/.* at http://127.0.0.1:\d+ still failing after 3 attempts"):
         IterationRunner(cfg, spark, store_options=options).run()
 
 
@@ -110,7 +111,7 @@ def test_store_that_cannot_be_reached(spark, tmp_path):
 def test_store_without_bucket(spark, tmp_path, moto_endpoint):
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(5, 0.5))
     cfg = pagerank_config(tmp_path, edges, checkpoint_root="s3://missing-bucket-x/root")
-    with pytest.raises(PermanentStoreError, match=r"s3://missing-bucket-x/root/jobs/pr/.* failed with NoSuchBucket \(the bucket does not exist\)"):
+    with pytest.raises(PermanentStoreError, match=r"s3://missing-bucket-x/root/.* failed with NoSuchBucket \(the bucket does not exist\)"):
         IterationRunner(cfg, spark, store_options={"endpoint_url": moto_endpoint}).run()
 
 
@@ -118,5 +119,54 @@ def test_a_job_cannot_change_its_body(spark, tmp_path):
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(8, 0.3))
     IterationRunner(pagerank_config(tmp_path, edges, max_epochs=3), spark).run(max_epochs_in_batch=1)
     other = JobConfig(job_id="pr", body="kmeans", input=edges, checkpoint_root=str(tmp_path / "store"))
-    with pytest.raises(CheckpointError, match="checkpointed with body 'pagerank'; it cannot continue as 'kmeans'"):
+    with pytest.raises(OwnershipError, match="job pr belongs to .*body spark_jobs.bodies.pagerank:PageRank.*"
+                                             "body 'spark_jobs.bodies.pagerank:PageRank' -> 'spark_jobs.bodies.kmeans:KMeans'"):
         IterationRunner(other, spark).run()
+    # even taken over, a checkpoint's variables are never given to another body
+    with pytest.raises(CheckpointError, match="checkpointed with body 'pagerank'; it cannot continue as 'kmeans'"):
+        IterationRunner(other, spark, take_over=True).run()
+
+
+def kmeans_config(tmp_path, points: pd.DataFrame, **params) -> JobConfig:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "points.parquet"
+    points.to_parquet(path)
+    return JobConfig(job_id="km", body="kmeans", input=str(path), checkpoint_root=str(tmp_path / "store"),
+                     body_params={"k": 2, "seed": 1, **params}, max_epochs=3, tolerance=0.0, num_partitions=2)
+
+
+def assert_no_checks_report(cfg):
+    job = IterationJob(cfg)
+    assert not list(job.store.list(f"{job.log.layout.root}/checks/")), "refused before any data check ran"
+
+
+def test_infinite_features(spark, tmp_path):
+    inf = float("inf")
+    points = pd.DataFrame({"id": range(10, 20), "x": [0.0, 1.0, inf, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0],
+                           "y": [0.0, 1.0, 2.0, 3.0, -inf, 5.0, 6.0, 7.0, 8.0, 9.0]})
+    cfg = kmeans_config(tmp_path, points)
+    with pytest.raises(InputDataError) as refused:
+        IterationRunner(cfg, spark).run()
+    assert str(refused.value) == (
+        "k-means feature column(s) ['x', 'y'] have infinite values (e.g. id=12: x=inf; id=14: y=-inf)")
+    assert_nothing_committed(cfg)
+    assert_no_checks_report(cfg)
+    # without an id column the sample is the whole row
+    cfg = kmeans_config(tmp_path / "no-id", points.drop(columns="id"))
+    with pytest.raises(InputDataError) as refused:
+        IterationRunner(cfg, spark).run()
+    assert str(refused.value) == (
+        "k-means feature column(s) ['x', 'y'] have infinite values (e.g. x=inf, y=2.0: x=inf; x=4.0, y=-inf: y=-inf)")
+    assert_nothing_committed(cfg)
+
+
+def test_fewer_distinct_points_than_k(spark, tmp_path):
+    points = pd.DataFrame({"id": range(8), "x": [1.0, 5.0] * 4, "y": [2.0, 6.0] * 4})
+    cfg = kmeans_config(tmp_path, points, k=3)
+    with pytest.raises(InputDataError) as refused:
+        IterationRunner(cfg, spark).run()
+    assert str(refused.value) == (
+        "k-means with k=3 needs at least 3 distinct points, the input has 2 distinct point(s) (of 8 points): "
+        "k must not exceed the number of distinct points")
+    assert_nothing_committed(cfg)
+    assert_no_checks_report(cfg)
