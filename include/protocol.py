@@ -50,12 +50,14 @@ def mark_store(store: ObjectStore) -> None:
 
 def start_run(job: IterationJob, holder: Holder, *, dag_id: str | None = None, take_over: bool = False,
               lease_wait: float = 0.0, alive: Callable[[Holder], bool | None] | None = None,
-              poll: float = 1.0) -> JobState:
+              poll: float = 1.0, validate: bool = True) -> JobState:
     """Everything a run does before it writes: check the body, its parameters and the data
     checks; probe the store's conditional writes (once per process), mark the store, refuse an output path inside a checkpoint store, claim the job (OwnershipError if it is another's and not taken
     over), hold its lease (JobBusy naming the run that holds it, after ``lease_wait`` seconds),
-    then the job's state at its latest checkpoint."""
-    job.check_expectations()  # the body, its parameters and the data checks, refused before anything is written
+    then the job's state at its latest checkpoint. ``validate`` False: a step that plans
+    nothing (a commit: its attempt's plan was validated) skips loading the body's metadata."""
+    if validate:
+        job.check_expectations()  # the body, its parameters and the data checks, refused before anything is written
     job.store.check_conditional_writes()
     mark_store(job.store)
     check_output_path_outside_stores(job.config.output_path, **job.store_options)

@@ -274,7 +274,7 @@ class IterationOperator(BaseOperator):
 
         job, _ = self.iteration_job(context)
         if write:
-            self.start(context, job)
+            self.start(context, job, validate=False)  # the head that planned the attempt validated it
         head = self.head_result(context, job, head_task_id, index)
         if head["status"] != "run":
             return job, head, None, None
@@ -291,7 +291,7 @@ class IterationOperator(BaseOperator):
             run_id = batch_id_of(context)
         return Holder.dag_run(self.dag_id, run_id)
 
-    def start(self, context: Mapping[str, Any], job):
+    def start(self, context: Mapping[str, Any], job, *, validate: bool = True):
         """Before this task writes: the store probed, the job claimed for this DAG (its owner),
         the lease held for this DAG run (include.protocol.start_run); the job's state."""
         from include.protocol import start_run
@@ -309,7 +309,7 @@ class IterationOperator(BaseOperator):
 
         return start_run(job, self.holder(context), dag_id=self.dag_id,
                          take_over=bool(self.settings(context).get("take_over")),
-                         lease_wait=self.lease_wait, alive=alive)
+                         lease_wait=self.lease_wait, alive=alive, validate=validate)
 
     def skip_epoch_tasks(self, context: Mapping[str, Any], *, after: int, also: Sequence[str] = ()) -> None:
         """Skip, at once, the tasks of the epoch groups after ``after`` (and the tasks ``also``),
