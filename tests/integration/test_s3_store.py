@@ -337,3 +337,20 @@ def test_unknown_403_code_gets_the_status_hint_and_the_endpoints_message(moto_en
     with pytest.raises(PermanentStoreError, match=r"failed with SomethingNew \(access denied \(HTTP 403\): "
                                                   r"check the credentials\): Why the endpoint refused\."):
         store.get("a/b")
+
+
+def test_a_job_on_an_endpoint_that_ignores_if_none_match_refuses_to_run(ignoring_endpoint, bucket, tmp_path):
+    """The probe runs as every run starts (include.protocol.start_run): on such an endpoint the
+    job is refused before it writes anything (no store marker, owner or lease)."""
+    from include.config import JobConfig
+    from include.ownership import Holder
+    from include.protocol import start_run
+    from include.runtime import IterationJob
+
+    endpoint = url_of(ignoring_endpoint)
+    cfg = JobConfig(job_id="pr", body="pagerank", input=str(tmp_path / "edges.csv"),
+                    checkpoint_root=f"s3://{bucket}/refused")
+    job = IterationJob(cfg, store_options={"endpoint_url": endpoint})
+    with pytest.raises(PermanentStoreError, match=f"the S3 endpoint {endpoint} ignores conditional writes"):
+        start_run(job, Holder.this_process())
+    assert job.store.list("") == [], "nothing written"
