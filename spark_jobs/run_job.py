@@ -41,10 +41,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "Spark driver in this process)")
     p.add_argument("--endpoint-url", default=None, help="S3 endpoint (MinIO, moto); default from the environment")
     p.add_argument("--checks", default=None, metavar="FILE",
-                   help="data checks (JSON: {\"expectations\": [...]}), over the body's; see README, Data checks")
+                   help="data checks (JSON: {\"expectations\": [...]}), over the body's; see docs/data-checks.md")
     p.add_argument("--no-checks", action="store_true", help="turn the data checks off")
     p.add_argument("--on-damaged-checkpoint", choices=["fail", "previous"], default="fail",
                    help="a damaged latest checkpoint: fail (default), or fall back to the newest intact one")
+    p.add_argument("--take-over", action="store_true",
+                   help="continue a job that belongs to another owner (a DAG, another body, input or output path) "
+                        "and make it this run's")
+    p.add_argument("--lease-wait", type=float, default=0.0, metavar="SECONDS",
+                   help="wait up to SECONDS for another run of the job to end (default: fail at once naming it)")
     p.add_argument("--wait-for-input", type=float, default=None, metavar="SECONDS",
                    help="input arriving while the job runs (body sgd): wait up to SECONDS before each epoch")
     return p.parse_args(argv)
@@ -91,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         from include.runner import IterationRunner
 
         options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
-        result = IterationRunner(config, spark, store_options=options, wait_for_input=args.wait_for_input).run(
+        result = IterationRunner(config, spark, store_options=options, wait_for_input=args.wait_for_input,
+                                 take_over=args.take_over, lease_wait=args.lease_wait).run(
             batch_id=args.batch_id, max_epochs_in_batch=args.max_epochs_in_batch
         )
     except IterationError as e:
