@@ -159,14 +159,11 @@ class IterationOperator(BaseOperator):
             settings["input_path"] = settings["input_path"].replace("{date}", f"{date[:4]}-{date[4:6]}-{date[6:8]}")
             if settings.get("output_path"):
                 settings["output_path"] = f"{settings['output_path'].rstrip('/')}/{date}"
-        from include.paths import PathPolicy, configured_roots
+        from include.errors import ConfigError
+        from include.paths import PathPolicy, check_output_path, configured_roots
 
         policy = PathPolicy.for_dag([*self.allowed_roots, *configured_roots(
             {k: self.job.get(k) for k in ("input_path", "output_path", "checkpoint_root")})])
-        from include.errors import ConfigError
-
-        from include.paths import check_output_path
-
         try:
             for name in ("input_path", "output_path", "checkpoint_root"):
                 if settings.get(name):
