@@ -81,6 +81,13 @@ class JobNotFound(ConfigError):
     """No job of that id in the store."""
 
 
+def job_not_found(store: ObjectStore, job_id: str) -> JobNotFound:
+    """The error for job ``job_id`` having nothing in ``store``; the Iterations view answers
+    the same for a job the user may not see, so that the two cannot be told apart."""
+    return JobNotFound(f"job {job_id!r} has no checkpoint log in {store.location()} "
+                       f"(nothing under {store.location(JobLayout(check_job_id(job_id)).root)})")
+
+
 @dataclass
 class CheckView:
     """The data checks of one attempt, and where their reports are (keys in the store)."""
@@ -240,8 +247,7 @@ class _Reader:
         self.job_id = job_id
         self.objects = store.list(self.layout.root + "/")
         if not self.objects:
-            raise JobNotFound(f"job {job_id!r} has no checkpoint log in {store.location()} "
-                              f"(nothing under {store.location(self.layout.root)})")
+            raise job_not_found(store, job_id)
 
     def _keys(self, sub: str) -> list[str]:
         prefix = f"{self.layout.root}/{sub}/"
@@ -365,9 +371,12 @@ class _Reader:
             out.setdefault(int(epoch_s), {}).setdefault(attempt, AttemptView(attempt, "running"))
         for rest in self._keys("aborted"):
             epoch_s, attempt = rest.split("/", 1)
+            reason = self.log.abort_reason(int(epoch_s), attempt)
+            if reason is None:  # the record of a commit's claim (checkpoint.claim_commit), not an abort
+                continue
             view = out.setdefault(int(epoch_s), {}).setdefault(attempt, AttemptView(attempt, "aborted"))
             view.status = "aborted"
-            view.reason = self.log.abort_reason(int(epoch_s), attempt) or ""
+            view.reason = reason
         for epoch, tried in out.items():
             for a in tried.values():
                 plan = self._plan(epoch, a.attempt_id)
@@ -500,5 +509,6 @@ def _outcome_line(o: dict[str, Any]) -> str:
 
 __all__ = [
     "AttemptView", "BatchView", "CheckView", "EpochView", "EventsView", "FinishView", "JobNotFound",
-    "JobOverview", "OutputView", "ReadOnlyStore", "ReadOnlyViolation", "check_report", "job_overview", "list_jobs",
+    "JobOverview", "OutputView", "ReadOnlyStore", "ReadOnlyViolation", "check_report", "job_not_found", "job_overview",
+    "list_jobs",
 ]

@@ -169,6 +169,11 @@ class ApiServer(AirflowServer):
     SimpleAuthManager users that log in with a password: ``admin`` and ``viewer`` (the role)."""
 
     USERS = {"admin": "admin", "viewer": "viewer"}
+    # Users granted single DAGs, as a deployment's FAB or Keycloak roles would
+    # (tests.dags.dag_auth.PerDagAuthManager, which is SimpleAuthManager for every other user):
+    # ``reader_a`` may read DAG ``dag_a`` only, ``reader_pr`` DAG ``iterate_pagerank`` only.
+    DAG_GRANTS = {"reader_a": ["dag_a"], "reader_pr": ["iterate_pagerank"]}
+    USERS = {**USERS, **{user: "viewer" for user in DAG_GRANTS}}
 
     def __init__(self, home: str, connect_dir: str):
         super().__init__(home, connect_dir)
@@ -180,6 +185,10 @@ class ApiServer(AirflowServer):
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "False",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(f"{u}:{r}" for u, r in self.USERS.items()),
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": passwords_file,
+        })
+        self.env.update({
+            "AIRFLOW__CORE__AUTH_MANAGER": "tests.dags.dag_auth.PerDagAuthManager",
+            "ITERATIONS_TEST_DAG_GRANTS": json.dumps(self.DAG_GRANTS),
         })
 
     def start(self, timeout: float = 180) -> "ApiServer":

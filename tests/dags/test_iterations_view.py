@@ -1,19 +1,28 @@
 """The Iterations view's endpoints, served by a real ``airflow api-server`` (the plugin mounted
 under /iterations), over stores filled by real PageRank runs: what they return equals the
 checkpoints, nothing is written, unauthenticated requests are refused, and bad values are
-refused naming them."""
+refused naming them. A job is shown only to users who may read the DAG that owns it
+(DESIGN.md section 7; users granted single DAGs: tests.dags.dag_auth), and nothing a store holds
+can run as script in the page."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
+import urllib.error
+import urllib.request
+from html import escape
 from html.parser import HTMLParser
 from urllib.parse import quote, urlencode
 
 import pytest
 
-from include.checkpoint import CheckpointLog
+from include.checkpoint import CheckpointLog, JobLayout
+from include.ownership import JobOwner, claim
 from include.store import LocalStore
+from tests.dags.airflow_server import _NoRedirect
 from tests.helpers import FINISHED_JOB, REFUSED_JOB, tree
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -201,3 +210,245 @@ def test_a_dag_run_leads_to_its_job_and_batch(api_server, view_stores, view_dag_
     assert current == view_stores.batches["b2"].epochs_computed and current[0] == view_stores.batches["b1"].checkpoint_id + 1
     status, _, body = api_server.fetch("/iterations/runs/iterate_pagerank/no-such-run", token)
     assert status == 404 and "no run &#x27;no-such-run&#x27; of DAG &#x27;iterate_pagerank&#x27;" in body.decode()
+
+
+# --- who may see which job (DESIGN.md section 7) -------------------------------------------------
+
+NO_RECORD, DAMAGED = "no owner record", "a damaged owner record"
+#: the jobs of ``owned_store`` and who owns each (None: the library runner, no DAG)
+OWNERS = {FINISHED_JOB: "dag_a", REFUSED_JOB: "dag_b", "lib-job": None, "old-job": NO_RECORD,
+          "damaged-job": DAMAGED, "sched.20260101T000000Z": "dag_a", "sched.20260102T000000Z": "dag_b"}
+#: what ``reader_a`` (granted DAG ``dag_a`` only: tests.dags.airflow_server.ApiServer) may see
+READER_A_JOBS = sorted(j for j, dag in OWNERS.items() if dag == "dag_a")
+NOT_A_JOB_ID = "-not-a-job-id"
+
+
+@pytest.fixture(scope="module")
+def owned_store(view_stores, tmp_path_factory) -> str:
+    """A copy of the view's store whose jobs belong to DAG ``dag_a``, DAG ``dag_b``, the library
+    runner, nobody (made before owners were recorded) or to a damaged record (``OWNERS``),
+    beside a directory under ``jobs/`` that is not a valid job id."""
+    root = str(tmp_path_factory.mktemp("owned") / "store")
+    shutil.copytree(view_stores.root, root)
+    store = LocalStore(root)
+    for job_id, dag_id in OWNERS.items():
+        if dag_id == NO_RECORD:
+            store.delete([JobLayout(job_id).owner()])
+            CheckpointLog(store, job_id).request_stop("drain")  # some object of its own
+        elif dag_id == DAMAGED:
+            store.put(JobLayout(job_id).owner(), b'{"format": "iterations.owner/1", "owner": ')
+        else:
+            claim(store, job_id, JobOwner(dag_id, "spark_jobs.bodies.pagerank:PageRank", {"path": "/data/edges.csv"},
+                                          None), take_over=True, claimed_by="tests")
+    store.put(f"jobs/{NOT_A_JOB_ID}/owner.json", b"{}")
+    return root
+
+
+class _Links(HTMLParser):
+    """The jobs an index page links to."""
+
+    def __init__(self):
+        super().__init__()
+        self.jobs: list[str] = []
+        self._in_job = False
+
+    def handle_starttag(self, tag, attrs):
+        self._in_job = tag == "a" and dict(attrs).get("class") == "job"
+
+    def handle_data(self, data):
+        if self._in_job:
+            self.jobs.append(data)
+            self._in_job = False
+
+
+def same_as_missing(got, missing, name: str, missing_name: str = "no-such-job") -> bool:
+    """``got`` is the answer ``missing`` (a 404 for something that does not exist) word for word,
+    with ``name`` in place of ``missing_name``."""
+    return missing[0] == 404 and got == (404, missing[1], missing[2].replace(missing_name.encode(), name.encode()))
+
+
+def test_a_job_is_shown_only_to_users_who_may_read_the_dag_that_owns_it(api_server, owned_store):
+    reader, viewer = api_server.login("reader_a"), api_server.login("viewer")
+    for extra in ({}, {"dag_id": "dag_b"}):  # no request parameter widens what the user sees
+        status, _, body = api_server.fetch(f"/iterations/api/jobs?{q(owned_store, **extra)}", reader)
+        assert status == 200 and json.loads(body)["jobs"] == READER_A_JOBS, (extra, status, body)
+        status, _, body = api_server.fetch(f"/iterations/?{q(owned_store, **extra)}", reader)
+        index = _Links()
+        index.feed(body.decode())
+        assert status == 200 and index.jobs == READER_A_JOBS, (extra, status, body)
+    # a user who may read every DAG sees every job (not what is not a job id)
+    status, _, body = api_server.fetch(f"/iterations/api/jobs?{q(owned_store)}", viewer)
+    assert status == 200 and json.loads(body)["jobs"] == sorted(OWNERS)
+
+    for job in sorted(OWNERS):
+        for extra in ({}, {"dag_id": "dag_b"}, {"dag_id": "dag_a"}, {"dag_id": "~"}):
+            for path in (f"/iterations/api/jobs/{{}}?{q(owned_store, **extra)}",
+                         f"/iterations/jobs/{{}}?{q(owned_store, **extra)}"):
+                got = api_server.fetch(path.format(job), reader)
+                if job in READER_A_JOBS:
+                    assert got[0] == 200, (job, path, got)
+                else:  # answered word for word as a job that does not exist
+                    missing = api_server.fetch(path.format("no-such-job"), reader)
+                    assert b"has no checkpoint log" in missing[2], missing
+                    assert same_as_missing(got, missing, job), (job, path, got, missing)
+        for path in (f"/iterations/api/jobs/{job}?{q(owned_store)}", f"/iterations/jobs/{job}?{q(owned_store)}"):
+            assert api_server.fetch(path, viewer)[0] == 200, (job, path)
+
+
+def test_a_check_report_is_shown_only_to_users_who_may_see_its_job(api_server, view_stores, owned_store):
+    reader, viewer = api_server.login("reader_a"), api_server.login("viewer")
+    refused = f"checks/{view_stores.refused_epoch}/{view_stores.refused_attempt}?{q(owned_store)}"
+    missing = api_server.fetch(f"/iterations/jobs/no-such-job/{refused}", reader)
+    assert missing[0] == 404 and b"job &#x27;no-such-job&#x27; has no checkpoint log" in missing[2], missing
+    assert same_as_missing(api_server.fetch(f"/iterations/jobs/{REFUSED_JOB}/{refused}", reader), missing, REFUSED_JOB)
+    # to a user who may see every job, a job that does not exist is answered in the same words
+    assert api_server.fetch(f"/iterations/jobs/no-such-job/{refused}", viewer) == missing
+    assert api_server.fetch(f"/iterations/jobs/{REFUSED_JOB}/{refused}", viewer)[0] == 200
+
+    prefix = f"jobs/{FINISHED_JOB}/checks/"
+    epoch, attempt = LocalStore(owned_store).list(prefix)[0].key[len(prefix):].split("/")[:2]
+    status, _, body = api_server.fetch(f"/iterations/jobs/{FINISHED_JOB}/checks/{int(epoch)}/{attempt}?"
+                                       f"{q(owned_store)}", reader)
+    assert status == 200, body
+
+
+def test_a_dag_run_leads_to_its_job_only_for_users_who_may_see_both(api_server, view_stores, view_dag_runs):
+    reader_a, reader_pr, viewer = (api_server.login(u) for u in ("reader_a", "reader_pr", "viewer"))
+    run, no_run = "/iterations/runs/iterate_pagerank/b2", "/iterations/runs/iterate_pagerank/no-such-run"
+    # reader_a may not read iterate_pagerank's runs: its run is answered as a run that does not exist
+    missing = api_server.fetch(no_run, reader_a)
+    assert b"no run &#x27;no-such-run&#x27; of DAG &#x27;iterate_pagerank&#x27;" in missing[2], missing
+    assert same_as_missing(api_server.fetch(run, reader_a), missing, "b2", "no-such-run")
+    # reader_pr may read the DAG's runs, but the run's job was run by the library runner: no DAG
+    # owns it, so only a user who may read every DAG sees it
+    missing_job = api_server.fetch(f"/iterations/jobs/no-such-job?{q(view_stores.root)}", reader_pr)
+    assert same_as_missing(api_server.fetch(run, reader_pr), missing_job, FINISHED_JOB)
+    status, _, location = api_server.fetch(run, viewer)
+    assert status == 307 and location.decode() == f"/iterations/jobs/{FINISHED_JOB}?{q(view_stores.root, batch='b2')}"
+
+
+# --- nothing from a store runs as script --------------------------------------------------------
+
+CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; "
+       "frame-ancestors 'self'; base-uri 'none'")
+HOSTILE = "\"'><script>alert(1)</script>"
+
+
+def fetch_headers(api_server, path: str, token: str):
+    """(status, headers, body) of a GET with a Bearer token; a redirect is not followed."""
+    req = urllib.request.Request(api_server.url + path, headers={"Authorization": f"Bearer {token}"})
+    try:
+        with urllib.request.build_opener(_NoRedirect).open(req, timeout=60) as resp:
+            return resp.status, resp.headers, resp.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def test_html_responses_let_no_script_run(api_server, view_stores):
+    token = api_server.login("viewer")
+    r = q(view_stores.root)
+    pages = {f"/iterations/?{r}": 200, f"/iterations/jobs/{FINISHED_JOB}?{r}": 200,
+             f"/iterations/jobs/no-such-job?{r}": 404, f"/iterations/?{q('/etc')}": 403,
+             f"/iterations/jobs/{FINISHED_JOB}/checks/0/no-such-attempt?{r}": 404,
+             "/iterations/runs/iterate_pagerank/no-such-run": 404}
+    for path, expected in pages.items():
+        status, headers, _ = fetch_headers(api_server, path, token)
+        assert (status, headers.get_content_type()) == (expected, "text/html"), (path, status)
+        assert headers.get_all("Content-Security-Policy") == [CSP], (path, headers.items())
+        assert headers.get_all("X-Content-Type-Options") == ["nosniff"], (path, headers.items())
+    # Great Expectations' page, as the store keeps it: sandboxed
+    status, headers, _ = fetch_headers(api_server, endpoints(view_stores)[2], token)
+    assert (status, headers.get_content_type()) == (200, "text/html")
+    assert headers.get_all("Content-Security-Policy") == ["sandbox"]
+    assert headers.get_all("X-Content-Type-Options") == ["nosniff"]
+    for path in (f"/iterations/api/jobs?{r}", f"/iterations/api/jobs/{FINISHED_JOB}?{r}",
+                 f"/iterations/api/jobs/no-such-job?{r}"):
+        status, headers, _ = fetch_headers(api_server, path, token)
+        assert headers.get_content_type() == "application/json", (path, status)
+        assert headers.get_all("X-Content-Type-Options") == ["nosniff"], (path, headers.items())
+
+
+def _rewrite_manifest(store: LocalStore, job_id: str, checkpoint_id: int, change) -> None:
+    """Change a committed manifest and give it its checksum again (as a writer of the store
+    could: the checksum finds damage, not intent)."""
+    key = JobLayout(job_id).checkpoint(checkpoint_id)
+    d = json.loads(store.get(key))
+    d.pop("manifest_sha256")
+    change(d)
+    canonical = json.dumps(d, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    d["manifest_sha256"] = hashlib.sha256(canonical.encode()).hexdigest()
+    store.put(key, json.dumps(d, sort_keys=True, indent=1).encode())
+    CheckpointLog(store, job_id).load(checkpoint_id, verify="none")  # still a valid manifest
+
+
+@pytest.fixture(scope="module")
+def hostile_store(view_stores, tmp_path_factory) -> str:
+    """A copy of the view's store with ``HOSTILE`` in every kind of record the view shows: two
+    manifests (checksums recomputed), a publication record, a data-check report, an abort
+    record and a retired checkpoint's summary; where a number belongs, too."""
+    root = str(tmp_path_factory.mktemp("hostile") / "store")
+    shutil.copytree(view_stores.root, root)
+    store = LocalStore(root)
+    final = CheckpointLog(store, FINISHED_JOB).latest(verify="none")
+
+    def epoch(d):  # batch b2's first checkpoint: its parent is what b2 resumed from
+        d.update(parent_id=HOSTILE, committed_at=HOSTILE)
+        d["decision"]["reason"] = HOSTILE
+        d["decision"]["metrics"][HOSTILE] = 1.0
+        d["coordinators"][HOSTILE] = {"seq": 0}
+
+    def finish(d):
+        d["attempt_id"] = HOSTILE
+        d["body"]["params"] = {**(d["body"].get("params") or {}), HOSTILE: HOSTILE}
+
+    _rewrite_manifest(store, FINISHED_JOB, view_stores.batches["b1"].checkpoint_id + 1, epoch)
+    _rewrite_manifest(store, FINISHED_JOB, final.checkpoint_id, finish)
+    [published] = store.list(f"jobs/{FINISHED_JOB}/published/{final.checkpoint_id:010d}/")
+    record = json.loads(store.get(published.key))
+    store.put(published.key, json.dumps({**record, "location": HOSTILE, "format": HOSTILE, "at": HOSTILE}).encode())
+
+    refused, epoch_id, attempt = JobLayout(REFUSED_JOB), view_stores.refused_epoch, view_stores.refused_attempt
+    key = f"{refused.checks(epoch_id, attempt)}/validation.json"
+    result = json.loads(store.get(key))
+    result["report"]["counts"] = {"passed": HOSTILE, "failed": 1}
+    result["report"]["outcomes"] = [*result["report"].get("outcomes", []), {
+        "status": "failed", "name": HOSTILE, "severity": HOSTILE, "observed": {HOSTILE: HOSTILE}, "expected": HOSTILE}]
+    store.put(key, json.dumps(result).encode())
+    store.put(refused.aborted(epoch_id, attempt), json.dumps({"reason": HOSTILE, "at": HOSTILE}).encode())
+    summary = json.loads(store.get(refused.retired(0)))
+    assert summary["metrics"], summary
+    summary["metrics"] = {name: HOSTILE for name in summary["metrics"]}
+    store.put(refused.retired(0), json.dumps(summary).encode())
+    return root
+
+
+class _Parsed(HTMLParser):
+    """Every element, text and attribute value of a page, as a browser reads them."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags: set[str] = set()
+        self.texts: list[str] = []
+        self.attributes: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        self.attributes += [v for _, v in attrs if v is not None]
+
+    def handle_data(self, data):
+        self.texts.append(data)
+
+
+def test_html_from_the_store_is_shown_as_text(api_server, hostile_store):
+    token = api_server.login("viewer")
+    for job in (FINISHED_JOB, REFUSED_JOB):
+        status, ctype, body = api_server.fetch(f"/iterations/jobs/{job}?{q(hostile_store)}", token)
+        assert status == 200 and ctype.startswith("text/html"), (job, status, body[-3000:])
+        html = body.decode()
+        assert "<script" not in html.lower(), job
+        page = _Parsed()
+        page.feed(html)
+        assert "script" not in page.tags, job
+        assert escape(HOSTILE) in html, job
+        # what the store holds is what a reader sees, exactly: as text and as attribute values
+        assert HOSTILE in page.texts and HOSTILE in page.attributes, (job, page.texts)

@@ -1,9 +1,11 @@
 """The Iterations view: a FastAPI app the API server mounts under ``/iterations``.
 
 Read-only over ``include.overview`` (the same checkpoint log the operators write). Every
-endpoint needs an authenticated Airflow user allowed to read DAG runs (a JWT as a Bearer token,
-or the UI's session cookie); the checkpoint root asked for must be under the allowed roots
-(``include.paths``: the embedded local directory and ``ITERATIONS_ALLOWED_ROOTS``).
+endpoint needs an authenticated Airflow user (a JWT as a Bearer token, or the UI's session
+cookie), and shows a job only to a user who may read a DAG that owns it
+(``iterations.views.access``, DESIGN.md section 7); any other job is answered as a job that does
+not exist. The checkpoint root asked for must be under the allowed roots (``include.paths``: the
+embedded local directory and ``ITERATIONS_ALLOWED_ROOTS``).
 
     GET /iterations/                                   HTML: the jobs of a checkpoint root
     GET /iterations/jobs/{job_id}                      HTML: the job's epochs, chart, finish
@@ -13,6 +15,9 @@ or the UI's session cookie); the checkpoint root asked for must be under the all
     GET /iterations/runs/{dag_id}/{run_id}             redirect to the page of a DAG run's job
 
 Each takes ``root`` (the checkpoint root, default the embedded store) as a query parameter.
+Every response says ``X-Content-Type-Options: nosniff``; every HTML page of the view carries a
+Content-Security-Policy that lets no script run (``CSP``), a data-check report the stricter
+``sandbox``.
 """
 
 from __future__ import annotations
@@ -26,25 +31,42 @@ from urllib.parse import quote, urlencode
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
-from airflow.api_fastapi.core_api.security import requires_access_dag
+from airflow.api_fastapi.core_api.security import GetUserDep, get_user
 
+from include.checkpoint import JobLayout, check_job_id
 from include.errors import ConfigError, IterationError, ObjectNotFound, StoreError
-from include.overview import JobNotFound, check_report, job_overview, list_jobs
+from include.overview import JobNotFound, ReadOnlyStore, check_report, job_not_found, job_overview, list_jobs
 from include.paths import PathPolicy
 from iterations.dag_factory import DEFAULT_STORE, LOCAL_DIR
 from iterations.hooks.iteration_store import IterationStoreHook
 from iterations.operators.epoch import batch_id_of_run
 from iterations.views import page
+from iterations.views.access import JobAccess
 
 AWS_CONN_ENV = "ITERATIONS_VIEW_AWS_CONN_ID"
 
 app = FastAPI(
     title="Iterations view",
     description="Read-only view of iteration jobs' checkpoint stores.",
-    dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.RUN))],
+    # an authenticated user; which jobs it may see, each endpoint asks (JobAccess)
+    dependencies=[Depends(get_user)],
     docs_url=None, redoc_url=None, openapi_url=None,  # every route needs an authenticated user
 )
+
+#: The view's pages are server-rendered HTML with inline styles and SVG: no script, no external
+#: asset, forms only to the view itself, framed only by the Airflow UI (same origin).
+CSP = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; "
+       "frame-ancestors 'self'; base-uri 'none'")
+
+
+@app.middleware("http")
+async def _security_headers(request: Request, call_next: Callable[[Request], Any]) -> Response:
+    response = await call_next(request)
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    if response.headers.get("content-type", "").startswith("text/html") \
+            and "content-security-policy" not in response.headers:  # a check report keeps its sandbox
+        response.headers["Content-Security-Policy"] = CSP
+    return response
 
 
 class ViewError(Exception):
@@ -104,11 +126,18 @@ def _base(request: Request) -> str:
     return request.scope.get("root_path", "").rstrip("/") + "/"
 
 
+def _visible(access: JobAccess, store: Any, job_id: str) -> None:
+    """JobNotFound unless the user may see the job, worded exactly as for a job that does not
+    exist: the answer tells nothing of a job the user may not see."""
+    if not access.may_see(store, job_id):
+        raise job_not_found(store, job_id)
+
+
 @app.get("/", response_class=HTMLResponse)
-def index(request: Request, root: str | None = None) -> HTMLResponse:
+def index(request: Request, user: GetUserDep, root: str | None = None) -> HTMLResponse:
     def render() -> str:
         where, store = open_root(root)
-        return page.index_page(where, list_jobs(store), None, _base(request))
+        return page.index_page(where, JobAccess(user).visible(store, list_jobs(store)), None, _base(request))
 
     try:
         return HTMLResponse(_guard(render))
@@ -118,18 +147,24 @@ def index(request: Request, root: str | None = None) -> HTMLResponse:
 
 
 @app.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_view(request: Request, job_id: str, root: str | None = None, metric: str | None = None,
+def job_view(request: Request, user: GetUserDep, job_id: str, root: str | None = None, metric: str | None = None,
              batch: str | None = None) -> HTMLResponse:
     def render() -> str:
         where, store = open_root(root)
+        _visible(JobAccess(user), store, job_id)
         return page.job_page(job_overview(store, job_id, metric=metric), where, _base(request), batch=batch)
 
     return _html(render)
 
 
-def job_of_run(dag_id: str, run_id: str) -> tuple[str, str, str]:
-    """(checkpoint log id, checkpoint root, batch id) of a DAG run of an iteration DAG: its conf
-    over its DAG's params; a scheduled job's run works on the generation its first task chose."""
+def _no_run(dag_id: str, run_id: str) -> str:
+    return f"no run {run_id!r} of DAG {dag_id!r}"
+
+
+def job_of_run(dag_id: str, run_id: str) -> tuple[str, str, Any, str]:
+    """(checkpoint log id, checkpoint root, its store, batch id) of a DAG run of an iteration DAG:
+    its conf over its DAG's params; a scheduled job's run works on the generation its first task
+    chose."""
     from sqlalchemy import select
 
     from airflow.models.dagrun import DagRun
@@ -139,7 +174,7 @@ def job_of_run(dag_id: str, run_id: str) -> tuple[str, str, str]:
     with create_session() as session:
         run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
         if run is None:
-            raise ViewError(404, f"no run {run_id!r} of DAG {dag_id!r}")
+            raise ViewError(404, _no_run(dag_id, run_id))
         conf = dict(run.conf or {})
         dag = SerializedDagModel.get_dag(dag_id, session=session)
     params = {name: dag.params[name] for name in ("job_id", "checkpoint_root")
@@ -150,18 +185,34 @@ def job_of_run(dag_id: str, run_id: str) -> tuple[str, str, str]:
                              "it is not a run of an iteration DAG")
     batch = batch_id_of_run(run_id)
     root, store = open_root(str(params["checkpoint_root"]))
-    job_id = str(params["job_id"])
+    job_id = check_job_id(str(params["job_id"]))  # a run's conf is untrusted: no other key is read
+    key = f"schedules/{job_id}/runs/{batch}.json"
     try:
-        job_id = json.loads(store.get(f"schedules/{job_id}/runs/{batch}.json"))["generation"]
+        job_id = check_job_id(json.loads(store.get(key))["generation"])
     except ObjectNotFound:
         pass  # not a scheduled job's run (or its first task has not run yet)
-    return job_id, root, batch
+    except (ValueError, KeyError, TypeError, ConfigError):
+        raise ViewError(502, f"the record {store.location(key)} of run {run_id!r} of DAG {dag_id!r} is damaged") \
+            from None
+    return job_id, root, store, batch
 
 
 @app.get("/runs/{dag_id}/{run_id}")
-def run_view(request: Request, dag_id: str, run_id: str) -> Response:
+def run_view(request: Request, user: GetUserDep, dag_id: str, run_id: str) -> Response:
+    """The run's job, for a user who may read the DAG's runs (anyone else learns nothing of the
+    run: the answer is the one for a run that does not exist, before the database is read) and
+    may see the job (its owner's DAG may be another)."""
+    access = JobAccess(user)
+
+    def resolve() -> tuple[str, str, str]:
+        if not access.readable_dags([dag_id]):
+            raise ViewError(404, _no_run(dag_id, run_id))
+        job_id, root, store, batch = job_of_run(dag_id, run_id)
+        _visible(access, store, job_id)
+        return job_id, root, batch
+
     try:
-        job_id, root, batch = _guard(lambda: job_of_run(dag_id, run_id))
+        job_id, root, batch = _guard(resolve)
     except ViewError as e:
         return HTMLResponse(page.error_page(e.status, e.message), status_code=e.status)
     return RedirectResponse(f"{_base(request)}jobs/{quote(job_id)}?{urlencode({'root': root, 'batch': batch})}",
@@ -169,10 +220,18 @@ def run_view(request: Request, dag_id: str, run_id: str) -> Response:
 
 
 @app.get("/jobs/{job_id}/checks/{epoch}/{attempt_id}")
-def check_report_view(job_id: str, epoch: int, attempt_id: str, root: str | None = None) -> Response:
+def check_report_view(user: GetUserDep, job_id: str, epoch: int, attempt_id: str,
+                      root: str | None = None) -> Response:
     def read() -> tuple[str, bytes]:
         _, store = open_root(root)
-        return check_report(store, job_id, epoch, attempt_id)
+        _visible(JobAccess(user), store, job_id)
+        try:
+            return check_report(store, job_id, epoch, attempt_id)
+        except ObjectNotFound:
+            # a job with no objects at all is answered as a job the user may not see
+            if not ReadOnlyStore(store).list(JobLayout(check_job_id(job_id)).root + "/"):
+                raise job_not_found(store, job_id) from None
+            raise
 
     try:
         media, data = _guard(read)
@@ -183,18 +242,19 @@ def check_report_view(job_id: str, epoch: int, attempt_id: str, root: str | None
 
 
 @app.get("/api/jobs")
-def api_jobs(root: str | None = None) -> dict[str, Any]:
+def api_jobs(user: GetUserDep, root: str | None = None) -> dict[str, Any]:
     def read() -> dict[str, Any]:
         where, store = open_root(root)
-        return {"root": where, "jobs": list_jobs(store)}
+        return {"root": where, "jobs": JobAccess(user).visible(store, list_jobs(store))}
 
     return _json(read)
 
 
 @app.get("/api/jobs/{job_id}")
-def api_job(job_id: str, root: str | None = None, metric: str | None = None) -> JSONResponse:
+def api_job(user: GetUserDep, job_id: str, root: str | None = None, metric: str | None = None) -> JSONResponse:
     def read() -> dict[str, Any]:
         where, store = open_root(root)
+        _visible(JobAccess(user), store, job_id)
         return {"root": where, **job_overview(store, job_id, metric=metric).to_dict()}
 
     return JSONResponse(_finite(_json(read)))
