@@ -460,8 +460,24 @@ def read_input(spark: SparkSession, spec: InputSpec, num_partitions: int, **stor
             not n.startswith((".", "_")) for _, _, names in os.walk(path) for n in names
         ):
             raise InputDataError(f"input {path} is empty: the directory holds no data files")
-        return spark.read.format(spec.format).options(**options).load(path)
+        # Spark matches cached data by plan, across the sessions of a server: a plan that names
+        # the files' sizes and times reads the input as it is now, not a copy cached earlier
+        return spark.read.format(spec.format).options(**options).option(
+            "iterations.input.version", _local_version(path)).load(path)
     return _read_s3_input(spark, spec, num_partitions, options, store_options)
+
+
+def _local_version(path: str) -> str:
+    """A digest of the names, sizes and modification times of the files under ``path``."""
+    import hashlib
+
+    h = hashlib.sha256()
+    paths = [path] if os.path.isfile(path) else sorted(
+        os.path.join(d, n) for d, _, names in os.walk(path) for n in names)
+    for p in paths:
+        st = os.stat(p)
+        h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:32]
 
 
 def _read_s3_input(spark, spec, num_partitions, options, store_options) -> DataFrame:
@@ -477,5 +493,5 @@ def _read_s3_input(spark, spec, num_partitions, options, store_options) -> DataF
     schema = from_arrow_schema(first.schema)
     groups: list[list[dict[str, Any]]] = [[] for _ in range(min(num_partitions, len(objects)))]
     for i, o in enumerate(objects):
-        groups[i % len(groups)].append({"key": o.key})
+        groups[i % len(groups)].append({"key": o.key, "size": o.size})  # sizes too: see read_input
     return read_files(spark, store, groups, schema, spec.format, {"header": options.get("header", "true")})

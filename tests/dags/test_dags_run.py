@@ -250,8 +250,9 @@ def test_incremental_dag_picks_up_files_dropped_while_it_runs(airflow_env, tmp_p
 
 
 def test_data_checks_refuse_a_round_then_the_fixed_run_goes_on(airflow_env, spark, tmp_path):
-    """A run of a job is given a wrong input (another graph, with more nodes): its first
-    epoch's commit is refused by the data checks (the ranks no longer cover the input, their
+    """The job's input is replaced by a wrong one (another graph, with more nodes, at the same
+    path: a run with another input path would be refused as another owner's): the next run's
+    first epoch's commit is refused by the data checks (the ranks no longer cover the input, their
     mass is off), the task fails at once with the report's summary and a Data checks link;
     epoch 1 stays the latest checkpoint. With the input fixed, the same DAG run again (same
     logical date: the same batch) recomputes epoch 2 and the job ends as if nothing had happened."""
@@ -266,9 +267,9 @@ def test_data_checks_refuse_a_round_then_the_fixed_run_goes_on(airflow_env, spar
     first = airflow(env, "dags", "test", "iterate_pagerank", "2026-03-01", "--conf", json.dumps(conf))
     assert "state=success" in first.stdout + first.stderr, (first.stdout + first.stderr)[-3000:]
 
-    wrong = write_edges(tmp_path / "other.csv", graph_with_dangling(45, 0.12, seed=6))
-    refused = airflow(env, "dags", "test", "iterate_pagerank", "2026-03-02", "--conf",
-                      json.dumps({**conf, "input_path": wrong}))
+    good_bytes = open(edges, "rb").read()
+    write_edges(tmp_path / "edges.csv", graph_with_dangling(45, 0.12, seed=6))  # the wrong input
+    refused = airflow(env, "dags", "test", "iterate_pagerank", "2026-03-02", "--conf", json.dumps(conf))
     log = refused.stdout + refused.stderr
     assert "state=failed" in log, log[-3000:]
     assert "epoch 2: the data checks refused the attempt" in log
@@ -283,6 +284,8 @@ def test_data_checks_refuse_a_round_then_the_fixed_run_goes_on(airflow_env, spar
     assert any(link.startswith("file://") and link.endswith("/data_docs.html") and "/checks/0000000002/" in link
                for link in links), links
 
+    with open(edges, "wb") as f:  # the input fixed
+        f.write(good_bytes)
     again = airflow(env, "dags", "test", "iterate_pagerank", "2026-03-02", "--conf", json.dumps(conf))
     log = again.stdout + again.stderr
     assert "state=success" in log, log[-3000:]

@@ -300,8 +300,12 @@ class IterationOperator(BaseOperator):
                 return None
             try:
                 state = str(ti.get_dagrun_state(dag_id=holder.dag_id, run_id=holder.run_id))
-            except Exception as e:  # an unknown run (deleted) has ended; other errors: cannot tell
-                return False if "NOT_FOUND" in str(e).upper() or "404" in str(e) else None
+            except Exception as e:  # a run that is gone (deleted, replaced) has ended; else: cannot tell
+                status = getattr(getattr(e, "response", None), "status_code", None)
+                gone = status == 404 or "not_found" in f"{e} {getattr(e, 'detail', '')}".lower()
+                self.log.info("the state of %s, which holds the job's lease: %s (%s: %s)", holder.describe(),
+                              "gone" if gone else "unknown", type(e).__name__, getattr(e, "detail", None) or e)
+                return False if gone else None
             return state.rsplit(".", 1)[-1].lower() not in ("success", "failed")
 
         return start_run(job, self.holder(context), dag_id=self.dag_id,
