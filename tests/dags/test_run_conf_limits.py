@@ -33,8 +33,10 @@ def dags_test(env, dag_id, conf) -> tuple[bool, str, dict[str, int]]:
 def local(airflow_env, tmp_path):
     """The DAGs' embedded local directory moved under tmp_path (their default checkpoint root is
     ``<it>/store``), and the only root the deployment allows; runs point their paths inside it."""
+    # two epoch groups: a refused run's task fails at once, and airflow dags test then marks the
+    # tasks after it failed one layer per second (about a minute for the default twenty groups)
     return {**airflow_env, "ITERATIONS_LOCAL_DIR": str(tmp_path / "local"),
-            "ITERATIONS_ALLOWED_ROOTS": str(tmp_path / "local")}, tmp_path / "local"
+            "ITERATIONS_ALLOWED_ROOTS": str(tmp_path / "local"), "ITERATIONS_EPOCHS_PER_BATCH": "2"}, tmp_path / "local"
 
 
 def pagerank_conf(root, **extra):
