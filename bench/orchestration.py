@@ -124,7 +124,7 @@ def run_job(env: dict[str, str], url: str, path: str, epochs: int, partitions: i
 
 def library(spark, path: str, epochs: int, partitions: int, root: str, job_id: str) -> Run:
     from include.config import JobConfig
-    from include.runner import IterationRunner
+    from spark_jobs.runner import IterationRunner
 
     cfg = JobConfig(job_id=job_id, body="pagerank", input=path, checkpoint_root=os.path.join(root, "store"),
                     output_path=os.path.join(root, "out"), max_epochs=epochs, tolerance=0.0,
@@ -298,8 +298,8 @@ def report(runs: dict[str, list[Run]], epochs: int, edges: int) -> None:
     def outside(name: str, n: int = epochs) -> float:
         return statistics.median(r.outside_spark for r in runs[f"{name}, {n}"])
 
-    print(f"\nOutside the epochs' Spark work (each run's seconds minus the static input, restore, step and "
-          f"tail its epochs logged; medians):")
+    print("\nOutside the epochs' Spark work (each run's seconds minus the static input, restore, step and "
+          "tail its epochs logged; medians):")
     print("| run | Spark work | the rest | above the library command | per epoch | above the library in a warm "
           "process | per epoch |")
     print("|---|---|---|---|---|---|---|")

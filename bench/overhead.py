@@ -61,7 +61,7 @@ class _EpochTimes(logging.Handler):
 def library_run(spark, body, input_path, params, epochs, partitions, root, output, store_options, job_id,
                 handoff=True):
     from include.config import JobConfig
-    from include.runner import IterationRunner
+    from spark_jobs.runner import IterationRunner
 
     cfg = JobConfig(job_id=job_id, body=body, input=input_path, checkpoint_root=root, output_path=output,
                     body_params=params, max_epochs=epochs, tolerance=0.0, num_partitions=partitions)

@@ -83,7 +83,7 @@ def dag_run(server, work: str, job_id: str, path: str, epochs: int, partitions: 
 
 def library(spark, path: str, epochs: int, partitions: int, root: str) -> float:
     from include.config import JobConfig
-    from include.runner import IterationRunner
+    from spark_jobs.runner import IterationRunner
 
     cfg = JobConfig(job_id="lib", body="pagerank", input=path, checkpoint_root=os.path.join(root, "store"),
                     output_path=os.path.join(root, "out"), max_epochs=epochs, tolerance=0.0,

@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 from urllib.parse import urlparse
 
-from include.checkpoint import check_job_id
 from include.errors import ConfigError
+from include.layout import check_job_id
 
 INPUT_FORMATS = ("csv", "parquet", "json")
 OUTPUT_FORMATS = ("parquet", "delta")

@@ -30,8 +30,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
-from include.checkpoint import DatasetRef, verify_bytes
 from include.errors import ObjectNotFound, OutputError
+from include.manifest import DatasetRef, verify_bytes
 from include.store import STORE_MARKER, ObjectStore, open_store
 
 log = logging.getLogger("iterations")

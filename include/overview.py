@@ -22,59 +22,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
-from include.checkpoint import CheckpointLog, JobLayout, Manifest, check_job_id
-from include.errors import CheckpointError, ConfigError, IterationError, ObjectNotFound
-from include.store import ObjectInfo, ObjectStore
-
-
-class ReadOnlyViolation(IterationError):
-    """Something tried to write through a read-only view of a store."""
-
-
-class ReadOnlyStore(ObjectStore):
-    """A store seen read-only: reads are passed through, writes and deletes refused."""
-
-    def __init__(self, store: ObjectStore):
-        self._store = store
-
-    def _refuse(self, what: str, key: Any) -> None:
-        raise ReadOnlyViolation(f"{what} {key!r} refused: {self._store.location()} is opened read-only")
-
-    def put(self, key: str, data: bytes) -> None:
-        self._refuse("put", key)
-
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        self._refuse("put_if_absent", key)
-        return False
-
-    def delete(self, keys: Iterable[str]) -> None:
-        self._refuse("delete", list(keys))
-
-    def get(self, key: str) -> bytes:
-        return self._store.get(key)
-
-    def info(self, key: str) -> ObjectInfo | None:
-        return self._store.info(key)
-
-    def list(self, prefix: str = "") -> list[ObjectInfo]:
-        return self._store.list(prefix)
-
-    def location(self, key: str = "") -> str:
-        return self._store.location(key)
-
-    def url(self, key: str) -> str:
-        return self._store.url(key)
-
-    def spec(self) -> dict[str, Any]:
-        return self._store.spec()
-
-    def exists(self, key: str) -> bool:
-        return self._store.exists(key)
-
-    def local_path(self, key: str) -> str | None:
-        return self._store.local_path(key)
+from include.checkpoint import CheckpointLog
+from include.errors import CheckpointError, ConfigError, ObjectNotFound
+from include.layout import JobLayout, check_job_id
+from include.manifest import Manifest
+from include.store import ObjectStore
+from include.store.readonly import ReadOnlyStore, ReadOnlyViolation
 
 
 class JobNotFound(ConfigError):
@@ -270,8 +225,8 @@ class _Reader:
                 manifests[cid] = self.log.load(cid, verify="none")
             except CheckpointError:  # retired between the listing and the read
                 retired.append(cid)
-        batch_finals = self.log.batch_finals()
-        savepoints = self.log.savepoints()
+        batch_finals = self.log.batches.finals()
+        savepoints = self.log.control.savepoints()
         latest = ids[-1] if ids else None
         final = next((m for m in manifests.values() if m.kind == "final"), None)
         final_id = final.checkpoint_id if final is not None else None
@@ -280,7 +235,7 @@ class _Reader:
         checks = self._checks()  # epoch -> [CheckView]
         epoch_ids = sorted(({m.epoch for m in manifests.values() if m.kind == "epoch"}
                             | set(retired) | set(attempts) | set(checks)) - {final_id})
-        summaries = {cid: d for cid in retired if (d := self.log.retired_summary(cid)) is not None}
+        summaries = {cid: d for cid in retired if (d := self.log.retention.retired_summary(cid)) is not None}
         newest = manifests[max(manifests)] if manifests else None
         history = newest.head_state.feedback_counts() if newest else {}
         history_by_head = {h: s.feedback_counts for h, s in newest.head_state.heads.items()} if newest else {}
@@ -304,7 +259,7 @@ class _Reader:
                 view.size_bytes = sum(refs.values()) + sizes.get(self.layout.checkpoint(epoch), 0)
                 view.objects = len(refs)
                 view.retention = _why_kept(epoch, latest, batch_finals, savepoints)
-                view.publications = self.log.publications(epoch)
+                view.publications = self.log.publications.of(epoch)
                 view.events = _released(m.coordinators, previous_seq)
                 previous_seq = {name: int(s.get("seq", 0)) for name, s in (m.coordinators or {}).items()}
             elif epoch in retired:
@@ -345,7 +300,7 @@ class _Reader:
         if metric is not None and metric not in metric_names:
             raise ConfigError(f"metric {metric!r} is not reported by job {self.job_id}; "
                               f"its metrics: {', '.join(metric_names) or 'none'}")
-        stop = self.log.stop_request()
+        stop = self.log.control.stop_request()
         if final is not None:
             status = "TERMINATED"
         elif latest is not None and latest in manifests:
@@ -442,7 +397,7 @@ class _Reader:
         return sorted(views, key=lambda v: (min(v.epochs) if v.epochs else (v.start_epoch or 0), v.batch_id))
 
     def _finish(self, final: Manifest, sizes: dict[str, int], checks: dict[int, list[CheckView]]) -> FinishView:
-        published = self.log.publications(final.checkpoint_id)
+        published = self.log.publications.of(final.checkpoint_id)
         lifecycle = {k: v.value for k, v in final.lifecycle.states.items()}
         outputs = []
         for name, ds in sorted(final.outputs.items()):

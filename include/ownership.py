@@ -34,7 +34,12 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from include.errors import CheckpointCorrupted, ConfigError, IterationError, ObjectNotFound
+from include.errors import (
+    CheckpointCorrupted,
+    ConfigError,
+    IterationError,
+    ObjectNotFound,
+)
 from include.store import ObjectStore
 
 log = logging.getLogger("iterations")
@@ -113,7 +118,7 @@ class JobOwner:
 
 
 def owner_key(job_id: str) -> str:
-    from include.checkpoint import JobLayout
+    from include.layout import JobLayout
 
     return JobLayout(job_id).owner()
 
@@ -308,7 +313,7 @@ class JobLease:
     """The lease records of one job (see the module docstring)."""
 
     def __init__(self, store: ObjectStore, job_id: str, *, ttl: float = LEASE_TTL_S):
-        from include.checkpoint import JobLayout
+        from include.layout import JobLayout
 
         self.store = store
         self.job_id = job_id

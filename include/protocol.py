@@ -1,5 +1,5 @@
 """The rules a run of a job keeps at the epoch boundary, written once: the library runner
-(include.runner) and the Airflow operators (plugins/iterations/operators) both call them.
+(spark_jobs.runner) and the Airflow operators (plugins/iterations/operators) both call them.
 
 - ``start_run``: before a run writes anything: the store can commit exactly once (its
   conditional writes are probed), the job is this run's (its owner record), and no other run
@@ -7,6 +7,8 @@
 - ``resolve_attempt``: what became of an attempt a step of the run recorded earlier (a retried
   task): still pending, committed by itself (its reply was lost, its plan since collected), or
   superseded.
+- ``awaiting_reports``: which reports the alignment of an attempt still waits for, or why the
+  wait is over without them.
 - ``attempt_failed``: a failed attempt is aborted (its files deleted, never adopted); a damaged
   checkpoint is refused with the way out.
 - ``commit_epoch``: checks, the single-winner commit, then the epoch's outputs published.
@@ -19,14 +21,15 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from include.body import body_reference
-from include.checkpoint import Manifest
+from include.checkpoint import CheckpointLog
 from include.config import JobConfig
 from include.errors import CheckpointCorrupted, CheckpointError, CheckpointSuperseded
 from include.failpoints import failpoint
-from include.head import AlignmentDecision, EpochReport
+from include.head import AlignmentDecision, EpochReport, missing_reports
+from include.manifest import Manifest
 from include.outputs import check_output_path_outside_stores
 from include.ownership import Holder, JobLease, JobOwner, claim
 from include.runtime import EpochPlan, IterationJob, JobState
@@ -92,6 +95,24 @@ def resolve_attempt(job: IterationJob, epoch: int, attempt_id: str) -> tuple[Epo
                               f"in the store ({job.store.location(job.log.layout.plan(epoch, attempt_id))}) and "
                               "was not committed: run the epoch again")
     return plan, None
+
+
+def awaiting_reports(log: CheckpointLog, epoch: int, attempt_id: str,
+                     expected: Mapping[str, int]) -> tuple[list[str], dict[str, Any] | None]:
+    """What the alignment of an attempt still waits for: (the missing reports as ``head/p``,
+    None), or (missing, the event that ends the wait without them): the attempt was aborted, or
+    another attempt committed the epoch (whose GC then removes this attempt's files: its
+    reports will never all be there). ``expected``: head -> partitions."""
+    end: dict[str, Any] = {"epoch": epoch, "attempt_id": attempt_id}
+    if log.is_aborted(epoch, attempt_id):
+        return [], {**end, "status": "aborted"}
+    seen = ((r.head, r.partition) for r in log.reports(epoch, attempt_id))
+    missing = [f"{h}/{p}" for h, p in missing_reports(expected, seen)]
+    if missing:
+        committed, winner = log.committed_attempt(epoch)
+        if committed and winner != attempt_id:
+            return missing, {**end, "status": "superseded", "committed_by": winner}
+    return missing, None
 
 
 def attempt_ran(job: IterationJob, plan: EpochPlan) -> None:

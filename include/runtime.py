@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from include.body import resolve_body
-from include.checkpoint import CheckpointLog, DatasetRef, Manifest
+from include.checkpoint import CheckpointLog
 from include.checks import (
     CheckReport,
     CheckSettings,
@@ -32,21 +32,37 @@ from include.checks import (
     validate,
 )
 from include.config import InputSpec, JobConfig
-from include.coordinator import AlignmentCoordinator, Coordinator, CoordinatorHolder, Coordinators
-from include.errors import CheckpointCorrupted, CheckpointError, CheckpointSuperseded, IterationError
+from include.coordinator import (
+    AlignmentCoordinator,
+    Coordinator,
+    CoordinatorHolder,
+    Coordinators,
+)
+from include.errors import (
+    CheckpointCorrupted,
+    CheckpointError,
+    CheckpointSuperseded,
+    IterationError,
+)
+from include.failpoints import failpoint, trace
 from include.head import (
-    AlignmentDecision,
     Aligner,
+    AlignmentDecision,
     EpochReport,
     FileRef,
     HeadStatus,
     JobHeadState,
     TerminationCriteria,
 )
-from include.failpoints import failpoint, trace
 from include.lifecycle import Lifecycle, OperatorState, StopMode
+from include.manifest import DatasetRef, Manifest
+from include.outputs import (
+    check_not_in_store,
+    publish_dataset,
+    publish_delta,
+    publish_increment,
+)
 from include.ownership import Lease
-from include.outputs import check_not_in_store, publish_dataset, publish_delta, publish_increment
 from include.store import ObjectStore, open_store
 
 log = logging.getLogger("iterations")
@@ -241,7 +257,7 @@ class IterationJob:
             except CheckpointCorrupted as e:
                 log.warning("job %s: checkpoint %d is damaged too: %s", self.config.job_id, cid, e)
                 continue
-            rejected = self.log.rewind(cid, reason)
+            rejected = self.log.retention.rewind(cid, reason)
             log.warning("job %s: falling back to checkpoint %d (epoch %d): %s; checkpoints %s rejected, "
                         "their epochs are computed again", self.config.job_id, cid, manifest.epoch, reason, rejected)
             self.reset_coordinators()
@@ -610,7 +626,7 @@ class IterationJob:
             **content,
         )
         self.log.commit(manifest)
-        self.log.collect_garbage(self.config.retain_last)
+        self.log.retention.collect_garbage(self.config.retain_last)
         return manifest
 
     def _already_committed(self, plan: EpochPlan) -> Manifest | None:
@@ -688,7 +704,7 @@ class IterationJob:
             lifecycle=Lifecycle.at_final(plan.body, stop),
             coordinators=plan.coordinators or {},
         )
-        self.log.clear_stop_request()  # the job is terminated: a request it did not honour is moot
+        self.log.control.clear_stop_request()  # the job is terminated: a request it did not honour is moot
         if stop is StopMode.DRAIN:
             log.info("job %s drained: final checkpoint %d taken at epoch %d", plan.job_id,
                      final.checkpoint_id, final.epoch)
@@ -700,9 +716,9 @@ class IterationJob:
     def lifecycle(self, manifest: Manifest) -> Lifecycle:
         """The operators' states at ``manifest``: what it recorded, with the fully finished sinks
         that have published its outputs PUBLISHED. (A per-epoch sink keeps RUNNING in epoch
-        checkpoints; each epoch's publication is in ``log.publications(checkpoint_id)``.)"""
+        checkpoints; each epoch's publication is in ``log.publications.of(checkpoint_id)``.)"""
         lc = manifest.lifecycle
-        done = [f"sink:{s}" for s in self.log.publications(manifest.checkpoint_id)]
+        done = [f"sink:{s}" for s in self.log.publications.of(manifest.checkpoint_id)]
         done = [s for s in done if s in lc.states and lc.states[s] is OperatorState.FULLY_FINISHED]
         return lc.advance(done, OperatorState.PUBLISHED) if done else lc
 
@@ -718,7 +734,7 @@ class IterationJob:
         checkpoint leaves staged data behind. Returns output name -> where it was published."""
         if not manifest.outputs or not self.config.output_path:
             return {}
-        done = self.log.publications(manifest.checkpoint_id)
+        done = self.log.publications.of(manifest.checkpoint_id)
         if all(name in done for name in manifest.outputs):
             return {name: done[name]["location"] for name in sorted(manifest.outputs)}
         if self.lease is not None:
@@ -745,7 +761,7 @@ class IterationJob:
             failpoint("publish.after_output", job=manifest.job_id, checkpoint=manifest.checkpoint_id, output=name)
             trace("output.published", job=manifest.job_id, checkpoint=manifest.checkpoint_id, output=name,
                   kind=manifest.kind, rows=ds.rows)
-            self.log.record_publication(manifest.checkpoint_id, name, {
+            self.log.publications.record(manifest.checkpoint_id, name, {
                 "location": where, "format": self.config.output_format, "rows": ds.rows,
                 "attempt_id": manifest.attempt_id})
             published[name] = where
@@ -772,20 +788,20 @@ class IterationJob:
 
     def request_stop(self, mode: StopMode | str, *, requested_by: str = "") -> dict[str, Any]:
         """Ask the job, running or not, to stop at its next epoch boundary (see ``StopMode``)."""
-        return self.log.request_stop(mode, requested_by=requested_by)
+        return self.log.control.request_stop(mode, requested_by=requested_by)
 
     def stop_requested(self, state: JobState) -> StopMode | None:
         """The pending stop request, honoured once the job has a checkpoint (before that, epoch 0
         runs first: there is nothing to drain from or suspend at)."""
-        return self.log.stop_request() if state.latest is not None else None
+        return self.log.control.stop_request() if state.latest is not None else None
 
     def suspend(self, state: JobState, reason: str = "suspend requested") -> int | None:
         """Suspend at the latest checkpoint: mark it a savepoint (kept by retention), consume
         the request. Nothing is flushed or published; running the job again resumes from it.
         Returns the savepoint's checkpoint id (None when no epoch has committed yet)."""
         if state.latest is not None:
-            self.log.record_savepoint(state.latest.checkpoint_id, reason)
-        self.log.clear_stop_request()
+            self.log.control.record_savepoint(state.latest.checkpoint_id, reason)
+        self.log.control.clear_stop_request()
         log.info("job %s suspended at checkpoint %s (epoch %d is next when it resumes)", self.config.job_id,
                  state.latest.checkpoint_id if state.latest else None, state.next_epoch)
         return state.latest.checkpoint_id if state.latest else None
@@ -807,17 +823,17 @@ class _History:
         self.family = list(family)
 
     def wrote(self, location: str, name: str, version: str, keys: Sequence[str]) -> None:
-        self.own.record_written(location, name, version, list(keys))
+        self.own.publications.record_written(location, name, version, list(keys))
 
     def written(self, location: str, name: str) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for log_ in [*self.family, self.own]:
-            out.update(log_.written(location, name))
+            out.update(log_.publications.written(location, name))
         return out
 
     def retired(self, location: str, name: str, version: str) -> None:
         for log_ in [self.own, *self.family]:
-            log_.mark_retired(location, name, version)
+            log_.publications.mark_retired(location, name, version)
 
 
 def _datasets(reports: Sequence[EpochReport], names: Sequence[str], num_partitions: int) -> dict[str, DatasetRef]:

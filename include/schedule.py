@@ -26,9 +26,11 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from include.checkpoint import CheckpointLog, Manifest, check_job_id
+from include.checkpoint import CheckpointLog
 from include.errors import CheckpointError, ConfigError, ObjectNotFound
 from include.head import HeadStatus
+from include.layout import check_job_id
+from include.manifest import Manifest
 from include.store import ObjectStore
 
 log = logging.getLogger("iterations")

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     store, output = os.path.join(args.workdir, "store"), os.path.join(args.workdir, "output")
     started = time.monotonic()
     if args.library:
-        from include.runner import IterationRunner
+        from spark_jobs.runner import IterationRunner
 
         config = JobConfig(job_id="demo-pagerank", body="pagerank", input=edges_path, checkpoint_root=store,
                            output_path=output, body_params={"damping": 0.85}, max_epochs=args.max_epochs,

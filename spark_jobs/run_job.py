@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             max_epochs=args.max_epochs, tolerance=args.tolerance, num_partitions=args.num_partitions,
             retain_last=args.retain_last, checks=checks, on_damaged_checkpoint=args.on_damaged_checkpoint,
         )
-        from include.runner import IterationRunner
+        from spark_jobs.runner import IterationRunner
 
         options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
         result = IterationRunner(config, spark, store_options=options, wait_for_input=args.wait_for_input,

@@ -22,11 +22,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from include.checkpoint import DatasetRef
 from include.config import InputSpec
 from include.errors import CheckpointError, InputDataError, IterationError
 from include.failpoints import failpoint
 from include.head import EpochReport, FileRef
+from include.manifest import DatasetRef
 from include.store import ObjectStore, open_store
 
 # --- writing -------------------------------------------------------------------------------
@@ -365,7 +365,7 @@ class _StoreReader(DataSourceReader):
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from include.checkpoint import verify_bytes
+        from include.manifest import verify_bytes
 
         target = to_arrow_schema(StructType.fromJson(json.loads(self.schema_json)))
         for f in partition.value:

@@ -67,7 +67,7 @@ class ViewStores:
 
     root: str
     output_path: str
-    finished: Any  # include.runner.RunResult of the last batch
+    finished: Any  # spark_jobs.runner.RunResult of the last batch
     batches: dict[str, Any]  # batch id -> RunResult
     refused_attempt: str
     refused_epoch: int
@@ -79,7 +79,7 @@ REFUSED_JOB = "pr-refused"
 
 
 def fill_view_stores(spark, tmp_path) -> ViewStores:
-    from include.runner import IterationRunner
+    from spark_jobs.runner import IterationRunner
     from include.runtime import DataCheckFailed
 
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(60, 0.08, seed=5))

@@ -20,7 +20,7 @@ import pytest
 
 from include.config import JobConfig
 from include.failpoints import DIR_ENV
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 from tests.conftest import ROOT
 from tests.dags.conftest import AIRFLOW, airflow
 from tests.dags.standalone import StandaloneCluster

@@ -14,7 +14,7 @@ import pytest
 
 from include.body import resolve_body
 from include.config import InputSpec, JobConfig
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 from include.runtime import IterationJob
 from spark_jobs.storeio import read_input
 from tests.dags.conftest import airflow
@@ -187,21 +187,21 @@ def test_stop_modes_suspend_by_param_and_drain_by_the_control_dag(airflow_env, s
     assert "is suspended at checkpoint 1: trigger the DAG again" in log
     job = IterationJob(JobConfig(job_id="km-stop", body="kmeans", input=conf["input_path"],
                                  checkpoint_root=conf["checkpoint_root"]))
-    assert job.log.savepoints() == [1] and job.log.latest_id() == 1
+    assert job.log.control.savepoints() == [1] and job.log.latest_id() == 1
     assert published_increments(conf["output_path"], "centroid_history").checkpoints == (("km-stop", 0), ("km-stop", 1))
     assert not (tmp_path / "out" / "centroids").exists(), "suspend publishes no final output"
 
     control = dags_test(env, "iterations_stop", {"job_id": "km-stop", "checkpoint_root": conf["checkpoint_root"],
                                                  "mode": "drain"})
     assert "asked job km-stop to drain at its next epoch boundary" in control
-    assert job.log.stop_request() is StopMode.DRAIN
+    assert job.log.control.stop_request() is StopMode.DRAIN
 
     log = dags_test(env, "iterate_kmeans", conf)
     assert "drain requested: epoch 2 and the rest of the batch are not run" in log
     assert "final checkpoint 2 committed" in log and "job km-stop is TERMINATED: nothing to continue" in log
     final = job.log.latest()
     assert (final.kind, final.epoch, final.lifecycle.stop) == ("final", 1, StopMode.DRAIN)
-    assert job.log.stop_request() is None
+    assert job.log.control.stop_request() is None
 
     limited = JobConfig(job_id="km-lib", body="kmeans", input=conf["input_path"], checkpoint_root=str(tmp_path / "lib"),
                         body_params={"k": 3, "seed": 7}, max_epochs=2, tolerance=0.0, num_partitions=2)
@@ -215,7 +215,12 @@ def test_incremental_dag_picks_up_files_dropped_while_it_runs(airflow_env, tmp_p
     files dropped during the run are each processed once; _DONE ends the input and the job."""
     import threading
 
-    from tests.integration.test_incremental import LR, check_exactly_once, drop_file, end_input
+    from tests.integration.test_incremental import (
+        LR,
+        check_exactly_once,
+        drop_file,
+        end_input,
+    )
 
     env = {**airflow_env, "ITERATIONS_EPOCHS_PER_BATCH": "6", "ITERATIONS_INPUT_POLL_SECONDS": "1"}
     inbox = str(tmp_path / "in")

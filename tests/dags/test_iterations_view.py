@@ -19,7 +19,8 @@ from urllib.parse import quote, urlencode
 
 import pytest
 
-from include.checkpoint import CheckpointLog, JobLayout
+from include.checkpoint import CheckpointLog
+from include.layout import JobLayout
 from include.ownership import JobOwner, claim
 from include.store import LocalStore
 from tests.dags.airflow_server import _NoRedirect
@@ -234,7 +235,7 @@ def owned_store(view_stores, tmp_path_factory) -> str:
     for job_id, dag_id in OWNERS.items():
         if dag_id == NO_RECORD:
             store.delete([JobLayout(job_id).owner()])
-            CheckpointLog(store, job_id).request_stop("drain")  # some object of its own
+            CheckpointLog(store, job_id).control.request_stop("drain")  # some object of its own
         elif dag_id == DAMAGED:
             store.put(JobLayout(job_id).owner(), b'{"format": "iterations.owner/1", "owner": ')
         else:

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from include.checkpoint import CheckpointLog
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 from include.store import LocalStore
 from tests.dags.conftest import airflow
 from tests.faults.airflow_sweep import task_tries

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from include.config import JobConfig
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 from tests.conftest import ROOT
 from tests.helpers import graph_with_dangling, ranks_of, read_published, write_edges
 
@@ -67,7 +67,7 @@ TWO_SESSIONS = """
 import json, sys
 from pyspark.sql import SparkSession
 from include.config import JobConfig
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 url, edges, root = sys.argv[1:]
 first = SparkSession.builder.remote(url).create()
 first.range(1).collect()

@@ -17,7 +17,7 @@ import pytest
 from include import failpoints
 from include.checkpoint import CheckpointLog
 from include.config import JobConfig
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 from include.store import LocalStore
 from tests.dags.airflow_server import AirflowServer, processes_titled
 from tests.helpers import graph_with_dangling, ranks_of, read_published, write_edges

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from include.config import JobConfig
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 from tests.dags.conftest import airflow
 from tests.helpers import read_published
 

@@ -54,11 +54,11 @@ def fuzz_all(examples: int = 200, local_root: str | None = None) -> dict[str, in
     escaped (accepted and harmful: must be 0)."""
     import tempfile
 
+    from airflow.sdk.exceptions import AirflowFailException
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
     from hypothesis_jsonschema import from_schema
 
-    from airflow.sdk.exceptions import AirflowFailException
     from include.errors import ConfigError
 
     plugins = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "plugins")
@@ -109,7 +109,7 @@ def fuzz_all(examples: int = 200, local_root: str | None = None) -> dict[str, in
             counts["accepted"] += 1
             paths = [config.input.path, config.checkpoint_root] + ([config.output_path] if config.output_path else [])
             harmful = [p for p in paths if not _under_roots(p, local_roots)]
-            from include.checkpoint import JOB_ID_PATTERN
+            from include.layout import JOB_ID_PATTERN
 
             if not JOB_ID_PATTERN.fullmatch(config.job_id):
                 harmful.append(f"job_id {config.job_id!r}")

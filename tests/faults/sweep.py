@@ -36,8 +36,8 @@ from include import failpoints
 from include.config import JobConfig
 from include.errors import CheckpointCorrupted, CheckpointError, CheckpointSuperseded
 from include.head import HeadStatus
-from include.runner import IterationRunner
 from include.ownership import JobBusy
+from spark_jobs.runner import IterationRunner
 from include.runtime import IterationJob
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -195,7 +195,7 @@ def audit(out: Outcome, spark, w: Workload, cfg: JobConfig, trace: Path, work: P
     if missing:
         out.lost += len(missing)
         notes.append(f"checkpoint ids missing {sorted(missing)}")
-    job.log.collect_garbage(cfg.retain_last)  # what a later commit's GC would do: leaks remain
+    job.log.retention.collect_garbage(cfg.retain_last)  # what a later commit's GC would do: leaks remain
     referenced: set[str] = set()
     for cid in job.log.checkpoint_ids():  # verified after that GC: it deleted nothing they need
         try:
@@ -484,9 +484,9 @@ def damaged_checkpoint(spark, work: Path, seed: int) -> Outcome:
     fallback = dataclasses.replace(cfg, on_damaged_checkpoint="previous")
     result = resume(spark, fallback, trace)
     out.runs += 1
-    if result.restored_from != k - 1 or IterationJob(cfg).log.rejected().keys() != {k}:
+    if result.restored_from != k - 1 or IterationJob(cfg).log.retention.rejected().keys() != {k}:
         out.lost += 1
-        out.detail += f"; fell back to {result.restored_from}, rejected {sorted(IterationJob(cfg).log.rejected())}"
+        out.detail += f"; fell back to {result.restored_from}, rejected {sorted(IterationJob(cfg).log.retention.rejected())}"
     return audit(out, spark, w, cfg, trace, work)
 
 
@@ -495,7 +495,7 @@ def chain_gap(spark, work: Path, seed: int) -> Outcome:
     so the job goes on from it; nobody can commit into the hole), or the newest manifest lost
     (the job goes on from the one before and computes the lost epoch again), and an
     attempt planned on an older checkpoint than the latest (its commit would leave a gap)."""
-    from include.checkpoint import Manifest
+    from include.manifest import Manifest
 
     rng = random.Random(f"gap:{seed}")
     w = pagerank_workload(work, seed)
@@ -645,7 +645,12 @@ def coordinator_events(spark, work: Path, seed: int) -> Outcome:
     """The coordinator events test (issue 4), rerun here: two coordinators send 0..n-1 across
     epochs while failures hit seeded points (triggered, in the epoch, before/after the commit
     write, after the release, a refused check); the receiving side must see each once, in order."""
-    from tests.integration.test_coordinator_events import N_FAST, N_SLOW, received_sequences, run_with_failures
+    from tests.integration.test_coordinator_events import (
+        N_FAST,
+        N_SLOW,
+        received_sequences,
+        run_with_failures,
+    )
 
     runner, result, fired = run_with_failures(spark, work, seed)
     out = Outcome("coordinator events", seed, runs=len(fired) + 1, faults=len(fired),

@@ -15,7 +15,7 @@ from include.errors import (
     TransientStoreError,
 )
 from include.ownership import OwnershipError
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 from include.runtime import IterationJob
 from include.store import RetryPolicy
 from tests.conftest import free_port

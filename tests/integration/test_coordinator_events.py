@@ -26,7 +26,7 @@ from include.config import JobConfig
 from include.coordinator import Coordinator
 from include.failpoints import FailpointError
 from include.head import HeadStatus
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 from include.runtime import DEFAULT_CHECKS, DataCheckFailed
 
 pytestmark = pytest.mark.spark

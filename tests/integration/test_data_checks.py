@@ -14,7 +14,7 @@ import pytest
 from include.checkpoint import CheckpointLog
 from include.config import JobConfig
 from include.errors import ConfigError
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 from include.runtime import DataCheckFailed, IterationJob
 from include.store import LocalStore
 from tests.helpers import graph_with_dangling, ranks_of, write_edges
@@ -147,7 +147,7 @@ def test_a_warning_only_expectation_never_blocks_and_is_kept(spark, edges, tmp_p
     assert statuses["ranks_cover_input"] == "skipped"
 
     # retention: check results go with their checkpoint when it is retired
-    IterationJob(cfg).log.collect_garbage(retain_last=1)
+    IterationJob(cfg).log.retention.collect_garbage(retain_last=1)
     assert not check_results(cfg.checkpoint_root, cfg.job_id, 0)
     assert check_results(cfg.checkpoint_root, cfg.job_id, 3)
 

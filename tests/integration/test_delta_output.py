@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from include.checkpoint import DatasetRef
 from include.head import FileRef
+from include.manifest import DatasetRef
 from include.outputs import publish_delta
 from include.store import LocalStore, open_store, sha256_hex
 
@@ -84,8 +84,13 @@ def test_job_publishes_its_outputs_as_delta_tables_once(tmp_path, spark):
     finished job again adds no version."""
     from deltalake import DeltaTable
 
-    from include.runner import IterationRunner
-    from tests.helpers import graph_with_dangling, pagerank_config, ranks_of, write_edges
+    from spark_jobs.runner import IterationRunner
+    from tests.helpers import (
+        graph_with_dangling,
+        pagerank_config,
+        ranks_of,
+        write_edges,
+    )
 
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(25, 0.15, seed=12))
     config = pagerank_config(tmp_path, edges, job_id="pr-delta", max_epochs=4, tolerance=0,

@@ -20,9 +20,15 @@ from include.failpoints import FailpointError
 from include.head import HeadStatus
 from include.lifecycle import OperatorState, StopMode
 from include.outputs import published, published_increments
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 from include.runtime import DEFAULT_CHECKS, IterationJob
-from tests.helpers import graph_with_dangling, pagerank_config, ranks_of, read_published, write_edges
+from tests.helpers import (
+    graph_with_dangling,
+    pagerank_config,
+    ranks_of,
+    read_published,
+    write_edges,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -100,7 +106,7 @@ def test_failure_free_run_records_the_lifecycle_in_every_checkpoint(spark, refer
     assert last_epoch.lifecycle.states["head:centroids"] is OperatorState.END_OF_INPUT
     assert last_epoch.lifecycle.states["sink:assignments"] is OperatorState.RUNNING
     assert last_epoch.lifecycle.states["sink:centroid_history"] is OperatorState.RUNNING
-    assert set(job.log.publications(EPOCHS - 1)) == {"centroid_history"}, "its epoch output is published"
+    assert set(job.log.publications.of(EPOCHS - 1)) == {"centroid_history"}, "its epoch output is published"
     final = job.log.load(EPOCHS)
     assert final.lifecycle.all_fully_finished and final.lifecycle.stop is None
     assert len(expected["centroid_history"]) == EPOCHS * K
@@ -210,7 +216,7 @@ def test_suspend_then_resume_equals_an_uninterrupted_run(spark, edges, tmp_path)
     assert first.status is HeadStatus.SUSPENDED and first.suspended_at == 2
     assert first.epochs_computed == [0, 1, 2], "honoured at the next epoch boundary"
     assert first.published == {} and not os.path.exists(tmp_path / "out"), "nothing flushed or published"
-    assert job.log.stop_request() is None and job.log.savepoints() == [2]
+    assert job.log.control.stop_request() is None and job.log.control.savepoints() == [2]
 
     resumed = IterationRunner(cfg, spark).run()
     assert resumed.restored_from == 2 and resumed.epochs_computed == list(range(3, 8))
@@ -242,7 +248,7 @@ def test_drain_finishes_and_publishes_now(spark, edges, tmp_path):
     final = job.log.latest()
     assert (final.kind, final.checkpoint_id, final.epoch) == ("final", 3, 2)
     assert final.lifecycle.stop is StopMode.DRAIN and final.lifecycle.all_fully_finished
-    assert job.log.stop_request() is None, "the request is consumed"
+    assert job.log.control.stop_request() is None, "the request is consumed"
     assert published(cfg.output_path, "ranks").checkpoint_id == 3, "published immediately"
 
     limited = IterationRunner(pagerank_config(tmp_path / "ref", edges, max_epochs=3, tolerance=0.0), spark).run()

@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from include import failpoints
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 from include.runtime import IterationJob
 from spark_jobs.epoch import EpochExecutor
 from tests.helpers import graph_with_dangling, pagerank_config, ranks_of, write_edges

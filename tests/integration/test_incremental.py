@@ -19,7 +19,7 @@ from include import failpoints
 from include.config import JobConfig
 from include.failpoints import FailpointError
 from include.head import HeadStatus
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 from include.runtime import DEFAULT_CHECKS
 from include.sources import DONE_MARKER
 from spark_jobs.bodies.sgd import INTERCEPT

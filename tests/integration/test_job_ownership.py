@@ -10,7 +10,7 @@ import pytest
 from include.checkpoint import CheckpointLog
 from include.errors import OutputError
 from include.ownership import Holder, JobBusy, JobLease, OwnershipError, read_owner
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 from include.store import LocalStore
 from tests.helpers import graph_with_dangling, pagerank_config, write_edges
 

@@ -9,7 +9,7 @@ import pytest
 from include.body import EpochContext, resolve_body
 from include.config import InputSpec, JobConfig
 from include.head import HeadStatus
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 from spark_jobs.storeio import read_input
 
 pytestmark = pytest.mark.spark

@@ -146,7 +146,7 @@ def test_errors_name_the_bad_value_and_writes_are_refused(view_stores, tmp_path)
 def test_retired_epochs_keep_their_decisions_for_the_chart(view_stores, spark, tmp_path):
     """The finished job run again with retention 2: the epochs it retired show the same metrics,
     feedback counts, termination and batches as the run that kept them all."""
-    from include.runner import IterationRunner
+    from spark_jobs.runner import IterationRunner
 
     kept = job_overview(LocalStore(view_stores.root), FINISHED_JOB)
     original = CheckpointLog(LocalStore(view_stores.root), FINISHED_JOB).load(0)

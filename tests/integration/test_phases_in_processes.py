@@ -12,7 +12,7 @@ import pytest
 
 from include.errors import AlignmentIncomplete, CheckpointSuperseded
 from include.head import HeadStatus
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 from include.runtime import IterationJob
 from tests.conftest import ROOT
 from tests.helpers import pagerank_config, ranks_of, write_edges

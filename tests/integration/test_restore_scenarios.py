@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from include.head import HeadStatus
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 from include.runtime import IterationJob
 from spark_jobs.epoch import EpochExecutor
 from spark_jobs.storeio import read_dataset

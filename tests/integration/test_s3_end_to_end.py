@@ -12,7 +12,7 @@ import pytest
 
 from include.errors import CheckpointCorrupted
 from include.outputs import published
-from include.runner import IterationRunner
+from spark_jobs.runner import IterationRunner
 from include.runtime import IterationJob
 from tests.helpers import graph_with_dangling, pagerank_config, ranks_of
 

@@ -7,9 +7,15 @@ import threading
 
 import pytest
 
-from include.checkpoint import CheckpointLog, DatasetRef, Manifest
-from include.errors import CheckpointCorrupted, CheckpointError, CheckpointSuperseded, ConfigError
+from include.checkpoint import CheckpointLog
+from include.errors import (
+    CheckpointCorrupted,
+    CheckpointError,
+    CheckpointSuperseded,
+    ConfigError,
+)
 from include.head import AlignmentDecision, FileRef, HeadStatus, JobHeadState
+from include.manifest import DatasetRef, Manifest
 from include.store import LocalStore, sha256_hex
 
 P = 2
@@ -163,16 +169,16 @@ def test_retention_keeps_last_r_and_batch_finals(log):
         log.commit(write_attempt(log, e, f"a{e}", e - 1 if e else None))
         manifests.append(log.load(e))
         if e == 1:
-            log.record_batch_final("batch-1", 1)
-    report = log.collect_garbage(retain_last=2)
+            log.batches.record_final("batch-1", 1)
+    report = log.retention.collect_garbage(retain_last=2)
     assert report.retired == [0, 2, 3]
     for cid in (0, 2, 3):  # the retired marker keeps the decision, for the job's history
-        m, summary = manifests[cid], log.retired_summary(cid)
+        m, summary = manifests[cid], log.retention.retired_summary(cid)
         assert summary == {"checkpoint_id": cid, "kind": "epoch", "epoch": cid, "parent_id": m.parent_id,
                            "attempt_id": f"a{cid}", "batch_id": m.batch_id, "committed_at": m.committed_at,
                            "metrics": m.decision.metrics, "feedback_count": m.decision.feedback_count,
                            "terminated": m.decision.terminated, "reason": m.decision.reason}
-    assert log.retired_summary(4) is None
+    assert log.retention.retired_summary(4) is None
     assert log.checkpoint_ids() == [1, 4, 5]
     for cid in (1, 4, 5):
         log.load(cid, verify="full")
@@ -181,7 +187,7 @@ def test_retention_keeps_last_r_and_batch_finals(log):
     # A zombie can never commit a retired id again: the key stays taken.
     with pytest.raises(CheckpointSuperseded):
         log.commit(write_attempt(log, 3, "zombie", 2))
-    assert log.collect_garbage(retain_last=2).retired == []
+    assert log.retention.collect_garbage(retain_last=2).retired == []
 
 
 def test_gc_spares_live_attempts_and_deletes_superseded(log):
@@ -190,21 +196,21 @@ def test_gc_spares_live_attempts_and_deletes_superseded(log):
     write_attempt(log, 1, "running", 0)  # live: may still commit checkpoint 1
     write_attempt(log, 1, "dead", 0)
     log.abort(1, "dead")
-    report = log.collect_garbage(retain_last=1)
+    report = log.retention.collect_garbage(retain_last=1)
     assert report.kept_live_attempts == ["1/running"]
     assert log.store.list(log.layout.attempt(0, "late") + "/") == []
     assert log.store.list(log.layout.attempt(1, "running") + "/")
     assert log.is_aborted(1, "dead"), "the abort mark stays while epoch 1 is open"
     log.load(0, verify="full")
     log.commit(write_attempt(log, 1, "next", 0))
-    log.collect_garbage(retain_last=1)
+    log.retention.collect_garbage(retain_last=1)
     assert not log.is_aborted(1, "dead"), "once epoch 1 is committed its abort marks are dropped"
     assert log.attempt_ids(1) == ["next"]
 
 
 def test_retain_last_must_be_positive(log):
     with pytest.raises(ConfigError, match="retain_last must be >= 1, got 0"):
-        log.collect_garbage(0)
+        log.retention.collect_garbage(0)
 
 
 def test_head_state_round_trips_in_the_manifest(log):
@@ -224,29 +230,29 @@ def test_head_state_round_trips_in_the_manifest(log):
 def test_rewind_rejects_later_checkpoints_and_fences_their_attempts(log):
     for e in range(4):
         log.commit(write_attempt(log, e, f"a{e}", e - 1 if e else None))
-    log.record_batch_final("b1", 3)
-    log.record_publication(3, "ranks", {"location": "x"})
+    log.batches.record_final("b1", 3)
+    log.publications.record(3, "ranks", {"location": "x"})
     zombie = write_attempt(log, 2, "z2", 1)  # another attempt of a rejected epoch, still running
 
-    rejected = log.rewind(1, "checkpoint 2 is damaged (test)")
+    rejected = log.retention.rewind(1, "checkpoint 2 is damaged (test)")
 
     assert rejected == [2, 3] and log.latest_id() == 1 and log.checkpoint_ids() == [0, 1]
-    records = log.rejected()
+    records = log.retention.rejected()
     assert sorted(records) == [2, 3] and records[2]["reason"] == "checkpoint 2 is damaged (test)"
     assert json.loads(records[3]["manifest"])["attempt_id"] == "a3", "the rejected manifest is kept as evidence"
-    assert log.batch_finals() == {} and log.publications(3) == {}
+    assert log.batches.finals() == {} and log.publications.of(3) == {}
     assert log.is_aborted(2, "a2") and log.is_aborted(2, "z2") and log.is_aborted(3, "a3")
     assert log.abort_reason(2, "z2").startswith("rejected: rewound to checkpoint 1")
     # the epochs after 1 are committed again, by new attempts, in order
     log.commit(write_attempt(log, 2, "n2", 1))
     assert log.latest_id() == 2 and log.committed_by(2) == "n2"
-    assert zombie.attempt_id == "z2" and log.rewind(2, "nothing later") == []
+    assert zombie.attempt_id == "z2" and log.retention.rewind(2, "nothing later") == []
 
 
 def test_rewind_needs_a_kept_checkpoint(log):
     log.commit(write_attempt(log, 0, "a0", None))
     with pytest.raises(CheckpointError, match="does not exist"):
-        log.rewind(5, "no such checkpoint")
+        log.retention.rewind(5, "no such checkpoint")
 
 
 def commit_as_the_runtime_does(log: CheckpointLog, m: Manifest) -> None:

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from include.checkpoint import CheckpointLog, Manifest
+from include.checkpoint import CheckpointLog
 from include.errors import ConfigError
 from include.head import JobHeadState
-from include.lifecycle import Lifecycle, LifecycleError, OperatorState as S, StopMode, operator_names, transition
+from include.lifecycle import (
+    Lifecycle,
+    LifecycleError,
+    StopMode,
+    operator_names,
+    transition,
+)
+from include.lifecycle import OperatorState as S
+from include.manifest import Manifest
 from include.store import LocalStore
 
 META = {"name": "kmeans", "heads": {"centroids": ["cluster_id"]}, "outputs": ["centroids", "assignments"],
@@ -85,15 +93,15 @@ def test_stop_mode_is_validated():
 
 def test_stop_request_and_savepoints(tmp_path):
     log = CheckpointLog(LocalStore(str(tmp_path)), "j")
-    assert log.stop_request() is None
-    log.request_stop("suspend", requested_by="alice")
-    assert log.stop_request() is StopMode.SUSPEND
-    log.request_stop(StopMode.DRAIN)  # a later request replaces a pending one
-    assert log.stop_request() is StopMode.DRAIN
-    log.clear_stop_request()
-    log.clear_stop_request()  # idempotent
-    assert log.stop_request() is None
+    assert log.control.stop_request() is None
+    log.control.request_stop("suspend", requested_by="alice")
+    assert log.control.stop_request() is StopMode.SUSPEND
+    log.control.request_stop(StopMode.DRAIN)  # a later request replaces a pending one
+    assert log.control.stop_request() is StopMode.DRAIN
+    log.control.clear_stop_request()
+    log.control.clear_stop_request()  # idempotent
+    assert log.control.stop_request() is None
     with pytest.raises(ConfigError):
-        log.request_stop("pause")
-    log.record_savepoint(4, "test")
-    assert log.savepoints() == [4]
+        log.control.request_stop("pause")
+    log.control.record_savepoint(4, "test")
+    assert log.control.savepoints() == [4]

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from include.checkpoint import CheckpointLog, DatasetRef
+from include.checkpoint import CheckpointLog
 from include.errors import CheckpointCorrupted, OutputError
 from include.head import FileRef
+from include.manifest import DatasetRef
 from include.outputs import PUBLISHED, publish_dataset, published
 from include.runtime import _History
 from include.store import STORE_MARKER, LocalStore, sha256_hex
@@ -85,7 +86,7 @@ def test_publishing_never_deletes_a_file_it_did_not_write(stores, tmp_path):
     assert versions(out) == {"v-other-7", "notes.txt", "_increments", "v-j.r1-1", "v-j.r2-1"}
     # history read back from the store is checked too: a record listing keys outside its version
     log = CheckpointLog(src, "j.r3")
-    log.record_written(out.location(), "ranks", "v-j.r3-9", ["ranks/notes.txt", "../escape"])
+    log.publications.record_written(out.location(), "ranks", "v-j.r3-9", ["ranks/notes.txt", "../escape"])
     publish_dataset(src, out, "ranks", staged(src, "j.r4", [b"v4"]), stamp("j.r4", 1),
                     history=history(src, "j.r4", "j.r3"))
     assert out.get("ranks/notes.txt") == b"a user's file"

@@ -48,8 +48,8 @@ def test_a_forked_process_finds_great_expectations_preloaded():
         assert set(seconds) == set(DEFAULT_MODULES), seconds
         pid = os.fork()
         if pid == 0:
-            from include import checks
-            checks._gx()
+            from include.checks.gx import _gx
+            _gx()
             sys.stdout.flush()
             os._exit(0)
         _, status = os.waitpid(pid, 0)

@@ -73,7 +73,12 @@ def permanent_errors() -> Iterator[None]:
     """A task that fails for a reason a retry cannot change (bad params or input, a job that is
     another's or busy, a damaged or superseded checkpoint) fails at once, without its retries:
     Airflow's AirflowFailException with the error's own message."""
-    from include.errors import CheckpointCorrupted, CheckpointSuperseded, ConfigError, InputDataError
+    from include.errors import (
+        CheckpointCorrupted,
+        CheckpointSuperseded,
+        ConfigError,
+        InputDataError,
+    )
     from include.ownership import JobBusy, LeaseLost
 
     try:
@@ -225,19 +230,8 @@ class IterationOperator(BaseOperator):
 
     @staticmethod
     def batch_start(job, batch: str, next_epoch: int | None = None) -> int | None:
-        """The first epoch of this batch, fixed by the first head that runs in it, so a cleared
-        and re-run task finds the same epochs. ``next_epoch`` None: only read it."""
-        import json
-
-        from include.errors import ObjectNotFound
-
-        key = f"{job.log.layout.root}/batch-starts/{batch}.json"
-        if next_epoch is not None:
-            job.store.put_if_absent(key, json.dumps({"start_epoch": next_epoch}).encode())
-        try:
-            return int(json.loads(job.store.get(key))["start_epoch"])
-        except ObjectNotFound:
-            return None
+        """The first epoch of this batch (include.records.Batches.start)."""
+        return job.log.batches.start(batch, next_epoch)
 
     def head_result(self, context: Mapping[str, Any], job, head_task_id: str, index: int) -> dict[str, Any]:
         """What the epoch's head did: its XCom, or, when there is none (``airflow tasks test``
@@ -540,7 +534,7 @@ class FinishOperator(SparkAttemptOperator):
         job, options = self.iteration_job(context)
         batch = batch_id_of(context)
         state = self.start(context, job)
-        requested = job.log.stop_request()
+        requested = job.log.control.stop_request()
         param = self.settings(context).get("stop", "none")
         stop = requested or (StopMode.parse(param) if param != "none" else None)
         drain = stop is StopMode.DRAIN and state.status is HeadStatus.RUNNING and state.latest is not None
@@ -580,7 +574,7 @@ class FinishOperator(SparkAttemptOperator):
             self.log.info("job %s not terminated after this batch (next epoch %d): the continue task "
                           "triggers the next batch unless continuation is off", job.config.job_id, state.next_epoch)
         if state.latest is not None:
-            job.log.record_batch_final(batch, state.latest.checkpoint_id)
+            job.log.batches.record_final(batch, state.latest.checkpoint_id)
         end_run(job)  # the batch's work is done: the next batch (or another run) may take the job
         return result
 
@@ -620,6 +614,6 @@ class StopRequestOperator(IterationOperator):
         if log.latest_id() is None:
             self.log.warning("job %s has no checkpoint under %s yet: the request waits for it",
                              settings["job_id"], store.location())
-        request = log.request_stop(settings["mode"], requested_by=f"{context['dag'].dag_id}/{context['run_id']}")
+        request = log.control.request_stop(settings["mode"], requested_by=f"{context['dag'].dag_id}/{context['run_id']}")
         self.log.info("asked job %s to %s at its next epoch boundary", settings["job_id"], request["mode"])
         return request

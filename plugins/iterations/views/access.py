@@ -25,9 +25,8 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from include.errors import CheckpointCorrupted, ConfigError
-from include.overview import ReadOnlyStore
 from include.ownership import read_owner
-from include.store import ObjectStore
+from include.store import ObjectStore, ReadOnlyStore
 
 
 def _team_names(dag_ids: Iterable[str]) -> dict[str, str | None]:
@@ -58,7 +57,10 @@ class JobAccess:
 
     def may_read_every_dag(self) -> bool:
         if self._every_dag is None:
-            from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+            from airflow.api_fastapi.auth.managers.models.resource_details import (
+                DagAccessEntity,
+                DagDetails,
+            )
 
             am, every = self.auth_manager, DagDetails(id=None)
             self._every_dag = bool(
@@ -72,7 +74,10 @@ class JobAccess:
         dag_ids = set(dag_ids)
         todo = dag_ids - set(self._dags)
         if todo:
-            from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity, DagDetails
+            from airflow.api_fastapi.auth.managers.models.resource_details import (
+                DagAccessEntity,
+                DagDetails,
+            )
 
             teams = _team_names(todo)
             by_team: dict[str | None, set[str]] = defaultdict(set)

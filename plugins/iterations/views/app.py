@@ -28,14 +28,20 @@ import os
 from typing import Any, Callable
 from urllib.parse import quote, urlencode
 
+from airflow.api_fastapi.core_api.security import GetUserDep, get_user
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from airflow.api_fastapi.core_api.security import GetUserDep, get_user
-
-from include.checkpoint import JobLayout, check_job_id
 from include.errors import ConfigError, IterationError, ObjectNotFound, StoreError
-from include.overview import JobNotFound, ReadOnlyStore, check_report, job_not_found, job_overview, list_jobs
+from include.layout import JobLayout, check_job_id
+from include.overview import (
+    JobNotFound,
+    ReadOnlyStore,
+    check_report,
+    job_not_found,
+    job_overview,
+    list_jobs,
+)
 from include.paths import PathPolicy
 from iterations.dag_factory import DEFAULT_STORE, LOCAL_DIR
 from iterations.hooks.iteration_store import IterationStoreHook
@@ -165,11 +171,10 @@ def job_of_run(dag_id: str, run_id: str) -> tuple[str, str, Any, str]:
     """(checkpoint log id, checkpoint root, its store, batch id) of a DAG run of an iteration DAG:
     its conf over its DAG's params; a scheduled job's run works on the generation its first task
     chose."""
-    from sqlalchemy import select
-
     from airflow.models.dagrun import DagRun
     from airflow.models.serialized_dag import SerializedDagModel
     from airflow.utils.session import create_session
+    from sqlalchemy import select
 
     with create_session() as session:
         run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))

@@ -1,27 +1,15 @@
-"""Object stores behind one small interface: a local directory (the embedded default) and S3.
-
-Keys are relative, '/'-separated paths. ``put_if_absent`` is the one atomic primitive the
-checkpoint protocol needs: exactly one of several concurrent writers of a key wins.
-
-* LocalStore: write to a temporary file, fsync, then ``os.link`` it to the final name
-  (link fails if the name exists, so the visible object is always complete and unique).
-* S3Store: ``PutObject`` with ``If-None-Match: *`` (HTTP 412 when the key exists).
-"""
+"""A store in an S3 bucket (AWS, MinIO...): conditional writes, retries, the endpoint probe."""
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import random
 import re
 import threading
 import time
 import uuid
-from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
-from urllib.parse import urlparse
+from typing import Any, Callable, Iterable
 
 from include.errors import (
     ConfigError,
@@ -30,274 +18,15 @@ from include.errors import (
     StoreError,
     TransientStoreError,
 )
+from include.store.base import (
+    ObjectInfo,
+    ObjectStore,
+    RetryPolicy,
+    check_key,
+)
 
 log = logging.getLogger(__name__)
 
-_TMP_MARK = ".tmp-"
-_BAD_KEY = re.compile(r"(^/)|(^|/)\.\.?(/|$)|//|\\|\x00")
-# A checkpoint store marks its root with this object (include.protocol.mark_store): no output
-# is ever published inside a store (include.outputs.check_not_in_store).
-STORE_MARKER = "_iterations/store.json"
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def check_key(key: str) -> str:
-    """Refuse keys that could escape the store's root (``..``, absolute paths, empty parts)."""
-    if not isinstance(key, str) or not key or _BAD_KEY.search(key) or key.endswith("/"):
-        raise PermanentStoreError(
-            f"invalid object key {key!r}: keys are relative '/'-separated paths without "
-            "'.' or '..' segments, empty segments or backslashes"
-        )
-    return key
-
-
-def join_key(*parts: str) -> str:
-    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
-
-
-@dataclass(frozen=True)
-class ObjectInfo:
-    key: str
-    size: int
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Exponential backoff with full jitter for transient store errors."""
-
-    max_attempts: int = 6
-    base_delay: float = 0.2
-    max_delay: float = 5.0
-
-    def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ConfigError(f"max_attempts must be >= 1, got {self.max_attempts}")
-        if self.base_delay < 0 or self.max_delay < 0:
-            raise ConfigError(
-                f"retry delays must be >= 0, got base={self.base_delay} max={self.max_delay}"
-            )
-
-    def delay(self, attempt: int) -> float:
-        return random.uniform(0, min(self.max_delay, self.base_delay * (2**attempt)))
-
-
-class ObjectStore(ABC):
-    """What the checkpoint log needs from a store. Implementations must be picklable
-    (Spark executors receive them inside the tail's closure)."""
-
-    @abstractmethod
-    def put(self, key: str, data: bytes) -> None:
-        """Write (or replace) an object; readers see either the old or the whole new object."""
-
-    @abstractmethod
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        """Create the object only if the key is free. True if this call created it."""
-
-    @abstractmethod
-    def get(self, key: str) -> bytes:
-        """Read an object; ObjectNotFound if absent."""
-
-    @abstractmethod
-    def info(self, key: str) -> ObjectInfo | None:
-        """Size of an object, or None if absent."""
-
-    @abstractmethod
-    def list(self, prefix: str = "") -> list[ObjectInfo]:
-        """Every object whose key starts with ``prefix``, sorted by key."""
-
-    @abstractmethod
-    def delete(self, keys: Iterable[str]) -> None:
-        """Delete objects; absent keys are ignored."""
-
-    @abstractmethod
-    def location(self, key: str = "") -> str:
-        """A human-readable address of a key, for messages."""
-
-    def url(self, key: str) -> str:
-        """The address other tools open a key by: a local path or s3://bucket/key."""
-        return self.location(key)
-
-    @abstractmethod
-    def spec(self) -> dict[str, Any]:
-        """JSON-able description without secrets, enough to reopen the store elsewhere."""
-
-    def exists(self, key: str) -> bool:
-        return self.info(key) is not None
-
-    def local_path(self, key: str) -> str | None:
-        """Filesystem path of a key when the store is a local directory."""
-        return None
-
-    def marker_above(self, key: str, marker: str) -> str | None:
-        """Where ``marker`` lies in the directory of ``key`` or in one of its ancestors, up to
-        the top of the filesystem or the bucket (beyond this store's own root): the location of
-        the first such directory, None if there is none."""
-        parts = [p for p in key.split("/") if p]
-        for n in range(len(parts), -1, -1):
-            prefix = "/".join(parts[:n])
-            if self.exists(f"{prefix}/{marker}" if prefix else marker):
-                return self.location(prefix)
-        return None
-
-    def check_reachable(self) -> None:
-        """Fail fast, naming the store, if it cannot be used at all."""
-        self.list("__probe__/")
-
-    def check_conditional_writes(self) -> None:
-        """Fail with PermanentStoreError, naming the store, if ``put_if_absent`` is not really
-        exclusive here (a second create of a key also "wins"), so that a job does not start
-        committing checkpoints on a store where two attempts could both believe they committed.
-        Writes (a scratch object, removed again) where a check is needed: call it from code
-        that is about to write anyway, never from read-only users. Idempotent and cheap when
-        repeated. Default: nothing to check (a store whose exclusive create is atomic by
-        construction, or one that cannot write at all)."""
-
-
-class LocalStore(ObjectStore):
-    """A directory on the local filesystem."""
-
-    def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True, create: bool = True):
-        """``create=False``: open an existing root only; a missing one is a PermanentStoreError
-        naming it, and nothing is created."""
-        self.root = os.path.abspath(os.fspath(root))
-        self.fsync = fsync
-        if not create:
-            if not os.path.isdir(self.root):
-                what = "is not a directory" if os.path.exists(self.root) else "does not exist"
-                raise PermanentStoreError(
-                    f"local store root {self.root} {what} (opened without creating it)"
-                )
-            return
-        try:
-            os.makedirs(self.root, exist_ok=True)
-        except OSError as e:
-            raise PermanentStoreError(f"cannot create local store root {self.root}: {e}") from e
-
-    def __repr__(self) -> str:
-        return f"LocalStore({self.root!r})"
-
-    def _path(self, key: str) -> str:
-        return os.path.join(self.root, *check_key(key).split("/"))
-
-    def local_path(self, key: str) -> str:
-        return self._path(key)
-
-    def location(self, key: str = "") -> str:
-        return self._path(key) if key else self.root
-
-    def spec(self) -> dict[str, Any]:
-        return {"kind": "local", "root": self.root}
-
-    def _write_tmp(self, path: str, data: bytes) -> str:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}{_TMP_MARK}{uuid.uuid4().hex}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if self.fsync:
-                f.flush()
-                os.fsync(f.fileno())
-        return tmp
-
-    def _fsync_dir(self, path: str) -> None:
-        if not self.fsync:
-            return
-        fd = os.open(os.path.dirname(path), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def put(self, key: str, data: bytes) -> None:
-        path = self._path(key)
-        tmp = self._write_tmp(path, data)
-        os.replace(tmp, path)
-        self._fsync_dir(path)
-
-    def put_if_absent(self, key: str, data: bytes) -> bool:
-        path = self._path(key)
-        tmp = self._write_tmp(path, data)
-        try:
-            os.link(tmp, path)  # atomic, fails with EEXIST if the name is taken
-        except FileExistsError:
-            return False
-        finally:
-            os.unlink(tmp)
-        self._fsync_dir(path)
-        return True
-
-    def get(self, key: str) -> bytes:
-        path = self._path(key)
-        try:
-            with open(path, "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            raise ObjectNotFound(path) from None
-
-    def info(self, key: str) -> ObjectInfo | None:
-        try:
-            return ObjectInfo(key, os.stat(self._path(key)).st_size)
-        except FileNotFoundError:
-            return None
-
-    def list(self, prefix: str = "") -> list[ObjectInfo]:
-        if prefix.rstrip("/"):
-            check_key(prefix.rstrip("/"))
-        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
-        start = os.path.join(self.root, *base.split("/")) if base else self.root
-        out: list[ObjectInfo] = []
-        for dirpath, _dirs, files in os.walk(start):
-            rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
-            rel = "" if rel == "." else rel + "/"
-            for name in files:
-                key = rel + name
-                if _TMP_MARK in name or not key.startswith(prefix):
-                    continue
-                try:
-                    size = os.stat(os.path.join(dirpath, name)).st_size
-                except FileNotFoundError:
-                    continue  # deleted while listing
-                out.append(ObjectInfo(key, size))
-        out.sort(key=lambda o: o.key)
-        return out
-
-    def delete(self, keys: Iterable[str]) -> None:
-        dirs: set[str] = set()
-        for key in keys:
-            path = self._path(key)
-            try:
-                os.unlink(path)
-                dirs.add(os.path.dirname(path))
-            except FileNotFoundError:
-                pass
-        # Remove directories left empty, deepest first, never the root.
-        for d in sorted(dirs, key=len, reverse=True):
-            while d.startswith(self.root + os.sep):
-                try:
-                    os.rmdir(d)
-                except OSError:
-                    break
-                d = os.path.dirname(d)
-
-    def check_reachable(self) -> None:
-        if not os.access(self.root, os.W_OK):
-            raise PermanentStoreError(f"local store root {self.root} is not writable")
-
-    def check_conditional_writes(self) -> None:
-        """Nothing to check: ``put_if_absent`` links a complete file to its name, and linking
-        to a taken name fails with EEXIST: exactly one creator wins, by construction."""
-
-    def marker_above(self, key: str, marker: str) -> str | None:
-        path = self._path(key) if key else self.root
-        while True:
-            if os.path.isfile(os.path.join(path, *marker.split("/"))):
-                return path
-            parent = os.path.dirname(path)
-            if parent == path:
-                return None
-            path = parent
 
 
 # --- S3 --------------------------------------------------------------------------------------
@@ -467,10 +196,12 @@ class S3Store(ObjectStore):
         from botocore.exceptions import (
             BotoCoreError,
             ClientError,
-            ConnectionError as BotoConnectionError,
             HTTPClientError,
             NoCredentialsError,
             PartialCredentialsError,
+        )
+        from botocore.exceptions import (
+            ConnectionError as BotoConnectionError,
         )
 
         where = self.location(key)
@@ -691,61 +422,3 @@ def _permanent_hint(code: str, status: int, message: str) -> str:
     if hint:
         return f" ({hint}): {message}" if message else f" ({hint})"
     return f": {message}"
-
-
-# --- opening stores --------------------------------------------------------------------------
-
-
-def open_store(url: str, **options: Any) -> ObjectStore:
-    """Open a store from a URL: ``s3://bucket/prefix`` or a local path / ``file://`` URL.
-
-    S3 options: endpoint_url, region, access_key_id, secret_access_key, session_token, retry,
-    connect_timeout, read_timeout, sleep, probe_conditional_writes (False: never probe the
-    endpoint in ``check_conditional_writes``). Unset endpoint and region fall back to boto3's
-    environment (AWS_ENDPOINT_URL_S3, AWS_REGION).
-    Local options: fsync, create (False: the root must exist already; nothing is created).
-    Each kind accepts and ignores the other's options, so one set of settings serves both.
-    Opening a store never writes to it (``create`` aside) nor probes it.
-    """
-    if not url or not isinstance(url, str):
-        raise ConfigError(f"store URL must be a non-empty string, got {url!r}")
-    parsed = urlparse(url)
-    if parsed.scheme in ("s3", "s3a"):
-        if not parsed.netloc:
-            raise ConfigError(f"S3 URL {url!r} has no bucket: use s3://bucket/prefix")
-        allowed = {"endpoint_url", "region", "access_key_id", "secret_access_key",
-                   "session_token", "retry", "connect_timeout", "read_timeout", "sleep",
-                   "probe_conditional_writes"}
-        unknown = set(options) - allowed - _LOCAL_OPTIONS
-        if unknown:
-            raise ConfigError(f"unknown S3 store options {sorted(unknown)}; accepted: {sorted(allowed)}")
-        s3_options = {k: v for k, v in options.items() if k in allowed}
-        return S3Store(bucket=parsed.netloc, prefix=parsed.path.strip("/"), **s3_options)
-    if parsed.scheme == "file":
-        return LocalStore(parsed.path, **_local_options(options))
-    if parsed.scheme == "" or (len(parsed.scheme) == 1 and os.name == "nt"):
-        return LocalStore(url, **_local_options(options))
-    raise ConfigError(f"unsupported store URL {url!r}: use s3://bucket/prefix or a local path")
-
-
-_LOCAL_OPTIONS = frozenset({"fsync", "create"})
-
-
-def _local_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    # S3-only options are ignored for local paths so one set of settings serves both.
-    return {k: v for k, v in options.items() if k in _LOCAL_OPTIONS}
-
-
-def store_from_spec(spec: Mapping[str, Any], **secrets: Any) -> ObjectStore:
-    kind = spec.get("kind")
-    if kind == "local":
-        return LocalStore(spec["root"])
-    if kind == "s3":
-        return S3Store(
-            bucket=spec["bucket"],
-            prefix=spec.get("prefix", ""),
-            endpoint_url=spec.get("endpoint_url"),
-            region=spec.get("region"),
-            **secrets,
-        )
-    raise StoreError(f"unknown store kind {kind!r} in spec {dict(spec)}")

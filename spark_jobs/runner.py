@@ -2,7 +2,7 @@
 with full checkpointing, resuming from the latest committed checkpoint when there is one.
 
     from include.config import JobConfig
-    from include.runner import IterationRunner
+    from spark_jobs.runner import IterationRunner
 
     result = IterationRunner(JobConfig(job_id="pr", body="pagerank", input="edges.csv",
                                        checkpoint_root=".local/store")).run()
@@ -18,15 +18,27 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from include.checkpoint import Manifest
 from include.config import JobConfig
 from include.errors import AlignmentIncomplete
 from include.failpoints import failpoint
 from include.head import AlignmentDecision, HeadStatus
 from include.lifecycle import StopMode
+from include.manifest import Manifest
 from include.ownership import LEASE_TTL_S, Holder
-from include.protocol import attempt_failed, attempt_ran, commit_epoch, end_run, start_run
-from include.runtime import DEFAULT_CHECKS, Check, DataCheckFailed, EpochPlan, IterationJob
+from include.protocol import (
+    attempt_failed,
+    attempt_ran,
+    commit_epoch,
+    end_run,
+    start_run,
+)
+from include.runtime import (
+    DEFAULT_CHECKS,
+    Check,
+    DataCheckFailed,
+    EpochPlan,
+    IterationJob,
+)
 from include.store import ObjectStore
 
 log = logging.getLogger("iterations")
@@ -238,7 +250,7 @@ class IterationRunner:
         result.status = state.status
         result.checkpoint_id = state.latest.checkpoint_id if state.latest else None
         if batch_id is not None and result.checkpoint_id is not None:
-            job.log.record_batch_final(batch_id, result.checkpoint_id)
+            job.log.batches.record_final(batch_id, result.checkpoint_id)
         return result
 
     def read_outputs(self, manifest: Manifest) -> dict[str, Any]:

@@ -1,0 +1,174 @@
+"""Retention and garbage collection of a job's checkpoints, and the rewind to an intact
+checkpoint that a damaged one forces (``Retention``, reached as ``log.retention``).
+
+Retention keeps the last R checkpoints, every batch's final one and every savepoint; a retired
+checkpoint's manifest stays as a tombstone (its id can never be committed again) and its
+``retired/<id>`` marker keeps its summary. Garbage collection never deletes an object a kept
+manifest references, nor what a live attempt of a later epoch wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from include.errors import CheckpointError, ConfigError, ObjectNotFound
+from include.failpoints import trace
+from include.records import now_iso
+
+if TYPE_CHECKING:
+    from include.checkpoint import CheckpointLog
+
+logger = logging.getLogger("include.checkpoint")
+
+# what a retired checkpoint's manifest is replaced with
+TOMBSTONE = b'{"retired": true}\n'
+
+
+@dataclass
+class GcReport:
+    retired: list[int] = field(default_factory=list)
+    deleted_objects: int = 0
+    kept_live_attempts: list[str] = field(default_factory=list)
+
+
+class Retention:
+    """What a job keeps of its checkpoints, and what it may delete."""
+
+    def __init__(self, log: "CheckpointLog"):
+        self.log = log
+        self.store = log.store
+        self.layout = log.layout
+        self.job_id = log.job_id
+
+    def rewind(self, to_id: int, reason: str) -> list[int]:
+        """Make checkpoint ``to_id`` the latest again, on the user's request after a later one
+        was found damaged: every checkpoint after it is rejected (its manifest moved to
+        ``rejected/<id>.json`` with the reason, its batch and publication records dropped) and
+        every attempt of those epochs is aborted, so that none of them can commit any more.
+        The epochs after ``to_id`` are then computed again. Returns the rejected ids."""
+        self.log.load(to_id, verify="none")  # it must be a kept, committed checkpoint
+        prefix = f"{self.layout.root}/checkpoints/"
+        later = sorted((i for o in self.store.list(prefix) if (i := self.layout.parse_id(o.key)) is not None
+                        and i > to_id), reverse=True)
+        if not later:
+            return []
+        at = now_iso()
+        for cid in later:  # evidence and fencing first, then the manifests go
+            try:
+                damaged = self.store.get(self.layout.checkpoint(cid)).decode(errors="replace")
+            except ObjectNotFound:
+                continue
+            self.store.put(self.layout.rejected(cid), json.dumps(
+                {"checkpoint_id": cid, "rewound_to": to_id, "reason": reason, "at": at, "manifest": damaged},
+                indent=1, sort_keys=True).encode())
+            for attempt_id in self.log.attempt_ids(cid):
+                self.store.put(self.layout.aborted(cid, attempt_id),
+                               json.dumps({"reason": f"rejected: rewound to checkpoint {to_id}", "at": at}).encode())
+        stale_batches = [self.layout.batch(b) for b, cid in self.log.batches.finals().items() if cid in later]
+        publications = [o.key for cid in later for o in self.store.list(f"{self.layout.root}/published/{cid:010d}/")]
+        self.store.delete(stale_batches + publications + [self.layout.retired(cid) for cid in later])
+        for cid in later:  # highest first: the latest id only ever goes down to ``to_id``
+            self.store.delete([self.layout.checkpoint(cid)])
+        logger.warning("job %s: rewound to checkpoint %d; rejected checkpoints %s (%s)", self.job_id, to_id,
+                    sorted(later), reason)
+        trace("checkpoint.rewound", job=self.job_id, to=to_id, rejected=sorted(later))
+        return sorted(later)
+
+    def rejected(self) -> dict[int, dict[str, Any]]:
+        """Checkpoints rejected by a rewind: id -> the record (reason, the manifest as it was)."""
+        out = {}
+        for o in self.store.list(f"{self.layout.root}/rejected/"):
+            if (cid := self.layout.parse_id(o.key)) is not None:
+                out[cid] = json.loads(self.store.get(o.key))
+        return out
+
+    def _summary(self, checkpoint_id: int) -> bytes:
+        """What a retired checkpoint leaves behind: its epoch's decision and where it came from
+        (JSON; empty if the manifest cannot be read)."""
+        try:
+            m = self.log.load(checkpoint_id, verify="none")
+        except (CheckpointError, ValueError):
+            return b""
+        d = m.decision
+        return json.dumps({
+            "checkpoint_id": m.checkpoint_id, "kind": m.kind, "epoch": m.epoch, "parent_id": m.parent_id,
+            "attempt_id": m.attempt_id, "batch_id": m.batch_id, "committed_at": m.committed_at,
+            "metrics": dict(d.metrics) if d else {}, "feedback_count": d.feedback_count if d else None,
+            "terminated": d.terminated if d else False, "reason": d.reason if d else None,
+        }, sort_keys=True).encode()
+
+    def retired_summary(self, checkpoint_id: int) -> dict[str, Any] | None:
+        """The summary a retired checkpoint left (``_summary``); None if it is not retired or
+        was retired before summaries were kept."""
+        try:
+            data = self.store.get(self.layout.retired(checkpoint_id))
+        except ObjectNotFound:
+            return None
+        try:
+            summary = json.loads(data) if data else None
+        except ValueError:
+            return None
+        return summary if isinstance(summary, dict) else None
+
+    def collect_garbage(self, retain_last: int) -> GcReport:
+        """Keep the last ``retain_last`` checkpoints and every batch's final checkpoint; delete
+        everything else under ``attempts/`` that no kept manifest references, except attempts
+        of epochs after the latest checkpoint (they may be running and about to commit)."""
+        if retain_last < 1:
+            raise ConfigError(f"retain_last must be >= 1, got {retain_last}")
+        report = GcReport()
+        ids = self.log.checkpoint_ids()
+        latest = self.log.latest_id()
+        if latest is None:
+            return report
+        keep = set(ids[-retain_last:]) | set(self.log.batches.finals().values()) | set(self.log.control.savepoints()) | {latest}
+        keep &= set(ids)
+        referenced: set[str] = set()
+        for cid in sorted(keep):
+            referenced.update(ref.key for ref in self.log.load(cid, verify="none").objects)
+        for cid in ids:
+            if cid not in keep:
+                # Tombstone first: the id stays taken, so no zombie can ever commit it again.
+                # The retired marker keeps the checkpoint's summary (its decision: metrics,
+                # feedback, termination) for the job's history (include.overview).
+                self.store.put(self.layout.retired(cid), self._summary(cid))
+                self.store.put(self.layout.checkpoint(cid), TOMBSTONE)
+                report.retired.append(cid)
+        aborted = set()
+        settled = []  # abort marks of epochs that are committed: nothing can adopt them any more
+        for o in self.store.list(f"{self.layout.root}/aborted/"):
+            epoch_s, attempt = o.key.rsplit("/", 2)[-2:]
+            aborted.add((epoch_s, attempt))
+            if int(epoch_s) <= latest:
+                settled.append(o.key)
+        garbage = []
+        live = set()
+        prefix = self.layout.attempts()
+        for o in self.store.list(prefix):
+            if o.key in referenced:
+                continue
+            epoch_s, attempt = o.key[len(prefix):].split("/", 2)[:2]
+            if int(epoch_s) > latest and (epoch_s, attempt) not in aborted:
+                live.add(f"{int(epoch_s)}/{attempt}")
+                continue
+            garbage.append(o.key)
+        # check results of retired epochs go with them (those of kept and later epochs stay)
+        checks = [o.key for o in self.store.list(f"{self.layout.root}/checks/")
+                  if (cid := self.layout.parse_id(o.key.rsplit("/", 3)[-3])) is not None
+                  and cid in ids and cid not in keep]
+        garbage += checks
+        self.store.delete(garbage + settled)
+        report.deleted_objects = len(garbage)
+        report.kept_live_attempts = sorted(live)
+        if report.retired or garbage:
+            logger.info("gc of job %s: retired checkpoints %s, deleted %d objects, live attempts %s",
+                     self.job_id, report.retired, len(garbage), report.kept_live_attempts or "none")
+        return report
+
+
+
+
+__all__ = ["GcReport", "Retention", "TOMBSTONE"]

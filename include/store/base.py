@@ -1,0 +1,142 @@
+"""The object store interface (``ObjectStore``), its keys and its retry policy."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+from include.errors import (
+    ConfigError,
+    PermanentStoreError,
+)
+
+log = logging.getLogger(__name__)
+
+
+
+_TMP_MARK = ".tmp-"
+_BAD_KEY = re.compile(r"(^/)|(^|/)\.\.?(/|$)|//|\\|\x00")
+# A checkpoint store marks its root with this object (include.protocol.mark_store): no output
+# is ever published inside a store (include.outputs.check_not_in_store).
+STORE_MARKER = "_iterations/store.json"
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_key(key: str) -> str:
+    """Refuse keys that could escape the store's root (``..``, absolute paths, empty parts)."""
+    if not isinstance(key, str) or not key or _BAD_KEY.search(key) or key.endswith("/"):
+        raise PermanentStoreError(
+            f"invalid object key {key!r}: keys are relative '/'-separated paths without "
+            "'.' or '..' segments, empty segments or backslashes"
+        )
+    return key
+
+
+def join_key(*parts: str) -> str:
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with full jitter for transient store errors."""
+
+    max_attempts: int = 6
+    base_delay: float = 0.2
+    max_delay: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ConfigError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if self.base_delay < 0 or self.max_delay < 0:
+            raise ConfigError(
+                f"retry delays must be >= 0, got base={self.base_delay} max={self.max_delay}"
+            )
+
+    def delay(self, attempt: int) -> float:
+        return random.uniform(0, min(self.max_delay, self.base_delay * (2**attempt)))
+
+
+class ObjectStore(ABC):
+    """What the checkpoint log needs from a store. Implementations must be picklable
+    (Spark executors receive them inside the tail's closure)."""
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Write (or replace) an object; readers see either the old or the whole new object."""
+
+    @abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create the object only if the key is free. True if this call created it."""
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """Read an object; ObjectNotFound if absent."""
+
+    @abstractmethod
+    def info(self, key: str) -> ObjectInfo | None:
+        """Size of an object, or None if absent."""
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        """Every object whose key starts with ``prefix``, sorted by key."""
+
+    @abstractmethod
+    def delete(self, keys: Iterable[str]) -> None:
+        """Delete objects; absent keys are ignored."""
+
+    @abstractmethod
+    def location(self, key: str = "") -> str:
+        """A human-readable address of a key, for messages."""
+
+    def url(self, key: str) -> str:
+        """The address other tools open a key by: a local path or s3://bucket/key."""
+        return self.location(key)
+
+    @abstractmethod
+    def spec(self) -> dict[str, Any]:
+        """JSON-able description without secrets, enough to reopen the store elsewhere."""
+
+    def exists(self, key: str) -> bool:
+        return self.info(key) is not None
+
+    def local_path(self, key: str) -> str | None:
+        """Filesystem path of a key when the store is a local directory."""
+        return None
+
+    def marker_above(self, key: str, marker: str) -> str | None:
+        """Where ``marker`` lies in the directory of ``key`` or in one of its ancestors, up to
+        the top of the filesystem or the bucket (beyond this store's own root): the location of
+        the first such directory, None if there is none."""
+        parts = [p for p in key.split("/") if p]
+        for n in range(len(parts), -1, -1):
+            prefix = "/".join(parts[:n])
+            if self.exists(f"{prefix}/{marker}" if prefix else marker):
+                return self.location(prefix)
+        return None
+
+    def check_reachable(self) -> None:
+        """Fail fast, naming the store, if it cannot be used at all."""
+        self.list("__probe__/")
+
+    def check_conditional_writes(self) -> None:
+        """Fail with PermanentStoreError, naming the store, if ``put_if_absent`` is not really
+        exclusive here (a second create of a key also "wins"), so that a job does not start
+        committing checkpoints on a store where two attempts could both believe they committed.
+        Writes (a scratch object, removed again) where a check is needed: call it from code
+        that is about to write anyway, never from read-only users. Idempotent and cheap when
+        repeated. Default: nothing to check (a store whose exclusive create is atomic by
+        construction, or one that cannot write at all)."""
