@@ -21,13 +21,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import reduce
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql.types import DoubleType, IntegerType, LongType, NumericType, StructField, StructType
+if TYPE_CHECKING:  # pyspark is imported where a function runs: the body's metadata is importable without it
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
 
-from include.body import EpochContext, IterationBody, StepResult, local_frame
+from include.body import EpochContext, IterationBody, StepResult
 from include.errors import ConfigError, InputDataError
 
 _MASK53 = (1 << 53) - 1
@@ -55,15 +55,27 @@ def _doubles(names: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def _schema(*fields: tuple[str, str]) -> StructType:
+    from pyspark.sql.types import (
+        DoubleType,
+        IntegerType,
+        LongType,
+        StructField,
+        StructType,
+    )
+
     types = {"int": IntegerType(), "long": LongType(), "double": DoubleType()}
     return StructType([StructField(name, types[kind]) for name, kind in fields])
 
 
 def _distance2(features: Sequence[str], centroid: Sequence[float]) -> Column:
+    from pyspark.sql import functions as F
+
     return reduce(lambda a, b: a + b, [(F.col(f) - F.lit(float(c))) ** 2 for f, c in zip(features, centroid)])
 
 
 def _uniform(seed: int, round_: int, features: Sequence[str]) -> Column:
+    from pyspark.sql import functions as F
+
     h = F.xxhash64(F.lit(seed), F.lit(round_), *[F.col(f) for f in features])
     return (h.bitwiseAND(F.lit(_MASK53)).cast("double") + F.lit(0.5)) / F.lit(float(1 << 53))
 
@@ -102,6 +114,9 @@ class KMeans(IterationBody):
         return KMeansParams(**raw)
 
     def load(self, raw: DataFrame, params: KMeansParams) -> dict[str, Any]:
+        from pyspark.sql import functions as F
+        from pyspark.sql.types import NumericType
+
         types = {f.name: f.dataType for f in raw.schema.fields}
         if params.features is not None:
             missing = [f for f in params.features if f not in types]
@@ -152,6 +167,8 @@ class KMeans(IterationBody):
 
     def initial_centroids(self, data: Mapping[str, Any], params: KMeansParams) -> list[list[float]]:
         """Deterministic k-means++ (see the module docstring)."""
+        from pyspark.sql import functions as F
+
         points, fcols = data["points"], data["fcols"]
         chosen: list[list[float]] = []
         for round_ in range(params.k):
@@ -173,12 +190,16 @@ class KMeans(IterationBody):
         return chosen
 
     def init(self, data: Mapping[str, Any], ctx: EpochContext) -> dict[str, DataFrame]:
+        from spark_jobs.frames import local_frame
+
         centroids = self.initial_centroids(data, ctx.params)
         rows = [(i, *c) for i, c in enumerate(centroids)]
         return {"centroids": local_frame(ctx.spark, rows, _schema(("cluster_id", "int"), *_doubles(data["features"])))}
 
     def _assign(self, points: DataFrame, fcols: Sequence[str], centroids: list[list[float]]) -> Column:
         """Index of the nearest centroid, as one expression (no join, no shuffle)."""
+        from pyspark.sql import functions as F
+
         distances = [_distance2(fcols, c) for c in centroids]
         best = F.least(*distances) if len(distances) > 1 else distances[0]
         expr = F.lit(len(centroids) - 1)
@@ -187,6 +208,10 @@ class KMeans(IterationBody):
         return expr
 
     def step(self, variables: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> StepResult:
+        from pyspark.sql import functions as F
+
+        from spark_jobs.frames import local_frame
+
         features, fcols = data["features"], data["fcols"]
         rows = sorted(variables["centroids"].collect(), key=lambda r: r["cluster_id"])  # k rows
         centroids = [[float(r[f]) for f in features] for r in rows]

@@ -14,25 +14,26 @@ Output: ``ranks(node, rank)``, ranks summing to 1.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql.types import DecimalType
+if TYPE_CHECKING:  # pyspark is imported where a function runs: the body's metadata is importable without it
+    from pyspark.sql import Column, DataFrame
 
 from include.body import EpochContext, IterationBody, StepResult
 from include.errors import ConfigError, InputDataError
 
-
 # Ranks and their shares are in [0, 1]: 34 decimal places keep 1e-34 absolute precision.
-_EXACT = DecimalType(38, 34)
+_EXACT = (38, 34)  # DecimalType(precision, scale)
 
 
 def _exact_sum(values: Column) -> Column:
     """A sum whose result does not depend on the order Spark adds in: each double is rounded
     to a fixed decimal, the decimals add exactly, the total goes back to double. So an epoch
     recomputed after a failure gives the same bits as the first time."""
-    return F.sum(values.cast(_EXACT)).cast("double")
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import DecimalType
+
+    return F.sum(values.cast(DecimalType(*_EXACT))).cast("double")
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,8 @@ class PageRank(IterationBody):
         return PageRankParams(**raw)
 
     def load(self, raw: DataFrame, params: PageRankParams) -> dict[str, Any]:
+        from pyspark.sql import functions as F
+
         missing = [c for c in ("src", "dst") if c not in raw.columns]
         if missing:
             raise InputDataError(
@@ -116,11 +119,15 @@ class PageRank(IterationBody):
         return {"edges": weighted, "nodes": nodes, "num_nodes": n}
 
     def init(self, data: Mapping[str, Any], ctx: EpochContext) -> dict[str, DataFrame]:
+        from pyspark.sql import functions as F
+
         return {"ranks": data["nodes"].select("node", F.lit(1.0 / data["num_nodes"]).alias("rank"))}
 
     def warm_start(self, previous: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> dict[str, DataFrame]:
         """Start from the previous batch's ranks on today's graph: a node that is new gets
         1/N, a node that is gone drops out, and the ranks are scaled to sum to 1 again."""
+        from pyspark.sql import functions as F
+
         n = data["num_nodes"]
         carried = (
             data["nodes"].select("node")
@@ -131,6 +138,8 @@ class PageRank(IterationBody):
         return {"ranks": carried.select("node", (F.col("rank") / F.lit(total)).alias("rank"))}
 
     def step(self, variables: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> StepResult:
+        from pyspark.sql import functions as F
+
         d = float(ctx.params.damping)
         n = data["num_nodes"]
         ranks = variables["ranks"]

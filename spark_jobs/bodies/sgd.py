@@ -22,18 +22,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql.types import DoubleType, StringType, StructField, StructType
+if TYPE_CHECKING:  # pyspark is imported where a function runs: the body's metadata is importable without it
+    from pyspark.sql import DataFrame
 
-from include.body import EpochContext, IterationBody, StepResult, local_frame
+from include.body import EpochContext, IterationBody, StepResult
 from include.errors import ConfigError, InputDataError
 
 INTERCEPT = "__intercept__"
 SPLIT_COLUMN = "__split"
-_MODEL = StructType([StructField("name", StringType()), StructField("weight", DoubleType())])
+
+
+def _model_schema():
+    """The model's schema: a weight per feature name (and the intercept)."""
+    from pyspark.sql.types import DoubleType, StringType, StructField, StructType
+
+    return StructType([StructField("name", StringType()), StructField("weight", DoubleType())])
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,10 @@ class IncrementalSGD(IterationBody):
         return read_files(ctx.spark, store, groups, schema, fmt, {"source_column": SPLIT_COLUMN})
 
     def step(self, variables: Mapping[str, DataFrame], data, ctx: EpochContext) -> StepResult:
+        from pyspark.sql import functions as F
+
+        from spark_jobs.frames import local_frame
+
         params: SGDParams = ctx.params
         assigned = ctx.events_for("splits")
         model = {r["name"]: float(r["weight"]) for r in variables["model"].collect()}
@@ -153,14 +162,14 @@ class IncrementalSGD(IterationBody):
             split_rows = [(r[SPLIT_COLUMN], ctx.epoch, int(r["n"])) for r in sums]
             empty = {e["split"] for events in assigned.values() for e in events} - {s for s, _e, _n in split_rows}
             split_rows += [(s, ctx.epoch, 0) for s in sorted(empty)]  # a file without rows is processed too
-        model_df = local_frame(ctx.spark, sorted(model.items()), _MODEL)  # a few rows: written by the driver
+        model_df = local_frame(ctx.spark, sorted(model.items()), _model_schema())  # a few rows: written by the driver
         new_splits = ctx.spark.createDataFrame(split_rows, "split string, epoch int, rows long")
         splits = variables["splits"].unionByName(new_splits)
         # metrics: points seen in total and in this epoch (rows of the splits log; new ones flagged)
         splits = splits.withColumn("points", F.col("rows").cast("double")) \
                        .withColumn("new_points", F.when(F.col("epoch") == ctx.epoch, F.col("rows")).otherwise(0).cast("double"))
         if not model:  # before the first file: keep an (empty) model; epochs wait for input
-            model_df = local_frame(ctx.spark, [(INTERCEPT, 0.0)], _MODEL)
+            model_df = local_frame(ctx.spark, [(INTERCEPT, 0.0)], _model_schema())
         return StepResult({"model": model_df, "splits": splits},
                           metrics={"points": ("splits", "points"), "new_points": ("splits", "new_points")})
 
