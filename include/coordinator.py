@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 from include.errors import ConfigError, IterationError
+from include.head import missing_reports
 
 log = logging.getLogger("iterations")
 
@@ -335,7 +336,7 @@ class AlignmentCoordinator(Coordinator):
             return  # a re-report after a restore of an epoch already decided
         got = self.reported.setdefault(epoch, set())
         got.add((report.get("head", ""), partition))
-        if len(got) == sum(self.heads.values()):
+        if not missing_reports(self.heads, got):
             terminated, reason = self.decide(epoch)
             self.latest_aligned = epoch
             del self.reported[epoch]

@@ -259,6 +259,14 @@ class TerminationCriteria:
             raise ConfigError(f"tolerance must be a finite number >= 0, got {self.tolerance!r}")
 
 
+def missing_reports(expected: Mapping[str, int], seen: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Which reports an epoch still waits for: (head, partition) of every partition of every
+    head in ``expected`` (head -> partitions) that is not in ``seen``, in order. The one rule the
+    aligner, the alignment coordinator and the Airflow trigger wait on."""
+    got = set(seen)
+    return [(head, p) for head, n in sorted(expected.items()) for p in range(n) if (head, p) not in got]
+
+
 class Aligner:
     """Turns a complete set of per-partition reports into one decision. Moves no data."""
 
@@ -284,10 +292,7 @@ class Aligner:
             )
 
     def missing(self, reports: Iterable[EpochReport]) -> list[tuple[str, int]]:
-        seen = {(r.head, r.partition) for r in reports}
-        return [
-            (head, p) for head, n in sorted(self.heads.items()) for p in range(n) if (head, p) not in seen
-        ]
+        return missing_reports(self.heads, ((r.head, r.partition) for r in reports))
 
     def align(self, epoch: int, attempt_id: str, reports: Sequence[EpochReport]) -> AlignmentDecision:
         for r in reports:

@@ -46,23 +46,13 @@ class AlignmentTrigger(BaseTrigger):
         )
 
     def _missing(self) -> tuple[list[str], dict[str, Any] | None]:
-        """The reports still missing, or the event that ends the wait without them: the
-        attempt was aborted, or another attempt committed the epoch (whose GC then removed this
-        attempt's files: its reports will never all be there)."""
+        """include.protocol.awaiting_reports, over the store the hook opens."""
         from include.checkpoint import CheckpointLog
+        from include.protocol import awaiting_reports
         from iterations.hooks.iteration_store import IterationStoreHook
 
         log = CheckpointLog(IterationStoreHook(self.aws_conn_id).get_store(self.checkpoint_root), self.job_id)
-        end = {"epoch": self.epoch, "attempt_id": self.attempt_id}
-        if log.is_aborted(self.epoch, self.attempt_id):
-            return [], {**end, "status": "aborted"}
-        seen = {(r.head, r.partition) for r in log.reports(self.epoch, self.attempt_id)}
-        missing = [f"{h}/{p}" for h, n in sorted(self.expected.items()) for p in range(n) if (h, p) not in seen]
-        if missing:
-            committed, winner = log.committed_attempt(self.epoch)
-            if committed and winner != self.attempt_id:
-                return missing, {**end, "status": "superseded", "committed_by": winner}
-        return missing, None
+        return awaiting_reports(log, self.epoch, self.attempt_id, self.expected)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:
