@@ -34,12 +34,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from include.errors import (
-    CheckpointCorrupted,
-    ConfigError,
-    IterationError,
-    ObjectNotFound,
-)
+from include.errors import CheckpointCorrupted, ConfigError, IterationError, ObjectNotFound
 from include.store import ObjectStore
 
 log = logging.getLogger("iterations")

@@ -9,11 +9,7 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from include.checks.settings import (
-    ExpectationSpec,
-    finite_metric_name,
-    schema_stable_name,
-)
+from include.checks.settings import ExpectationSpec, finite_metric_name, schema_stable_name
 
 if TYPE_CHECKING:
     from include.head import AlignmentDecision, EpochReport

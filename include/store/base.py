@@ -10,10 +10,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from include.errors import (
-    ConfigError,
-    PermanentStoreError,
-)
+from include.errors import ConfigError, PermanentStoreError
 
 log = logging.getLogger(__name__)
 

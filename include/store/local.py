@@ -7,16 +7,8 @@ import os
 import uuid
 from typing import Any, Iterable
 
-from include.errors import (
-    ObjectNotFound,
-    PermanentStoreError,
-)
-from include.store.base import (
-    _TMP_MARK,
-    ObjectInfo,
-    ObjectStore,
-    check_key,
-)
+from include.errors import ObjectNotFound, PermanentStoreError
+from include.store.base import _TMP_MARK, ObjectInfo, ObjectStore, check_key
 
 log = logging.getLogger(__name__)
 

@@ -11,19 +11,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from include.errors import (
-    ConfigError,
-    ObjectNotFound,
-    PermanentStoreError,
-    StoreError,
-    TransientStoreError,
-)
-from include.store.base import (
-    ObjectInfo,
-    ObjectStore,
-    RetryPolicy,
-    check_key,
-)
+from include.errors import ConfigError, ObjectNotFound, PermanentStoreError, StoreError, TransientStoreError
+from include.store.base import ObjectInfo, ObjectStore, RetryPolicy, check_key
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,121 @@
+"""Phase two of the outputs' two-phase commit: publishing what a committed checkpoint staged
+(include.outputs writes each sink), and the job's history of what it published."""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+from include.checkpoint import CheckpointLog
+from include.errors import CheckpointError
+from include.failpoints import failpoint, trace
+from include.lifecycle import Lifecycle, OperatorState
+from include.manifest import Manifest
+from include.outputs import check_not_in_store, publish_dataset, publish_delta, publish_increment
+from include.plan import JobState
+from include.store import open_store
+
+log = logging.getLogger("iterations")
+
+
+class Publication:
+    """The publication part of ``include.runtime.IterationJob`` (a mixin over its ``config``,
+    ``store`` and ``log``)."""
+
+    def settle(self, state: JobState) -> dict[str, str]:
+        """Nothing is planned on a checkpoint whose outputs are not published: publish what a
+        crash between its commit and its publication left (a no-op when all are published)."""
+        return self.notify_checkpoint_complete(state.latest) if state.latest is not None else {}
+
+    def lifecycle(self, manifest: Manifest) -> Lifecycle:
+        """The operators' states at ``manifest``: what it recorded, with the fully finished sinks
+        that have published its outputs PUBLISHED. (A per-epoch sink keeps RUNNING in epoch
+        checkpoints; each epoch's publication is in ``log.publications.of(checkpoint_id)``.)"""
+        lc = manifest.lifecycle
+        done = [f"sink:{s}" for s in self.log.publications.of(manifest.checkpoint_id)]
+        done = [s for s in done if s in lc.states and lc.states[s] is OperatorState.FULLY_FINISHED]
+        return lc.advance(done, OperatorState.PUBLISHED) if done else lc
+
+    def notify_checkpoint_complete(self, manifest: Manifest) -> dict[str, str]:
+        """Commit the outputs a committed checkpoint covers (FLIP-147's notifyCheckpointComplete
+        for two-phase-commit sinks): an epoch checkpoint's per-epoch outputs are appended to their
+        output, a final checkpoint's outputs replace theirs. Called after every commit and again on
+        every restore (the latest checkpoint's outputs may be the ones a crash left unpublished).
+
+        Exactly once per sink and checkpoint: a sink whose publication is recorded is skipped
+        (it is fully finished); the others are published, each idempotently, then recorded. Once
+        every sink of an epoch checkpoint is published its staged files are deleted, so no later
+        checkpoint leaves staged data behind. Returns output name -> where it was published."""
+        if not manifest.outputs or not self.config.output_path:
+            return {}
+        done = self.log.publications.of(manifest.checkpoint_id)
+        if all(name in done for name in manifest.outputs):
+            return {name: done[name]["location"] for name in sorted(manifest.outputs)}
+        if self.lease is not None:
+            self.lease.check()  # a run that lost the job publishes nothing
+        out = open_store(self.config.output_path, **self.store_options)
+        stamp = {"job_id": manifest.job_id, "checkpoint_id": manifest.checkpoint_id, "attempt_id": manifest.attempt_id}
+        published = {}
+        for name, ds in sorted(manifest.outputs.items()):
+            if name in done:
+                published[name] = done[name]["location"]
+                continue
+            failpoint("publish.before_output", job=manifest.job_id, checkpoint=manifest.checkpoint_id, output=name)
+            if self.config.output_format == "delta":
+                check_not_in_store(out, name)
+                where = out.url(name)
+                mode = "overwrite" if manifest.kind == "final" else "append"
+                publish_delta(self.store, where, ds, stamp, store_options=self.store_options, mode=mode)
+            elif manifest.kind == "final":
+                publish_dataset(self.store, out, name, ds, stamp, history=self.publication_history)
+                where = out.location(name)
+            else:
+                publish_increment(self.store, out, name, ds, stamp)
+                where = out.location(name)
+            failpoint("publish.after_output", job=manifest.job_id, checkpoint=manifest.checkpoint_id, output=name)
+            trace("output.published", job=manifest.job_id, checkpoint=manifest.checkpoint_id, output=name,
+                  kind=manifest.kind, rows=ds.rows)
+            self.log.publications.record(manifest.checkpoint_id, name, {
+                "location": where, "format": self.config.output_format, "rows": ds.rows,
+                "attempt_id": manifest.attempt_id})
+            published[name] = where
+            log.info("job %s checkpoint %d: sink %s PUBLISHED to %s", manifest.job_id, manifest.checkpoint_id, name, where)
+        if manifest.kind == "epoch":
+            self._release_staged(manifest)
+        return published
+
+    def _release_staged(self, manifest: Manifest) -> None:
+        """close() of an epoch's sinks: their staged files were published; delete them."""
+        keys = [f.key for ds in manifest.outputs.values() for f in ds.files]
+        if keys:
+            self.store.delete(keys)
+
+    def publish(self, manifest: Manifest) -> dict[str, str]:
+        """Publish the outputs of the final checkpoint under ``output_path`` (see
+        ``notify_checkpoint_complete``): each output replaced atomically, as Parquet files behind
+        a manifest or as a Delta Lake table version (``output_format``); idempotent."""
+        if manifest.kind != "final":
+            raise CheckpointError(f"only a final checkpoint has outputs to publish, not checkpoint {manifest.checkpoint_id}")
+        return self.notify_checkpoint_complete(manifest)
+
+
+class _History:
+    """The job's record of the versions it wrote into its outputs (include.outputs), read over
+    the job and the jobs it replaces; retired in the log that recorded them."""
+
+    def __init__(self, own: CheckpointLog, family: Sequence[CheckpointLog] = ()):
+        self.own = own
+        self.family = list(family)
+
+    def wrote(self, location: str, name: str, version: str, keys: Sequence[str]) -> None:
+        self.own.publications.record_written(location, name, version, list(keys))
+
+    def written(self, location: str, name: str) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for log_ in [*self.family, self.own]:
+            out.update(log_.publications.written(location, name))
+        return out
+
+    def retired(self, location: str, name: str, version: str) -> None:
+        for log_ in [self.own, *self.family]:
+            log_.publications.mark_retired(location, name, version)
