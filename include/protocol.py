@@ -4,6 +4,7 @@
 - ``start_run``: before a run writes anything: the store can commit exactly once (its
   conditional writes are probed), the job is this run's (its owner record), and no other run
   writes it (the lease, whose token fences every commit and publication).
+- ``next_step``: at an epoch boundary, run the next epoch, finish, drain, suspend, or stop.
 - ``resolve_attempt``: what became of an attempt a step of the run recorded earlier (a retried
   task): still pending, committed by itself (its reply was lost, its plan since collected), or
   superseded.
@@ -11,14 +12,17 @@
   wait is over without them.
 - ``attempt_failed``: a failed attempt is aborted (its files deleted, never adopted); a damaged
   checkpoint is refused with the way out.
+- ``align_attempt``: the global alignment of an attempt, or why it cannot be had.
 - ``commit_epoch``: checks, the single-winner commit, then the epoch's outputs published.
 - ``end_run``: the lease is released.
+- ``warm_up_checks``: Great Expectations imported while an attempt's Spark job runs.
 
 Nothing here imports Spark or Airflow.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 from typing import Any, Callable, Mapping, Sequence
@@ -26,9 +30,10 @@ from typing import Any, Callable, Mapping, Sequence
 from include.body import body_reference
 from include.checkpoint import CheckpointLog
 from include.config import JobConfig
-from include.errors import CheckpointCorrupted, CheckpointError, CheckpointSuperseded
+from include.errors import AlignmentIncomplete, CheckpointCorrupted, CheckpointError, CheckpointSuperseded
 from include.failpoints import failpoint
-from include.head import AlignmentDecision, EpochReport, missing_reports
+from include.head import AlignmentDecision, EpochReport, HeadStatus, missing_reports
+from include.lifecycle import StopMode
 from include.manifest import Manifest
 from include.outputs import check_output_path_outside_stores
 from include.ownership import Holder, JobLease, JobOwner, claim
@@ -77,6 +82,33 @@ def end_run(job: IterationJob) -> None:
         job.lease = None
 
 
+class Step(str, enum.Enum):
+    """What a run does at an epoch boundary (``next_step``)."""
+
+    EPOCH = "epoch"  # run the next epoch
+    DRAIN = "drain"  # a drain is asked for: finish now, at the latest checkpoint
+    SUSPEND = "suspend"  # a suspend is asked for: stop at the latest checkpoint
+    FINISH = "finish"  # an epoch decided termination: the final checkpoint is next
+    DONE = "done"  # terminated: only the outputs' publication is left
+
+
+def next_step(job: IterationJob, state: JobState, *, asked: StopMode | None = None) -> Step:
+    """What a run does at an epoch boundary, after a restore or a commit; the same rule for the
+    library runner and the DAG's tasks. A terminated job is done, a terminating one finishes;
+    a running one honours a pending stop request (or ``asked``: the run's own ``stop``), once it
+    has a checkpoint to drain from or suspend at, and otherwise runs its next epoch."""
+    if state.status is HeadStatus.TERMINATED:
+        return Step.DONE
+    if state.status is HeadStatus.TERMINATING:
+        return Step.FINISH
+    stop = job.stop_requested(state) or (asked if state.latest is not None else None)
+    if stop is StopMode.SUSPEND:
+        return Step.SUSPEND
+    if stop is StopMode.DRAIN:
+        return Step.DRAIN
+    return Step.EPOCH
+
+
 def resolve_attempt(job: IterationJob, epoch: int, attempt_id: str) -> tuple[EpochPlan | None, Manifest | None]:
     """(its plan, the checkpoint it committed) for an attempt recorded earlier: (plan, None)
     while it is not committed; (plan or None, manifest) once it committed (its plan may be gone:
@@ -115,6 +147,16 @@ def awaiting_reports(log: CheckpointLog, epoch: int, attempt_id: str,
     return missing, None
 
 
+def warm_up_checks(job: IterationJob, plan: EpochPlan | None = None) -> None:
+    """Import Great Expectations in the background, at low priority, while an attempt's Spark
+    job runs (include.checks.warm_up), when the job's data checks are on and ``plan`` (if
+    given) is not adopted: the commit that follows finds it imported."""
+    if job.check_settings.enabled and (plan is None or not plan.adopted):
+        from include.checks import warm_up
+
+        warm_up()
+
+
 def attempt_ran(job: IterationJob, plan: EpochPlan) -> None:
     """The attempt's Spark job ended and every report is written (a failure point for tests:
     ``head.after_run`` / ``finish.after_run``)."""
@@ -130,6 +172,18 @@ def attempt_failed(job: IterationJob, plan: EpochPlan, error: BaseException) -> 
     if isinstance(error, CheckpointCorrupted):
         return job.refuse_damaged(error)
     return error
+
+
+def align_attempt(job: IterationJob, plan: EpochPlan) -> AlignmentDecision:
+    """The global alignment of an attempt: its decision once every partition of every head has
+    reported; AlignmentIncomplete naming the missing ones, or CheckpointSuperseded when another
+    attempt committed the epoch meanwhile (its GC took this attempt's files: the reports will
+    never all be there)."""
+    try:
+        return job.align(plan)
+    except AlignmentIncomplete:
+        job.raise_if_superseded(plan.checkpoint_id, plan.attempt_id)
+        raise
 
 
 def commit_epoch(job: IterationJob, plan: EpochPlan, decision: AlignmentDecision | None = None,

@@ -9,7 +9,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from iterations.operators.epoch import DataChecksLink
+from iterations.operators.base import DataChecksLink
 
 
 class IterationsView:

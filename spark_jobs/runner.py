@@ -19,18 +19,20 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from include.config import JobConfig
-from include.errors import AlignmentIncomplete
 from include.failpoints import failpoint
 from include.head import AlignmentDecision, HeadStatus
-from include.lifecycle import StopMode
 from include.manifest import Manifest
 from include.ownership import LEASE_TTL_S, Holder
 from include.protocol import (
+    align_attempt,
     attempt_failed,
     attempt_ran,
     commit_epoch,
+    Step,
     end_run,
+    next_step,
     start_run,
+    warm_up_checks,
 )
 from include.runtime import (
     DEFAULT_CHECKS,
@@ -179,10 +181,7 @@ class IterationRunner:
 
     def _run(self, state, batch_id: str | None, max_epochs_in_batch: int | None) -> RunResult:
         job = self.job
-        if job.check_settings.enabled:
-            from include.checks import warm_up
-
-            warm_up()  # Great Expectations' import overlaps with the first epoch's Spark job
+        warm_up_checks(job)  # Great Expectations' import overlaps with the first epoch's Spark job
         result = RunResult(
             self.config.job_id,
             state.status,
@@ -198,13 +197,13 @@ class IterationRunner:
         while state.status is HeadStatus.RUNNING:
             if max_epochs_in_batch is not None and len(result.epochs_computed) + len(result.epochs_adopted) >= max_epochs_in_batch:
                 break
-            stop = job.stop_requested(state)
-            if stop is StopMode.SUSPEND:
+            step = next_step(job, state)
+            if step is Step.SUSPEND:
                 result.suspended_at = job.suspend(state)
                 result.status = HeadStatus.SUSPENDED
                 result.checkpoint_id = state.latest.checkpoint_id if state.latest else None
                 return result
-            if stop is StopMode.DRAIN:
+            if step is Step.DRAIN:
                 log.info("job %s: drain requested: finishing at checkpoint %d", self.config.job_id, state.latest.checkpoint_id)
                 drain = True
                 break
@@ -215,13 +214,7 @@ class IterationRunner:
             started = time.monotonic()
             plan = self._run_epoch_attempt(batch_id, state)
             failpoint("epoch.before_align", job=self.config.job_id, epoch=plan.epoch)
-            try:
-                decision = job.align(plan)
-            except AlignmentIncomplete:
-                # another run committed this epoch meanwhile and its GC took this attempt's
-                # files: say so (CheckpointSuperseded) rather than "no report yet"
-                job.raise_if_superseded(plan.checkpoint_id, plan.attempt_id)
-                raise
+            decision = align_attempt(job, plan)
             manifest, published = commit_epoch(job, plan, decision)
             decision = manifest.decision  # as committed (the end of the input may have ended the job)
             result.published.update(published)

@@ -40,17 +40,18 @@ def test_control_dag(dagbag):
 
 @pytest.mark.parametrize("path", DAG_FILES, ids=os.path.basename)
 def test_dag_file_imports_fast_without_spark(path):
-    """Parsing a DAG file must not import pyspark or start anything."""
+    """Parsing a DAG file must not import pyspark, the data libraries or the checks' Great
+    Expectations, nor start anything: what it imports is checked, not how long it takes (a
+    figure for a benchmark, not a test on a shared machine)."""
+    heavy = ("pyspark", "great_expectations", "pandas", "numpy", "pyarrow", "boto3", "deltalake")
     code = (
-        "import sys, time, runpy; t = time.monotonic(); "
-        f"runpy.run_path({path!r}); "
-        "assert 'pyspark' not in sys.modules, 'pyspark imported at parse time'; "
-        "print(time.monotonic() - t)"
+        f"import sys, runpy; runpy.run_path({path!r}); "
+        f"print([m for m in {heavy!r} if m in sys.modules])"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "plugins")])}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert float(done.stdout.strip().splitlines()[-1]) < 5.0
+    assert done.stdout.strip().splitlines()[-1] == "[]", f"imported at parse time: {done.stdout}"
 
 
 @pytest.mark.parametrize("dag_id", ["iterate_pagerank", "iterate_kmeans", "iterate_pagerank_daily",
@@ -154,7 +155,7 @@ def test_every_param_schema_is_draft_7_and_serialises_round_trip(dagbag):
 
 def test_tasks_carry_no_copy_of_the_dag_params(dagbag):
     """Airflow copies every DAG param into every task and validates each copy at every
-    serialization: the iteration operators keep only their own (operators.epoch.own_params).
+    serialization: the iteration operators keep only their own (operators.base.own_params).
     The serialized tasks carry none, the serialized DAG all of them, and a task's context still
     gets the DAG's params with the run's conf over them."""
     from airflow.sdk import DAG, Param

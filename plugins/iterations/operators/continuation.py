@@ -7,7 +7,7 @@ from typing import Any, Mapping, Sequence
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
-from iterations.operators.epoch import IterationOperator
+from iterations.operators.base import IterationOperator
 
 
 class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
@@ -25,7 +25,7 @@ class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
                          openlineage_inject_parent_info=False, **kwargs)
 
     def execute(self, context: Mapping[str, Any]) -> None:
-        from iterations.operators.epoch import permanent_errors
+        from iterations.operators.base import permanent_errors
 
         with permanent_errors():
             self._continue(context)

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from airflow.sdk import BaseSensorOperator
 
-from iterations.operators.epoch import IterationOperator
+from iterations.operators.base import IterationOperator
 
 
 class AlignmentSensor(IterationOperator, BaseSensorOperator):
@@ -24,7 +24,7 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
         self.poll_interval = poll_interval
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        from iterations.operators.epoch import permanent_errors
+        from iterations.operators.base import permanent_errors
 
         with permanent_errors():
             return self._align(context)
@@ -85,7 +85,9 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
             raise AirflowFailException(f"{e}. This run lost the epoch to another run of the same job.") from e
 
     def _decide(self, job, plan) -> dict[str, Any]:
-        decision = job.align(plan)
+        from include.protocol import align_attempt
+
+        decision = align_attempt(job, plan)
         self.log.info("epoch %d globally aligned: feedback=%d terminated=%s%s", decision.epoch,
                       decision.feedback_count, decision.terminated, f" ({decision.reason})" if decision.reason else "")
         return {"status": "aligned", "epoch": plan.epoch, "attempt_id": plan.attempt_id, "decision": decision.to_dict()}

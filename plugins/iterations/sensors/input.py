@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from airflow.sdk import BaseSensorOperator
 
-from iterations.operators.epoch import IterationOperator
+from iterations.operators.base import IterationOperator
 
 
 class InputSensor(IterationOperator, BaseSensorOperator):
@@ -24,14 +24,14 @@ class InputSensor(IterationOperator, BaseSensorOperator):
         self.poll_interval = poll_interval
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        from iterations.operators.epoch import permanent_errors
+        from iterations.operators.base import permanent_errors
 
         with permanent_errors():
             return self._wait(context)
 
     def _wait(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.head import HeadStatus
-        from iterations.operators.epoch import batch_id_of
+        from iterations.operators.base import batch_id_of
         from iterations.triggers.input import InputTrigger
 
         job, _options = self.iteration_job(context)

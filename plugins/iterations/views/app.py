@@ -45,7 +45,7 @@ from include.overview import (
 from include.paths import PathPolicy
 from iterations.dag_factory import DEFAULT_STORE, LOCAL_DIR
 from iterations.hooks.iteration_store import IterationStoreHook
-from iterations.operators.epoch import batch_id_of_run
+from iterations.operators.base import batch_id_of_run
 from iterations.views import page
 from iterations.views.access import JobAccess
 

@@ -1,0 +1,397 @@
+"""What every operator of an iteration DAG shares: the job built from the DAG run's params
+(``IterationOperator``), the run's batch id, the lease holder, permanent errors (no retries),
+and running a recorded attempt as a Spark job (``SparkAttemptOperator``)."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any, Iterator, Mapping, Sequence
+
+from airflow.sdk import BaseOperator, BaseOperatorLink
+from airflow.sdk.definitions.param import ParamsDict
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+JOB_FIELDS = ("job_id", "checkpoint_root", "output_path", "output_format", "max_epochs", "tolerance", "num_partitions", "retain_last",
+              "on_damaged_checkpoint")
+
+
+def batch_id_of(context: Mapping[str, Any]) -> str:
+    """The DAG run is the batch; its id, made safe for object keys. ``airflow tasks test`` makes
+    a new temporary run for every task: there the batch is named by the logical date, so the
+    tasks of one date run by hand, one after the other, form one batch."""
+    run_id = str(context["run_id"])
+    if run_id.startswith("__airflow_temporary_run_") and context.get("logical_date") is not None:
+        run_id = f"tasks-test-{context['logical_date']:%Y%m%dT%H%M%S}"
+    return batch_id_of_run(run_id)
+
+
+def batch_id_of_run(run_id: str) -> str:
+    """The batch id of DAG run ``run_id``: its id made safe for object keys."""
+    return re.sub(r"[^A-Za-z0-9_.\-]", "_", run_id).strip("._-")[:120] or "batch"
+
+
+class DataChecksLink(BaseOperatorLink):
+    """The data checks' report of the attempt a commit or finish task checked (the Great
+    Expectations Data Docs page when something failed or warned, else the JSON result): a
+    file:// URL for a local store, s3://bucket/key for S3."""
+
+    name = "Data checks"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: Any) -> str:
+        # called in the task's own process when it ends (Airflow pushes the link as an XCom)
+        return getattr(operator, "data_checks_url", "") or ""
+
+
+def own_params(params: ParamsDict, dag: Any) -> ParamsDict:
+    """The params a task has beyond its DAG's. Airflow copies every DAG param into every task,
+    then validates each copy against its schema whenever the task is serialized (twice per
+    ``airflow dags test``, at every parse by the dag-processor, and once more as each task
+    starts under ``dags test``): for an iteration DAG, 62 tasks x 14 params. A task's context
+    gets the DAG's params (and the run's conf) anyway, so the copies add nothing; a param
+    given to the task itself, or differing from the DAG's, is kept."""
+    if dag is None or not dag.params:
+        return params
+    mine = {}
+    for name, param in params.items():
+        theirs = dag.params.get_param(name) if name in dag.params else None
+        if theirs is None or (param.value, param.schema, param.description) != \
+                (theirs.value, theirs.schema, theirs.description):
+            mine[name] = param
+    return ParamsDict(mine)
+
+
+def _link_url(location: str) -> str:
+    return location if "://" in location else "file://" + location
+
+
+@contextlib.contextmanager
+def permanent_errors() -> Iterator[None]:
+    """A task that fails for a reason a retry cannot change (bad params or input, a job that is
+    another's or busy, a damaged or superseded checkpoint) fails at once, without its retries:
+    Airflow's AirflowFailException with the error's own message."""
+    from include.errors import (
+        CheckpointCorrupted,
+        CheckpointSuperseded,
+        ConfigError,
+        InputDataError,
+    )
+    from include.ownership import JobBusy, LeaseLost
+
+    try:
+        yield
+    except (ConfigError, InputDataError, JobBusy, LeaseLost, CheckpointCorrupted, CheckpointSuperseded) as e:
+        raise AirflowFailException(f"{type(e).__name__}: {e}") from e
+
+
+class IterationOperator(BaseOperator):
+    """Base: builds the job from params. ``job`` (templated) overrides params key by key."""
+
+    template_fields: Sequence[str] = ("job",)
+    ui_color = "#e8f1fb"
+
+    def __init__(
+        self,
+        *,
+        body: str,
+        body_param_names: Sequence[str] = (),
+        job: dict[str, Any] | None = None,
+        aws_conn_id: str | None = "aws_default",
+        scheduled: bool = False,
+        checks: dict[str, Any] | None = None,
+        allowed_roots: Sequence[str] = (),
+        checkpoint_roots: Sequence[str] = (),
+        allow_take_over: bool = False,
+        relax_checks: bool = False,
+        lease_wait: float = 60.0,
+        **kwargs: Any,
+    ) -> None:
+        """``checks``: the DAG's data checks (its checks file), under the run's ``checks`` param.
+        ``allowed_roots``: where the run's paths may point (include.paths), besides
+        ITERATIONS_ALLOWED_ROOTS and the paths given in ``job``. ``checkpoint_roots``: the DAG's
+        checkpoint roots besides the run's own (no output may overlap one). ``allow_take_over``:
+        whether a run's ``take_over`` param may make another owner's job this DAG's.
+        ``relax_checks``: whether a run's ``checks`` param may turn off or loosen the author's
+        checks (otherwise it may only add expectations). ``lease_wait``: seconds a task waits
+        for another run of the job to end before it fails naming it."""
+        super().__init__(**kwargs)
+        self.params = own_params(self.params, self.dag if self.has_dag() else None)
+        self.allowed_roots = list(allowed_roots)
+        self.checkpoint_roots = list(checkpoint_roots)
+        self.allow_take_over = allow_take_over
+        self.relax_checks = relax_checks
+        self.lease_wait = lease_wait
+        self.checks = checks or {}
+        self.body = body
+        self.body_param_names = tuple(body_param_names)
+        self.job = job or {}
+        self.aws_conn_id = aws_conn_id
+        self.scheduled = scheduled
+
+    def pre_execute(self, context: Any) -> None:
+        from include.interpreter import skip_exit_collection
+
+        skip_exit_collection()  # airflow dags test / tasks test: no seconds of collection at exit
+
+    def settings(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        """The DAG run's params overridden by ``job``; empty strings count as unset."""
+        merged = {**dict(context["params"]), **dict(self.job)}
+        return {k: v for k, v in merged.items() if v is not None and v != ""}
+
+    def batch_date(self, context: Mapping[str, Any]) -> str:
+        """The date a scheduled batch is for: ``batch_date`` (set by continuation runs) or the
+        run's logical date."""
+        from include.schedule import batch_date
+
+        when = self.settings(context).get("batch_date") or context.get("logical_date")
+        if when is None:
+            raise ValueError("a batch of a scheduled job needs a date: trigger the run with a logical date "
+                             "or set the batch_date param")
+        return batch_date(when)
+
+    def job_config(self, context: Mapping[str, Any]):
+        from include.config import InputSpec, JobConfig
+
+        settings = self.settings(context)
+        missing = [k for k in ("job_id", "input_path", "checkpoint_root") if not settings.get(k)]
+        if missing:
+            raise ValueError(f"missing job setting(s) {missing}: set them as DAG params or in job=")
+        if self.scheduled:  # batch D reads the input of D and publishes under <output_path>/<D>
+            date = self.batch_date(context)
+            settings["input_path"] = settings["input_path"].replace("{date}", f"{date[:4]}-{date[4:6]}-{date[6:8]}")
+            if settings.get("output_path"):
+                settings["output_path"] = f"{settings['output_path'].rstrip('/')}/{date}"
+        from include.errors import ConfigError
+        from include.paths import PathPolicy, check_output_path, configured_roots
+
+        policy = PathPolicy.for_dag([*self.allowed_roots, *configured_roots(
+            {k: self.job.get(k) for k in ("input_path", "output_path", "checkpoint_root")})])
+        try:
+            for name in ("input_path", "output_path", "checkpoint_root"):
+                if settings.get(name):
+                    policy.check(name, settings[name])
+            check_output_path(settings.get("output_path"), [settings["checkpoint_root"], *self.checkpoint_roots])
+            if settings.get("take_over") and not self.allow_take_over:
+                raise ConfigError(f"take_over: DAG {self.dag_id} does not allow a run to take a job over "
+                                  "(its author sets allow_take_over)")
+        except ConfigError as e:  # the params are wrong: a retry would fail the same way
+            raise AirflowFailException(f"refused DAG run params: {e}") from e
+        return JobConfig(
+            body=self.body,
+            input=InputSpec(settings["input_path"], settings.get("input_format") or None),
+            body_params={k: settings[k] for k in self.body_param_names if settings.get(k) is not None},
+            checks=self.run_checks(settings.get("checks")).to_dict(),
+            **{k: settings[k] for k in JOB_FIELDS if settings.get(k) is not None},
+        )
+
+    def run_checks(self, run: Any):
+        """The run's ``checks`` param over the DAG's checks: a run may add expectations; turning
+        the checks off or changing the author's (the DAG's, the body's, the runtime's) is refused
+        unless the DAG allows it (``relax_checks``)."""
+        from include.checks import CheckSettings, locked_expectation_names, run_settings
+
+        author = CheckSettings.parse(self.checks, "the DAG's checks")
+        if not run:  # nothing from the run (the usual case): no need to load the body's metadata
+            return author
+        from include.body import resolve_body
+
+        locked = locked_expectation_names(resolve_body(self.body).describe(), author)
+        return run_settings(run, author, locked, run_may_relax=self.relax_checks)
+
+    def checked(self, job, commit, what: str, hint: str):
+        """Run ``commit()`` (which runs the data checks first); keep the checks' report link;
+        a refusal fails the task at once (no retry: the attempt is aborted, a retry cannot
+        change its data) with the report's summary."""
+        from include.runtime import DataCheckFailed
+
+        try:
+            result = commit()
+        except DataCheckFailed as e:
+            self.note_checks(job)
+            raise AirflowFailException(
+                f"{what}: the data checks refused the attempt; it is aborted and the previous "
+                f"checkpoint stays the latest.\n{e}\n{hint}") from e
+        except BaseException:
+            self.note_checks(job)  # whatever the checks found before the failure
+            raise
+        self.note_checks(job)
+        return result
+
+    def note_checks(self, job) -> None:
+        report = job.last_check_report
+        where = (report.locations.get("html") or report.locations.get("json")) if report else None
+        self.data_checks_url = _link_url(where) if where else ""
+        # the runtime has logged the report's summary (the "iterations" logger reaches the task log)
+        if report is not None and report.locations:
+            self.log.info("data checks report: %s", ", ".join(f"{k} {v}" for k, v in sorted(report.locations.items())))
+
+    @staticmethod
+    def batch_start(job, batch: str, next_epoch: int | None = None) -> int | None:
+        """The first epoch of this batch (include.records.Batches.start)."""
+        return job.log.batches.start(batch, next_epoch)
+
+    def head_result(self, context: Mapping[str, Any], job, head_task_id: str, index: int) -> dict[str, Any]:
+        """What the epoch's head did: its XCom, or, when there is none (``airflow tasks test``
+        runs tasks one at a time without XCom), the same facts read back from the store."""
+        from include.head import HeadStatus
+
+        head = context["ti"].xcom_pull(task_ids=head_task_id)
+        if head:
+            return head
+        batch = batch_id_of(context)
+        start = self.batch_start(job, batch)
+        if start is None:
+            raise RuntimeError(f"{head_task_id} has not run in batch {batch}: run it first")
+        epoch = start + index
+        state = job.state(verify="none")
+        if state.latest is not None and epoch <= state.latest.epoch:
+            return {"status": "restored", "epoch": epoch}
+        if state.status is not HeadStatus.RUNNING:
+            raise AirflowSkipException(f"job {job.config.job_id} is {state.status.value}: epoch {epoch} is not needed")
+        complete, unfinished = job.live_attempts(epoch)
+        if not complete and not unfinished:
+            raise RuntimeError(f"no attempt of epoch {epoch} is recorded: run {head_task_id} first")
+        return {"status": "run", "epoch": epoch, "attempt_id": (complete or unfinished)[0].attempt_id}
+
+    def epoch_attempt(self, context: Mapping[str, Any], head_task_id: str, index: int, *, write: bool = False):
+        """(job, head result, plan of the head's attempt or None, the checkpoint that attempt
+        committed or None). The plan is None when the head ran nothing, or when the attempt
+        committed and its plan was collected since (a retry of a step after the commit landed:
+        include.protocol.resolve_attempt). ``write``: this step writes (the run's lease is held)."""
+        from include.protocol import resolve_attempt
+
+        job, _ = self.iteration_job(context)
+        if write:
+            self.start(context, job, validate=False)  # the head that planned the attempt validated it
+        head = self.head_result(context, job, head_task_id, index)
+        if head["status"] != "run":
+            return job, head, None, None
+        plan, committed = resolve_attempt(job, head["epoch"], head["attempt_id"])
+        return job, head, plan, committed
+
+    def holder(self, context: Mapping[str, Any]):
+        """Who holds the job's lease for this task: its DAG run (every task of the run, every
+        try); for ``airflow tasks test``, whose every task makes a run of its own, the batch."""
+        from include.ownership import Holder
+
+        run_id = str(context["run_id"])
+        if run_id.startswith("__airflow_temporary_run_"):
+            run_id = batch_id_of(context)
+        return Holder.dag_run(self.dag_id, run_id)
+
+    def start(self, context: Mapping[str, Any], job, *, validate: bool = True):
+        """Before this task writes: the store probed, the job claimed for this DAG (its owner),
+        the lease held for this DAG run (include.protocol.start_run); the job's state."""
+        from include.protocol import start_run
+
+        ti = context.get("ti")
+
+        def alive(holder) -> bool | None:  # a DAG run holds the job until it ends
+            if holder.kind != "dag_run" or ti is None or not hasattr(ti, "get_dagrun_state"):
+                return None
+            try:
+                state = str(ti.get_dagrun_state(dag_id=holder.dag_id, run_id=holder.run_id))
+            except Exception as e:  # a run that is gone (deleted, replaced) has ended; else: cannot tell
+                status = getattr(getattr(e, "response", None), "status_code", None)
+                gone = status == 404 or "not_found" in f"{e} {getattr(e, 'detail', '')}".lower()
+                self.log.info("the state of %s, which holds the job's lease: %s (%s: %s)", holder.describe(),
+                              "gone" if gone else "unknown", type(e).__name__, getattr(e, "detail", None) or e)
+                return False if gone else None
+            return state.rsplit(".", 1)[-1].lower() not in ("success", "failed")
+
+        return start_run(job, self.holder(context), dag_id=self.dag_id,
+                         take_over=bool(self.settings(context).get("take_over")),
+                         lease_wait=self.lease_wait, alive=alive, validate=validate)
+
+    def skip_epoch_tasks(self, context: Mapping[str, Any], *, after: int, also: Sequence[str] = ()) -> None:
+        """Skip, at once, the tasks of the epoch groups after ``after`` (and the tasks ``also``),
+        rather than one scheduler round per task; ``finish`` (trigger rule none_failed) runs
+        next. Ends the calling task as a success; returns if there is nothing to skip."""
+        later = [
+            t for t in self.dag.tasks
+            if (t.task_id.startswith("epoch_") and int(t.task_id.split(".")[0].split("_")[1]) > after)
+            or t.task_id in also
+        ]
+        if not later or context["ti"].map_index != -1:
+            return
+        from airflow.providers.standard.utils.skipmixin import SkipMixin
+
+        self.log.info("skipping %d task(s) of the epochs after epoch group %d", len(later), after)
+        SkipMixin().skip(context["ti"], later)
+
+    def iteration_job(self, context: Mapping[str, Any]):
+        """The job this task works on. For a scheduled DAG: the generation (checkpoint log) of
+        the batch's date that this DAG run works on, warm-started from the previous batch."""
+        import dataclasses
+
+        from include.runtime import IterationJob
+        from include.schedule import Schedule
+        from include.store import open_store
+        from iterations.hooks.iteration_store import IterationStoreHook
+
+        config = self.job_config(context)
+        options = IterationStoreHook(self.aws_conn_id).store_options(config.checkpoint_root)
+        store = open_store(config.checkpoint_root, **options)
+        warm_start = None
+        family: list[str] = []
+        if self.scheduled:
+            schedule = Schedule(store, config.job_id)
+            generation = schedule.attach(self.batch_date(context), batch_id_of(context),
+                                         recompute=bool(self.settings(context).get("recompute")))
+            config = dataclasses.replace(config, job_id=generation.job_id)
+            warm_start = schedule.warm_start_manifest(generation)
+            self.generation = (schedule, generation)
+            # a recompute replaces the date's earlier generations' outputs: their versions are its to delete
+            family = [g for g in schedule.generations_of(generation.date) if g != generation.job_id]
+        return IterationJob(config, store, store_options=options, warm_start=warm_start,
+                            publication_family=family), options
+
+
+class SparkAttemptOperator(IterationOperator):
+    """Base of the operators that run a recorded attempt as a Spark job."""
+
+    def __init__(self, *, spark_mode: str = "connect", spark_conn_id: str | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.spark_mode = spark_mode
+        self.spark_conn_id = spark_conn_id
+
+    def fence_earlier_attempts(self, job, checkpoint_id: int) -> None:
+        """Before running checkpoint ``checkpoint_id`` again: stop and abort what an earlier try
+        of this task left unfinished (its process died; its Spark job may still run), so two
+        attempts of one epoch never run at once. A complete attempt is kept: it is adopted."""
+        from iterations.hooks.spark_epoch import SparkEpochHook
+
+        stale = job.unfinished_attempts(checkpoint_id)
+        if not stale:
+            return
+        hook = SparkEpochHook(self.spark_mode, self.spark_conn_id)
+        for plan in stale:
+            hook.interrupt(plan)
+            if job.abort(plan, reason="unfinished by an earlier try of the task; superseded by a new attempt"):
+                self.log.warning("checkpoint %d: aborted attempt %s left unfinished by an earlier try",
+                                 checkpoint_id, plan.attempt_id)
+
+    def run_attempt(self, job, plan, options: Mapping[str, Any]) -> None:
+        """Run the attempt unless it was adopted complete; a failed attempt is aborted (its
+        files deleted, never adopted) and an error raised in a Spark task surfaces as itself."""
+        if plan.adopted:
+            return
+        from include.protocol import attempt_failed, attempt_ran
+        from iterations.hooks.spark_epoch import SparkEpochHook
+
+        try:
+            SparkEpochHook(self.spark_mode, self.spark_conn_id).run_attempt(
+                plan, job.store, dict(options), job.config.checkpoint_root)
+        except Exception as failure:
+            from spark_jobs.epoch import raise_executor_error
+
+            error: Exception = failure
+            try:
+                raise_executor_error(failure)
+            except Exception as ours:  # an error of ours raised in a Spark task, as itself
+                error = ours
+            raised = attempt_failed(job, plan, error)  # aborted; a damaged checkpoint is refused
+            if raised is failure:
+                raise
+            raise raised from failure
+        attempt_ran(job, plan)
