@@ -45,7 +45,8 @@ ensure_chromium() {
 ensure_venv() {
   local stamp="$VENV/.installed"
   local want
-  want=$(cat requirements.txt constraints.txt | sha256sum | cut -d' ' -f1)
+  # the pins, the project's packaging, and where the checkout is (an editable install points at it)
+  want=$( (cat requirements.txt constraints.txt pyproject.toml; echo "$ROOT") | sha256sum | cut -d' ' -f1)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
   if [ ! -x "$VENV/bin/python" ]; then
     log "creating virtual environment in .venv with $($PY --version)"
@@ -58,6 +59,9 @@ ensure_venv() {
   # reinstall pyspark last so the Python files match its 4.3.0 jars.
   pip_quiet install -q --no-deps --force-reinstall "$(grep -E '^pyspark==' requirements.txt)"
   "$VENV/bin/python" -c 'import pyspark, sys; v = pyspark.__version__; sys.exit(0 if v.startswith("4.3.") else f"pyspark {v} installed, 4.3.x expected")'
+  # the project itself, editable (pyproject.toml): include, spark_jobs and the plugin package
+  # iterations import from this checkout in every process, Spark's Python workers included
+  pip_quiet install -q --no-deps -e .
   echo "$want" > "$stamp"
 }
 
@@ -65,7 +69,6 @@ setup() {
   ensure_java
   ensure_chromium
   ensure_venv
-  export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
   export PYSPARK_PYTHON="$VENV/bin/python"
   export PYSPARK_DRIVER_PYTHON="$VENV/bin/python"
 }

@@ -20,6 +20,11 @@ from urllib.parse import urlparse
 from include.errors import ConfigError
 
 ROOTS_ENV = "ITERATIONS_ALLOWED_ROOTS"
+#: the checkout the project runs from (./run.sh installs it editable: its packages stay here)
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: where the embedded defaults live: demo input, the local checkpoint store, outputs, the demo's
+#: Airflow home, the embedded Spark Connect server's state
+LOCAL_DIR = os.environ.get("ITERATIONS_LOCAL_DIR") or os.path.join(PROJECT_ROOT, ".local")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -13,10 +13,10 @@ import subprocess
 import sys
 import time
 
-from spark_jobs.session import PROJECT_ROOT
+from include.paths import LOCAL_DIR
 
 DEFAULT_PORT = int(os.environ.get("ITERATIONS_SPARK_CONNECT_PORT", "15002"))
-STATE_DIR = os.environ.get("ITERATIONS_SPARK_CONNECT_DIR", os.path.join(PROJECT_ROOT, ".local", "spark-connect"))
+STATE_DIR = os.environ.get("ITERATIONS_SPARK_CONNECT_DIR", os.path.join(LOCAL_DIR, "spark-connect"))
 
 
 def spark_home() -> str:
@@ -36,12 +36,10 @@ def listening(port: int) -> bool:
 
 
 def _env() -> dict[str, str]:
-    paths = [PROJECT_ROOT, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]]
     return {
         **os.environ,
         "SPARK_HOME": spark_home(),
         "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
-        "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOG_DIR": os.path.join(STATE_DIR, "logs"),
         "SPARK_PID_DIR": STATE_DIR,

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from include.config import JobConfig
-from spark_jobs.session import PROJECT_ROOT
+from include.paths import LOCAL_DIR, PROJECT_ROOT
 
 
 def generate_graph(path: str, nodes: int, avg_degree: int, seed: int) -> int:
@@ -48,11 +48,10 @@ def run_dag(dag_id: str, conf: dict) -> int:
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
     env = {
         **os.environ,
-        "AIRFLOW_HOME": os.environ.get("AIRFLOW_HOME", os.path.join(PROJECT_ROOT, ".local", "airflow")),
+        "AIRFLOW_HOME": os.environ.get("AIRFLOW_HOME", os.path.join(LOCAL_DIR, "airflow")),
         "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(PROJECT_ROOT, "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(PROJECT_ROOT, "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "PYTHONPATH": PROJECT_ROOT,
     }
     print(f"airflow db migrate (AIRFLOW_HOME={env['AIRFLOW_HOME']})")
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True)
@@ -89,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-epochs", type=int, default=20)
     p.add_argument("--library", action="store_true", help="run through the Python library, not Airflow")
     p.add_argument("--resume", action="store_true", help="keep .local/demo and resume the same job")
-    p.add_argument("--workdir", default=os.path.join(PROJECT_ROOT, ".local", "demo"))
+    p.add_argument("--workdir", default=os.path.join(LOCAL_DIR, "demo"))
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
     logging.getLogger("py4j").setLevel(logging.WARNING)

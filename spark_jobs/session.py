@@ -8,23 +8,19 @@ from typing import Mapping
 
 from include.failpoints import DRIVER_PID_ENV
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 
 def get_spark(
     app_name: str = "iterations",
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
 ):
-    """Create (or return) the session. Python workers use this interpreter and can import
-    ``include`` and ``spark_jobs``; settings must be in place before the JVM starts."""
+    """Create (or return) the session. Python workers use this interpreter, in which the
+    project is installed (``./run.sh``: editable), so they import ``include`` and
+    ``spark_jobs``; settings must be in place before the JVM starts."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if PROJECT_ROOT not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([PROJECT_ROOT, *paths])
     os.environ.setdefault(DRIVER_PID_ENV, str(os.getpid()))
     # Under spark-submit (which starts this driver's JVM and passes its gateway in the
     # environment) the master is spark-submit's --master: the cluster of the `spark_default`
@@ -45,7 +41,6 @@ def get_spark(
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.python.worker.reuse", "true")
-        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
     )
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)

@@ -14,9 +14,8 @@ from typing import Any, Mapping
 from airflow.sdk import DAG, Param, TaskGroup
 from airflow.sdk.definitions.param import ParamsDict
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# Where the embedded defaults live (demo input, local checkpoint store, outputs).
-LOCAL_DIR = os.environ.get("ITERATIONS_LOCAL_DIR") or os.path.join(PROJECT_ROOT, ".local")
+from include.paths import LOCAL_DIR, PROJECT_ROOT
+
 DEFAULT_STORE = os.path.join(LOCAL_DIR, "store")
 
 JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
@@ -40,7 +39,7 @@ EXPECTATION_KWARGS = ["column", "column_A", "column_B", "column_index", "column_
 # does so for every param each time a DAG is serialized (twice per ``airflow dags test``, on
 # every parse by the dag-processor) and as each task starts: 0.09 ms a check against draft 7's
 # metaschema, 0.39 ms against the default 2020-12 one, whose vocabularies add nothing these
-# schemas use. (Tasks carry no copy of them: operators.epoch.own_params.)
+# schemas use. (Tasks carry no copy of them: operators.base.own_params.)
 SCHEMA_DIALECT = "http://json-schema.org/draft-07/schema#"
 
 

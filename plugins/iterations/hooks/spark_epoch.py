@@ -159,7 +159,12 @@ def attempt_tag(attempt_id: str) -> str:
     return f"iterations-{attempt_id}"
 
 
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+def epoch_script() -> str:
+    """The file spark-submit runs: spark_jobs/epoch.py, where the project is installed (found
+    without importing it: it imports pyspark)."""
+    import importlib.util
+
+    return importlib.util.find_spec("spark_jobs.epoch").origin
 
 
 class SparkEpochHook(BaseHook):
@@ -263,7 +268,7 @@ class SparkEpochHook(BaseHook):
         from airflow.providers.apache.spark.hooks.spark_submit import SparkSubmitHook
 
         args = submit_args(plan, checkpoint_root, store_options)
-        env = {"PYTHONPATH": PROJECT_ROOT}
+        env: dict[str, str] = {}
         if shutil.which("spark-submit") is None:  # not on PATH: the one pyspark installed next to Python
             env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
         for key, var in (("access_key_id", "AWS_ACCESS_KEY_ID"), ("secret_access_key", "AWS_SECRET_ACCESS_KEY"),
@@ -277,4 +282,4 @@ class SparkEpochHook(BaseHook):
             env_vars=env,
             conf={"spark.ui.enabled": "false"},
         )
-        hook.submit(os.path.join(PROJECT_ROOT, "spark_jobs", "epoch.py"))
+        hook.submit(epoch_script())
