@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from include.errors import ConfigError
+from include.parameters import Parameter
 
 if TYPE_CHECKING:  # pyspark stays out of processes that only plan, align or commit
     from pyspark.sql import DataFrame, SparkSession
@@ -81,6 +82,13 @@ class IterationBody(ABC):
     # the names of the scalars step() reports in StepResult.facts (profile columns the data
     # checks may name; include.checks.check_columns refuses any other)
     facts: ClassVar[tuple[str, ...]] = ()
+    # the body's parameters, declared once (``Parameter``): checked by parse_params, and the
+    # params of its DAGs (iterations.dag_factory.body_params)
+    parameters: ClassVar[tuple[Parameter, ...]] = ()
+    # what parse_params returns the parameters as (called with them by name); None: a dict
+    params_type: ClassVar[Any] = None
+    # the body's name in messages ("PageRank"); None: ``name``
+    title: ClassVar[str | None] = None
 
     def coordinators(self, params: Any, input: Any, store_options: Mapping[str, Any]) -> dict[str, Any]:
         """The job's coordinators (``include.coordinator.Coordinator``) by name, created for a
@@ -89,10 +97,20 @@ class IterationBody(ABC):
         return {}
 
     def parse_params(self, raw: Mapping[str, Any]) -> Any:
-        """Validate the body's parameters; raise ConfigError naming the bad value."""
-        if raw:
-            raise ConfigError(f"body {self.name!r} takes no parameters, got {sorted(raw)}")
-        return None
+        """The body's parameters from ``raw`` (name -> value), each checked by its declaration
+        in ``parameters`` (a missing one takes its default), as ``params_type`` (or a dict);
+        None for a body without parameters. ConfigError names an unknown or bad one."""
+        declared = {p.name: p for p in self.parameters}
+        unknown = sorted(set(raw) - set(declared))
+        if unknown:
+            if not declared:
+                raise ConfigError(f"body {self.name!r} takes no parameters, got {unknown}")
+            raise ConfigError(f"unknown {self.title or self.name} parameter(s) {unknown}; accepted: "
+                              f"{', '.join(declared)}")
+        if not declared:
+            return None
+        values = {name: p.check(raw[name] if name in raw else p.default) for name, p in declared.items()}
+        return self.params_type(**values) if self.params_type is not None else values
 
     @abstractmethod
     def load(self, raw: "DataFrame", params: Any) -> dict[str, "DataFrame"]:

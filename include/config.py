@@ -10,10 +10,26 @@ from urllib.parse import urlparse
 
 from include.errors import ConfigError
 from include.layout import check_job_id
+from include.parameters import Parameter
 
 INPUT_FORMATS = ("csv", "parquet", "json")
 OUTPUT_FORMATS = ("parquet", "delta")
 ON_DAMAGED = ("fail", "previous")
+# A job's bounded settings, declared once: JobConfig checks them, and the DAGs' params take
+# their schemas from them (iterations.dag_factory.job_params).
+SETTINGS: dict[str, Parameter] = {p.name: p for p in (
+    Parameter("max_epochs", 50, "The job terminates after this many epochs.",
+              {"type": "integer", "minimum": 1, "maximum": 1_000_000}),
+    Parameter("num_partitions", 4, "Partitions of the feedback datasets; may change between runs.",
+              {"type": "integer", "minimum": 1, "maximum": 100_000}),
+    Parameter("retain_last", 3, "Committed checkpoints kept (besides each batch's final one and savepoints).",
+              {"type": "integer", "minimum": 1, "maximum": 1_000_000}),
+    Parameter("output_format", "parquet", "parquet: files behind a _PUBLISHED.json manifest; delta: a Delta "
+              "Lake table per output, one version per published batch.", {"type": "string", "enum": list(OUTPUT_FORMATS)}),
+    Parameter("on_damaged_checkpoint", "fail", "If the latest checkpoint is found damaged: fail (refuse it, the "
+              "default), or previous (verify restores in full and fall back to the newest intact checkpoint, "
+              "recomputing the epochs after it).", {"type": "string", "enum": list(ON_DAMAGED)}),
+)}
 _EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "json"}
 
 
@@ -55,18 +71,18 @@ class JobConfig:
     input: InputSpec
     checkpoint_root: str  # local directory or s3://bucket/prefix
     output_path: str | None = None  # where finish publishes outputs; None: keep them in the checkpoint
-    output_format: str = "parquet"  # "parquet" (files + _PUBLISHED.json) or "delta" (a Delta Lake table per output)
+    output_format: str = SETTINGS["output_format"].default  # "parquet" (files + _PUBLISHED.json) or "delta"
     body_params: dict[str, Any] = field(default_factory=dict)
-    max_epochs: int = 50
+    max_epochs: int = SETTINGS["max_epochs"].default
     tolerance: float | None = 1e-6
-    num_partitions: int = 4
-    retain_last: int = 3
+    num_partitions: int = SETTINGS["num_partitions"].default
+    retain_last: int = SETTINGS["retain_last"].default
     # the data checks: {"enabled": bool, "expectations": [...]} (include.checks), merged over
     # the runtime's and the body's expectations; None: those alone
     checks: dict[str, Any] | None = None
     # a damaged latest checkpoint: "fail" (refuse, the default) or "previous" (verify restores in
     # full and fall back to the newest intact checkpoint, recomputing the epochs after it)
-    on_damaged_checkpoint: str = "fail"
+    on_damaged_checkpoint: str = SETTINGS["on_damaged_checkpoint"].default
 
     def __post_init__(self) -> None:
         check_job_id(self.job_id)
@@ -78,14 +94,8 @@ class JobConfig:
             raise ConfigError(f"body must be a registered body name or 'module:Class', got {self.body!r}")
         if not isinstance(self.checkpoint_root, str) or not self.checkpoint_root:
             raise ConfigError(f"checkpoint_root must be a local path or s3://bucket/prefix, got {self.checkpoint_root!r}")
-        if self.output_format not in OUTPUT_FORMATS:
-            raise ConfigError(f"output_format {self.output_format!r} is not supported; accepted: {', '.join(OUTPUT_FORMATS)}")
-        if self.on_damaged_checkpoint not in ON_DAMAGED:
-            raise ConfigError(f"on_damaged_checkpoint must be one of {', '.join(ON_DAMAGED)}, "
-                              f"got {self.on_damaged_checkpoint!r}")
-        _check_int("max_epochs", self.max_epochs, 1, 1_000_000)
-        _check_int("num_partitions", self.num_partitions, 1, 100_000)
-        _check_int("retain_last", self.retain_last, 1, 1_000_000)
+        for name, setting in SETTINGS.items():  # checked, and as the check takes them (2.0 -> 2)
+            object.__setattr__(self, name, setting.check(getattr(self, name)))
         if self.tolerance is not None and (
             isinstance(self.tolerance, bool)
             or not isinstance(self.tolerance, (int, float))
@@ -119,7 +129,3 @@ class JobConfig:
             raise ConfigError(f"unknown job settings {sorted(unknown)}; accepted: {sorted(known)}")
         return cls(**dict(d))
 
-
-def _check_int(name: str, value: Any, low: int, high: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigError(f"{name} must be an integer in [{low}, {high}], got {value!r}")

@@ -36,15 +36,18 @@ import re
 
 from include.errors import ConfigError
 
-JOB_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
+# one rule for a job id, in a form both Python and JSON Schema (the DAGs' job_id param) read:
+# 1-128 of letters, digits, '_', '-', '.', starting with a letter or digit, no '..'
+JOB_ID_REGEX = r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+JOB_ID_PATTERN = re.compile(JOB_ID_REGEX)
 ATTEMPT_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
 
 def check_job_id(job_id: str) -> str:
-    if not isinstance(job_id, str) or not JOB_ID_PATTERN.fullmatch(job_id) or ".." in job_id:
+    if not isinstance(job_id, str) or not JOB_ID_PATTERN.fullmatch(job_id):
         raise ConfigError(
             f"invalid job_id {job_id!r}: 1-128 characters of letters, digits, '_', '-', '.', "
-            "starting with a letter or digit"
+            "starting with a letter or digit, without '..'"
         )
     return job_id
 
@@ -135,4 +138,4 @@ class JobLayout:
         return int(name) if name.isdigit() else None
 
 
-__all__ = ["ATTEMPT_ID_PATTERN", "JOB_ID_PATTERN", "JobLayout", "check_attempt_id", "check_job_id"]
+__all__ = ["ATTEMPT_ID_PATTERN", "JOB_ID_PATTERN", "JOB_ID_REGEX", "JobLayout", "check_attempt_id", "check_job_id"]

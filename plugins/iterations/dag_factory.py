@@ -14,11 +14,12 @@ from typing import Any, Mapping
 from airflow.sdk import DAG, Param, TaskGroup
 from airflow.sdk.definitions.param import ParamsDict
 
+from include.layout import JOB_ID_REGEX
 from include.paths import LOCAL_DIR, PROJECT_ROOT
 
 DEFAULT_STORE = os.path.join(LOCAL_DIR, "store")
 
-JOB_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+JOB_ID_PATTERN = JOB_ID_REGEX  # the job_id params' pattern: include.layout's rule
 
 # The expectation types and kwargs include.checks accepts (EXPECTATION_TYPES, EXPECTATION_KWARGS),
 # written out so that parsing a DAG file does not import the checks module; a unit test keeps
@@ -54,13 +55,23 @@ def job_params(
     input_path: str,
     output_path: str | None,
     checkpoint_root: str = DEFAULT_STORE,
-    max_epochs: int = 50,
+    max_epochs: int | None = None,
     tolerance: float = 1e-6,
-    num_partitions: int = 4,
+    num_partitions: int | None = None,
+    retain_last: int | None = None,
     scheduled: bool = False,
 ) -> dict[str, Param]:
-    """The params every iteration DAG has, with their JSON schema (the trigger form).
-    ``scheduled``: also the params of a scheduled job's batches (recompute, batch_date)."""
+    """The params every iteration DAG has, with their JSON schema (the trigger form); the
+    bounded ones come from the job's declarations (include.config.SETTINGS), with the defaults
+    given here (None: the declared one). ``scheduled``: also the params of a scheduled job's
+    batches (recompute, batch_date)."""
+    from include.config import SETTINGS
+
+    def setting(name: str, default: Any = None) -> Param:
+        s = SETTINGS[name]
+        return param(s.check(default) if default is not None else s.default, description=s.description,
+                     **s.json_schema())
+
     params = {
         "job_id": param(job_id, type="string", pattern=JOB_ID_PATTERN,
                         description="Names the checkpoint log: the same id resumes the same job."),
@@ -68,22 +79,15 @@ def job_params(
                             description="Static input: a local path or s3://bucket/key (CSV with header, Parquet, JSON lines)."),
         "output_path": param(output_path, type=["null", "string"],
                              description="Where finish publishes the outputs (local path or s3://bucket/prefix)."),
-        "output_format": param("parquet", type="string", enum=["parquet", "delta"],
-                               description="parquet: files behind a _PUBLISHED.json manifest; delta: a Delta Lake "
-                                           "table per output, one version per published batch."),
+        "output_format": setting("output_format"),
         "checkpoint_root": param(checkpoint_root, type="string", minLength=1,
                                  description="Checkpoint store: a local directory or s3://bucket/prefix."),
-        "max_epochs": param(max_epochs, type="integer", minimum=1, maximum=1_000_000,
-                            description="The job terminates after this many epochs."),
+        "max_epochs": setting("max_epochs", max_epochs),
         "tolerance": param(tolerance, type="number", minimum=0,
                            description="Converged when the body's metric is under this."),
-        "num_partitions": param(num_partitions, type="integer", minimum=1, maximum=100_000,
-                                description="Partitions of the feedback datasets; may change between runs."),
-        "on_damaged_checkpoint": param("fail", type="string", enum=["fail", "previous"],
-                                       description="If the latest checkpoint is found damaged: fail (refuse it, "
-                                                   "the default), or previous (verify restores in full and fall "
-                                                   "back to the newest intact checkpoint, recomputing the epochs "
-                                                   "after it)."),
+        "num_partitions": setting("num_partitions", num_partitions),
+        "retain_last": setting("retain_last", retain_last),
+        "on_damaged_checkpoint": setting("on_damaged_checkpoint"),
         "stop": param("none", type="string", enum=["none", "drain", "suspend"],
                       description="At the end of this run's batch, if the job has not terminated: none = go on "
                                   "(continuation); drain = finish now (final checkpoint, publish outputs); "
@@ -123,24 +127,38 @@ def job_params(
     return params
 
 
-def pagerank_params(damping: float = 0.85) -> dict[str, Param]:
-    """The PageRank body's params (their names are the body's parameter names)."""
-    return {"damping": param(damping, type="number", exclusiveMinimum=0, exclusiveMaximum=1,
-                             description="Probability of following a link.")}
+def body_params(body: str, **defaults: Any) -> dict[str, Param]:
+    """A body's params, made from its declarations (``IterationBody.parameters``: the same
+    schema checks a run's values), with the defaults given here in place of the body's (each
+    checked: a bad one fails the DAG file's parse). ``body``: a registered name or
+    ``package.module:Class``; resolving it imports no pyspark."""
+    from include.body import resolve_body
+
+    declared = {p.name: p for p in resolve_body(body).parameters}
+    unknown = sorted(set(defaults) - set(declared))
+    if unknown:
+        raise ValueError(f"body {body!r} has no parameter(s) {unknown}; it has {sorted(declared)}")
+    out = {}
+    for name, p in declared.items():
+        value = p.check(defaults[name]) if name in defaults else p.default
+        out[name] = param(list(value) if isinstance(value, tuple) else value, description=p.description,
+                          **p.json_schema())
+    return out
 
 
-def sgd_params(learning_rate: float = 0.1, max_splits_per_epoch: int = 0, target: str = "y") -> dict[str, Param]:
+def pagerank_params(**defaults: Any) -> dict[str, Param]:
+    """The PageRank body's params (``damping``), defaults overridable by name."""
+    return body_params("pagerank", **defaults)
+
+
+def sgd_params(**defaults: Any) -> dict[str, Param]:
     """The incremental gradient descent body's params."""
-    return {"learning_rate": param(learning_rate, type="number", exclusiveMinimum=0, description="Step size."),
-            "max_splits_per_epoch": param(max_splits_per_epoch, type="integer", minimum=0,
-                                          description="Files one epoch takes at most (0: all new ones)."),
-            "target": param(target, type="string", minLength=1, description="The column to predict.")}
+    return body_params("sgd", **defaults)
 
 
-def kmeans_params(k: int = 3, seed: int = 42) -> dict[str, Param]:
+def kmeans_params(**defaults: Any) -> dict[str, Param]:
     """The k-means body's params."""
-    return {"k": param(k, type="integer", minimum=1, maximum=10_000, description="Number of clusters."),
-            "seed": param(seed, type="integer", description="Seed of the deterministic k-means++ initialisation.")}
+    return body_params("kmeans", **defaults)
 
 
 def iteration_dag(

@@ -27,27 +27,19 @@ if TYPE_CHECKING:  # pyspark is imported where a function runs: the body's metad
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
-from include.body import EpochContext, IterationBody, StepResult
-from include.errors import ConfigError, InputDataError
+from include.body import EpochContext, IterationBody, Parameter, StepResult
+from include.errors import InputDataError
 
 _MASK53 = (1 << 53) - 1
 
 
 @dataclass(frozen=True)
 class KMeansParams:
-    k: int = 3
-    seed: int = 42
-    features: tuple[str, ...] | None = None
+    """The parameters, as ``KMeans.parameters`` declares and checks them."""
 
-    def __post_init__(self) -> None:
-        if isinstance(self.k, bool) or not isinstance(self.k, int) or not 1 <= self.k <= 10_000:
-            raise ConfigError(f"k must be an integer in [1, 10000], got {self.k!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ConfigError(f"seed must be an integer, got {self.seed!r}")
-        if self.features is not None:
-            if isinstance(self.features, str) or not all(isinstance(f, str) and f for f in self.features):
-                raise ConfigError(f"features must be a list of column names, got {self.features!r}")
-            object.__setattr__(self, "features", tuple(self.features))
+    k: int
+    seed: int
+    features: tuple[str, ...] | None
 
 
 def _doubles(names: Sequence[str]) -> list[tuple[str, str]]:
@@ -82,6 +74,14 @@ def _uniform(seed: int, round_: int, features: Sequence[str]) -> Column:
 
 class KMeans(IterationBody):
     name = "kmeans"
+    title = "k-means"
+    parameters = (
+        Parameter("k", 3, "Number of clusters.", {"type": "integer", "minimum": 1, "maximum": 10_000}),
+        Parameter("seed", 42, "Seed of the deterministic k-means++ initialisation.", {"type": "integer"}),
+        Parameter("features", None, "Feature columns; null: every numeric column but id.",
+                  {"type": ["null", "array"], "minItems": 1}),
+    )
+    params_type = KMeansParams
     heads = {"centroids": ("cluster_id",)}
     metric_aggregations = {"max_shift": "max", "min_cluster_size": "min", "assigned_points": "sum"}
     convergence_metric = "max_shift"
@@ -106,12 +106,6 @@ class KMeans(IterationBody):
          "kwargs": {"column_A": "assigned_points", "column_B": "input_points"},
          "description": "each input point is in exactly one cluster"},
     )
-
-    def parse_params(self, raw: Mapping[str, Any]) -> KMeansParams:
-        unknown = set(raw) - {"k", "seed", "features"}
-        if unknown:
-            raise ConfigError(f"unknown k-means parameter(s) {sorted(unknown)}; accepted: k, seed, features")
-        return KMeansParams(**raw)
 
     def load(self, raw: DataFrame, params: KMeansParams) -> dict[str, Any]:
         from pyspark.sql import functions as F

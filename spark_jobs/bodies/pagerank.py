@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 if TYPE_CHECKING:  # pyspark is imported where a function runs: the body's metadata is importable without it
     from pyspark.sql import Column, DataFrame
 
-from include.body import EpochContext, IterationBody, StepResult
-from include.errors import ConfigError, InputDataError
+from include.body import EpochContext, IterationBody, Parameter, StepResult
+from include.errors import InputDataError
 
 # Ranks and their shares are in [0, 1]: 34 decimal places keep 1e-34 absolute precision.
 _EXACT = (38, 34)  # DecimalType(precision, scale)
@@ -38,15 +38,19 @@ def _exact_sum(values: Column) -> Column:
 
 @dataclass(frozen=True)
 class PageRankParams:
-    damping: float = 0.85
+    """The parameters, as ``PageRank.parameters`` declares and checks them."""
 
-    def __post_init__(self) -> None:
-        if isinstance(self.damping, bool) or not isinstance(self.damping, (int, float)) or not 0 < self.damping < 1:
-            raise ConfigError(f"damping must be a number in (0, 1), got {self.damping!r}")
+    damping: float
 
 
 class PageRank(IterationBody):
     name = "pagerank"
+    title = "PageRank"
+    parameters = (
+        Parameter("damping", 0.85, "Probability of following a link.",
+                  {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}),
+    )
+    params_type = PageRankParams
     heads = {"ranks": ("node",)}
     metric_aggregations = {"l1_delta": "sum"}
     convergence_metric = "l1_delta"
@@ -76,12 +80,6 @@ class PageRank(IterationBody):
          "kwargs": {"column": "l1_delta", "max_value": {"$PARAMETER": "previous__l1_delta + 1e-9"}},
          "description": "the power iteration contracts: the L1 change never grows (1e-9 slack)"},
     )
-
-    def parse_params(self, raw: Mapping[str, Any]) -> PageRankParams:
-        unknown = set(raw) - {"damping"}
-        if unknown:
-            raise ConfigError(f"unknown PageRank parameter(s) {sorted(unknown)}; accepted: damping")
-        return PageRankParams(**raw)
 
     def load(self, raw: DataFrame, params: PageRankParams) -> dict[str, Any]:
         from pyspark.sql import functions as F

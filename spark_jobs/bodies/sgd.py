@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 if TYPE_CHECKING:  # pyspark is imported where a function runs: the body's metadata is importable without it
     from pyspark.sql import DataFrame
 
-from include.body import EpochContext, IterationBody, StepResult
-from include.errors import ConfigError, InputDataError
+from include.body import EpochContext, IterationBody, Parameter, StepResult
+from include.errors import InputDataError
 
 INTERCEPT = "__intercept__"
 SPLIT_COLUMN = "__split"
@@ -43,28 +43,25 @@ def _model_schema():
 
 @dataclass(frozen=True)
 class SGDParams:
-    target: str = "y"
-    features: tuple[str, ...] | None = None
-    learning_rate: float = 0.1
-    max_splits_per_epoch: int = 0
+    """The parameters, as ``IncrementalSGD.parameters`` declares and checks them."""
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.target, str) or not self.target:
-            raise ConfigError(f"target must be a column name, got {self.target!r}")
-        if self.features is not None:
-            if isinstance(self.features, str) or not self.features or not all(isinstance(f, str) and f for f in self.features):
-                raise ConfigError(f"features must be a non-empty list of column names, got {self.features!r}")
-            object.__setattr__(self, "features", tuple(self.features))
-        lr = self.learning_rate
-        if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not (math.isfinite(lr) and lr > 0):
-            raise ConfigError(f"learning_rate must be a positive number, got {lr!r}")
-        m = self.max_splits_per_epoch
-        if isinstance(m, bool) or not isinstance(m, int) or m < 0:
-            raise ConfigError(f"max_splits_per_epoch must be an integer >= 0, got {m!r}")
+    target: str
+    features: tuple[str, ...] | None
+    learning_rate: float
+    max_splits_per_epoch: int
 
 
 class IncrementalSGD(IterationBody):
     name = "sgd"
+    parameters = (
+        Parameter("target", "y", "The column to predict.", {"type": "string", "minLength": 1}),
+        Parameter("features", None, "Feature columns; null: every numeric column but the target.",
+                  {"type": ["null", "array"], "minItems": 1}),
+        Parameter("learning_rate", 0.1, "Step size.", {"type": "number", "exclusiveMinimum": 0}),
+        Parameter("max_splits_per_epoch", 0, "Files one epoch takes at most (0: all new ones).",
+                  {"type": "integer", "minimum": 0}),
+    )
+    params_type = SGDParams
     heads = {"model": ("name",), "splits": ("split",)}
     metric_aggregations = {"points": "sum", "new_points": "sum"}
     convergence_metric = None
@@ -83,13 +80,6 @@ class IncrementalSGD(IterationBody):
          "description": "every weight is a finite number"},
     )
     static_input = False
-
-    def parse_params(self, raw: Mapping[str, Any]) -> SGDParams:
-        unknown = set(raw) - {"target", "features", "learning_rate", "max_splits_per_epoch"}
-        if unknown:
-            raise ConfigError(f"unknown sgd parameter(s) {sorted(unknown)}; accepted: target, features, "
-                              "learning_rate, max_splits_per_epoch")
-        return SGDParams(**raw)
 
     def coordinators(self, params: SGDParams, input, store_options) -> dict[str, Any]:
         from include.sources import FileSplitEnumerator

@@ -1,0 +1,81 @@
+"""Settings declared once (include.parameters.Parameter): the Python check and the JSON Schema a
+DAG's trigger form validates with accept exactly the same values, for every built-in body's
+parameters and every bounded job setting; errors name the setting, what it accepts and the value."""
+
+from __future__ import annotations
+
+import jsonschema
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from include.body import BUILTIN_BODIES, resolve_body
+from include.config import SETTINGS, JobConfig
+from include.errors import ConfigError
+from include.parameters import Parameter
+
+DECLARED = [p for name in sorted(BUILTIN_BODIES) for p in resolve_body(name).parameters] + list(SETTINGS.values())
+
+# JSON values a run conf can carry (finite numbers: see test_non_finite_numbers_are_refused)
+VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**7, 10**7) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6) | st.sampled_from(["parquet", "delta", "fail", "previous", "y", ""]),
+    lambda inner: st.lists(inner, max_size=3), max_leaves=4)
+
+
+def schema_accepts(p: Parameter, value) -> bool:
+    try:
+        jsonschema.Draft7Validator(p.json_schema()).validate(value)
+        return True
+    except jsonschema.ValidationError:
+        return False
+
+
+def check_accepts(p: Parameter, value) -> bool:
+    try:
+        p.check(value)
+        return True
+    except ConfigError as e:
+        assert str(e).startswith(f"{p.name} must be ") and repr(value) in str(e)
+        return False
+
+
+@pytest.mark.parametrize("p", DECLARED, ids=lambda p: p.name)
+def test_the_check_and_the_schema_agree(p):
+    @settings(max_examples=300, deadline=None, database=None, derandomize=True)
+    @given(VALUES)
+    def agree(value):
+        assert check_accepts(p, value) == schema_accepts(p, value), value
+
+    agree()
+    assert check_accepts(p, p.default) and schema_accepts(p, p.default)
+
+
+def test_non_finite_numbers_are_refused():
+    """JSON confs parsed by Python may carry NaN and Infinity; the check refuses them."""
+    damping = next(p for p in resolve_body("pagerank").parameters if p.name == "damping")
+    lr = next(p for p in resolve_body("sgd").parameters if p.name == "learning_rate")
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="must be a number"):
+            lr.check(value)
+        with pytest.raises(ConfigError):
+            damping.check(value)
+
+
+def test_messages_say_what_is_accepted():
+    k = next(p for p in resolve_body("kmeans").parameters if p.name == "k")
+    with pytest.raises(ConfigError, match=r"^k must be an integer in \[1, 10000\], got True$"):
+        k.check(True)
+    with pytest.raises(ConfigError, match=r"features must be null or a list of one or more non-empty strings, got \[\]"):
+        resolve_body("kmeans").parse_params({"features": []})
+    with pytest.raises(ConfigError, match=r"num_partitions must be an integer in \[1, 100000\], got 0"):
+        JobConfig(job_id="j", body="pagerank", input="x.csv", checkpoint_root="/tmp/s", num_partitions=0)
+    with pytest.raises(ConfigError, match=r"output_format must be one of \['parquet', 'delta'\], got 'orc'"):
+        JobConfig(job_id="j", body="pagerank", input="x.csv", checkpoint_root="/tmp/s", output_format="orc")
+
+
+def test_a_declaration_the_code_cannot_check_is_refused_at_once():
+    with pytest.raises(TypeError, match="pattern"):
+        Parameter("x", "a", "", {"type": "string", "pattern": "^a$"})
+    with pytest.raises(ConfigError, match="x must be an integer >= 1, got 0"):
+        Parameter("x", 0, "", {"type": "integer", "minimum": 1})  # its own default refused
