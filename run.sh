@@ -9,6 +9,7 @@ cd "$(dirname "$0")"
 ROOT=$(pwd)
 VENV="$ROOT/.venv"
 PY=${PYTHON:-python3.11}
+UV_VERSION=0.13.9  # the installer (pip installs it into .venv, then it installs the rest)
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 
 log() { printf '[run.sh] %s\n' "$*" >&2; }
@@ -46,22 +47,26 @@ ensure_venv() {
   local stamp="$VENV/.installed"
   local want
   # the pins, the project's packaging, and where the checkout is (an editable install points at it)
-  want=$( (cat requirements.txt constraints.txt pyproject.toml; echo "$ROOT") | sha256sum | cut -d' ' -f1)
+  want=$( (cat requirements.txt constraints.txt pyproject.toml; echo "$ROOT $UV_VERSION") | sha256sum | cut -d' ' -f1)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
   if [ ! -x "$VENV/bin/python" ]; then
     log "creating virtual environment in .venv with $($PY --version)"
     "$PY" -m venv "$VENV"
   fi
-  log "installing pinned requirements (a few minutes on a fresh machine)"
-  pip_quiet install -q --upgrade pip
-  pip_quiet install -q -r requirements.txt -c constraints.txt
+  log "installing the pinned requirements with uv"
+  local started=$SECONDS
+  # uv installs the same pins and constraints as pip would, several times faster (bench/RESULTS.md)
+  pip_quiet install -q "uv==$UV_VERSION"
+  local uv=("$VENV/bin/uv" pip install -q --python "$VENV/bin/python")
+  "${uv[@]}" -r requirements.txt -c constraints.txt
   # pyspark-client (required by the spark provider) shares the pyspark package directory:
   # reinstall pyspark last so the Python files match its 4.3.0 jars.
-  pip_quiet install -q --no-deps --force-reinstall "$(grep -E '^pyspark==' requirements.txt)"
+  "${uv[@]}" --no-deps --reinstall "$(grep -E '^pyspark==' requirements.txt)"
   "$VENV/bin/python" -c 'import pyspark, sys; v = pyspark.__version__; sys.exit(0 if v.startswith("4.3.") else f"pyspark {v} installed, 4.3.x expected")'
   # the project itself, editable (pyproject.toml): include, spark_jobs and the plugin package
   # iterations import from this checkout in every process, Spark's Python workers included
-  pip_quiet install -q --no-deps -e .
+  "${uv[@]}" --no-deps -e .
+  log "installed in $((SECONDS - started)) s"
   echo "$want" > "$stamp"
 }
 
