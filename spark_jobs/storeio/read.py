@@ -1,0 +1,186 @@
+"""Reading through the store (the head's replay, static inputs on S3): a Spark 4 Python data
+source whose partitions are explicit groups of objects, each checked against its size and
+SHA-256 before it is decoded."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+from typing import Any, Iterator, Mapping, Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from include.config import InputSpec
+from include.errors import InputDataError
+from include.head import FileRef
+from include.manifest import DatasetRef
+from include.store import ObjectStore, open_store
+
+
+class _StoreSource(DataSource):
+    """Reads explicit groups of store objects; one group per Spark partition."""
+
+    store: ObjectStore | None = None  # set on the per-store subclass; pickled with it
+    source_name = "iterations_store"
+
+    @classmethod
+    def name(cls) -> str:
+        return cls.source_name
+
+    def schema(self) -> str:
+        return self.options["schema"]
+
+    def reader(self, schema: StructType) -> "DataSourceReader":
+        return _StoreReader(type(self).store, self.options, schema)
+
+
+class _StoreReader(DataSourceReader):
+    def __init__(self, store: ObjectStore, options: Mapping[str, str], schema: StructType):
+        self.store = store
+        self.groups = json.loads(options["groups"])
+        self.format = options.get("format", "parquet")
+        self.csv_header = options.get("header", "true").lower() == "true"
+        self.source_column = options.get("source_column") or None
+        self.schema_json = schema.json()
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(group) for group in self.groups]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        import pyarrow as pa
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from include.manifest import verify_bytes
+
+        target = to_arrow_schema(StructType.fromJson(json.loads(self.schema_json)))
+        for f in partition.value:
+            data = self.store.get(f["key"])
+            if f.get("sha256"):
+                verify_bytes(data, FileRef.from_dict(f), self.store.location(f["key"]))
+            table = _decode(data, self.format, self.csv_header)
+            if self.source_column:  # which object each row came from
+                table = table.append_column(self.source_column, pa.array([f["key"]] * table.num_rows, pa.string()))
+            missing = [n for n in target.names if n not in table.column_names]
+            if missing:
+                raise InputDataError(f"{self.store.location(f['key'])} has no column(s) {missing}")
+            table = table.select(target.names).cast(target)
+            yield from table.to_batches()
+
+
+def _decode(data: bytes, fmt: str, csv_header: bool = True):
+    import pyarrow.csv as pcsv
+    import pyarrow.json as pjson
+    import pyarrow.parquet as pq
+
+    if fmt == "parquet":
+        return pq.read_table(io.BytesIO(data))
+    if fmt == "csv":
+        read_options = pcsv.ReadOptions(autogenerate_column_names=not csv_header)
+        return pcsv.read_csv(io.BytesIO(data), read_options=read_options)
+    if fmt == "json":
+        return pjson.read_json(io.BytesIO(data))
+    raise InputDataError(f"unsupported format {fmt!r}")
+
+
+_registered: dict[tuple[Any, int], tuple[ObjectStore, str]] = {}
+_registered_lock = threading.Lock()
+
+
+def _source_for(spark: SparkSession, store: ObjectStore) -> str:
+    """The name of the data source reading ``store``, registered in ``spark``'s session (a
+    registration belongs to a session: one process may use a store with several sessions)."""
+    with _registered_lock:
+        key = (getattr(spark, "session_id", None) or id(spark), id(store))
+        known = _registered.get(key)
+        if known is None or known[0] is not store:
+            name = f"iterations_store_{len(_registered)}_{os.getpid()}"
+            cls = type(f"StoreSource{len(_registered)}", (_StoreSource,), {"store": store, "source_name": name})
+            spark.dataSource.register(cls)
+            _registered[key] = (store, name)
+        return _registered[key][1]
+
+
+def read_files(
+    spark: SparkSession,
+    store: ObjectStore,
+    groups: Sequence[Sequence[Mapping[str, Any]]],
+    schema: StructType,
+    fmt: str = "parquet",
+    options: Mapping[str, str] | None = None,
+) -> DataFrame:
+    """A DataFrame with one partition per group of objects, rows in object order."""
+    reader = (
+        spark.read.format(_source_for(spark, store))
+        .schema(schema)
+        .option("schema", schema.simpleString())
+        .option("groups", json.dumps([list(g) for g in groups]))
+        .option("format", fmt)
+    )
+    for k, v in (options or {}).items():
+        reader = reader.option(k, v)
+    return reader.load()
+
+
+def read_dataset(spark: SparkSession, store: ObjectStore, ds: DatasetRef, num_partitions: int) -> DataFrame:
+    """Replay a committed dataset into ``num_partitions`` partitions: old partition i is read
+    by new partition i mod P', in order (the mapping JobHeadState.redistribute assumes)."""
+    groups: list[list[dict[str, Any]]] = [[] for _ in range(num_partitions)]
+    for i, part in enumerate(ds.partitions):
+        groups[i % num_partitions].extend(f.to_dict() for f in part)
+    return read_files(spark, store, groups, StructType.fromJson(json.loads(ds.schema)))
+
+
+# --- static inputs ---------------------------------------------------------------------------
+
+
+def read_input(spark: SparkSession, spec: InputSpec, num_partitions: int, **store_options: Any) -> DataFrame:
+    """Read a job's static input: local paths with Spark's own readers, S3 with the store source."""
+    options = {"header": "true", "inferSchema": "true"} if spec.format == "csv" else {}
+    options.update(spec.options)
+    if not spec.is_s3:
+        path = spec.path[len("file://"):] if spec.path.startswith("file://") else spec.path
+        if not os.path.exists(path):
+            raise InputDataError(f"input path {path} does not exist")
+        if os.path.isdir(path) and not any(
+            not n.startswith((".", "_")) for _, _, names in os.walk(path) for n in names
+        ):
+            raise InputDataError(f"input {path} is empty: the directory holds no data files")
+        # Spark matches cached data by plan, across the sessions of a server: a plan that names
+        # the files' sizes and times reads the input as it is now, not a copy cached earlier
+        return spark.read.format(spec.format).options(**options).option(
+            "iterations.input.version", _local_version(path)).load(path)
+    return _read_s3_input(spark, spec, num_partitions, options, store_options)
+
+
+def _local_version(path: str) -> str:
+    """A digest of the names, sizes and modification times of the files under ``path``."""
+    import hashlib
+
+    h = hashlib.sha256()
+    paths = [path] if os.path.isfile(path) else sorted(
+        os.path.join(d, n) for d, _, names in os.walk(path) for n in names)
+    for p in paths:
+        st = os.stat(p)
+        h.update(f"{p}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:32]
+
+
+def _read_s3_input(spark, spec, num_partitions, options, store_options) -> DataFrame:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    bucket_url, _, key = spec.path.partition("://")[2].partition("/")
+    store = open_store(f"s3://{bucket_url}", **store_options)
+    objects = [o for o in store.list(key) if not o.key.rsplit("/", 1)[-1].startswith((".", "_")) and o.size > 0]
+    objects = [o for o in objects if o.key == key or o.key.startswith(key.rstrip("/") + "/") or not key]
+    if not objects:
+        raise InputDataError(f"input {spec.path} does not exist or holds no data files")
+    first = _decode(store.get(objects[0].key), spec.format, options.get("header", "true").lower() == "true")
+    schema = from_arrow_schema(first.schema)
+    groups: list[list[dict[str, Any]]] = [[] for _ in range(min(num_partitions, len(objects)))]
+    for i, o in enumerate(objects):
+        groups[i % len(groups)].append({"key": o.key, "size": o.size})  # sizes too: see read_input
+    return read_files(spark, store, groups, schema, spec.format, {"header": options.get("header", "true")})
