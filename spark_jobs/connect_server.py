@@ -60,8 +60,8 @@ def ensure(port: int = DEFAULT_PORT, master: str = "local[2]", timeout: float = 
         subprocess.run(
             ["bash", script, "--master", master,
              # the same heap as a local session's driver (spark_jobs.session): the server is
-             # the driver of every epoch (with Spark's default 1g: a full collection per
-             # 4-epoch PageRank run at 1M edges, 1.2-1.45 s of GC per run; 2g: none, 0.7-1.2 s)
+             # the driver of every epoch (Spark's default 1g collects in full during a run:
+             # bench/RESULTS.md)
              "--driver-memory", os.environ.get("SPARK_DRIVER_MEMORY", "2g"),
              "--conf", f"spark.connect.grpc.binding.port={port}",
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",

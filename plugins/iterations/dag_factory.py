@@ -38,9 +38,9 @@ EXPECTATION_KWARGS = ["column", "column_A", "column_B", "column_index", "column_
 # The JSON Schema dialect of every param's schema. Airflow validates a param with
 # ``jsonschema.validate``, which first checks the schema against its dialect's metaschema, and
 # does so for every param each time a DAG is serialized (twice per ``airflow dags test``, on
-# every parse by the dag-processor) and as each task starts: 0.09 ms a check against draft 7's
-# metaschema, 0.39 ms against the default 2020-12 one, whose vocabularies add nothing these
-# schemas use. (Tasks carry no copy of them: operators.base.own_params.)
+# every parse by the dag-processor) and as each task starts; draft 7's metaschema is much
+# quicker to check than the default 2020-12 one (bench/RESULTS.md), whose vocabularies add
+# nothing these schemas use. (Tasks carry no copy of them: operators.base.own_params.)
 SCHEMA_DIALECT = "http://json-schema.org/draft-07/schema#"
 
 
