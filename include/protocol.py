@@ -174,13 +174,15 @@ def attempt_failed(job: IterationJob, plan: EpochPlan, error: BaseException) -> 
     return error
 
 
-def align_attempt(job: IterationJob, plan: EpochPlan) -> AlignmentDecision:
-    """The global alignment of an attempt: its decision once every partition of every head has
-    reported; AlignmentIncomplete naming the missing ones, or CheckpointSuperseded when another
-    attempt committed the epoch meanwhile (its GC took this attempt's files: the reports will
-    never all be there)."""
+def align_attempt(job: IterationJob, plan: EpochPlan,
+                  reports: Sequence[EpochReport] | None = None) -> AlignmentDecision:
+    """The global alignment of an attempt (over ``reports``, those its run returned, or else
+    those in the store): its decision once every partition of every head has reported;
+    AlignmentIncomplete naming the missing ones, or CheckpointSuperseded when another attempt
+    committed the epoch meanwhile (its GC took this attempt's files: the reports will never all
+    be there)."""
     try:
-        return job.align(plan)
+        return job.align(plan, reports)
     except AlignmentIncomplete:
         job.raise_if_superseded(plan.checkpoint_id, plan.attempt_id)
         raise

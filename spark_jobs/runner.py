@@ -124,11 +124,13 @@ class IterationRunner:
             self._executor = EpochExecutor(self.spark, self.store_options, handoff=self.handoff)
         return self._executor
 
-    def _execute(self, plan: EpochPlan) -> None:
+    def _execute(self, plan: EpochPlan) -> list | None:
+        """Run the attempt; the reports its tail wrote (and returned), or None for an adopted
+        attempt, whose reports are in the store."""
         if plan.adopted:
-            return
+            return None
         try:
-            self.executor.run(plan, self.job.store)
+            reports = self.executor.run(plan, self.job.store)
         except BaseException as e:
             # which partitions did not finish (the others' reports are in), before the abort
             self._failed_partitions = sorted({p for _h, p in plan.aligner().missing(self.job.reports(plan))}) \
@@ -138,6 +140,7 @@ class IterationRunner:
                 raise
             raise error from e
         attempt_ran(self.job, plan)
+        return reports
 
     def run(self, *, batch_id: str | None = None, max_epochs_in_batch: int | None = None) -> RunResult:
         """Run epochs until the job terminates (then finish and publish) or the batch's epoch
@@ -160,15 +163,15 @@ class IterationRunner:
             time.sleep(self.poll_interval)
         return True
 
-    def _run_epoch_attempt(self, batch_id, state) -> EpochPlan:
-        """Plan and run epoch ``state.next_epoch``; a failure that left some partitions without
-        a report is retried up to ``attempt_retries`` times with the same inbox."""
+    def _run_epoch_attempt(self, batch_id, state) -> tuple[EpochPlan, list | None]:
+        """Plan and run epoch ``state.next_epoch``: (the plan, the reports its run returned, or
+        None: read them from the store); a failure that left some partitions without a report
+        is retried up to ``attempt_retries`` times with the same inbox."""
         retries = self.attempt_retries
         while True:
             plan = self.job.plan_epoch(batch_id, state)
             try:
-                self._execute(plan)
-                return plan
+                return plan, self._execute(plan)
             except Exception as e:
                 failed = self._failed_partitions
                 if retries <= 0 or not failed:
@@ -212,10 +215,11 @@ class IterationRunner:
                          self.config.job_id, self.wait_for_input, state.next_epoch)
                 break
             started = time.monotonic()
-            plan = self._run_epoch_attempt(batch_id, state)
+            plan, reports = self._run_epoch_attempt(batch_id, state)
             failpoint("epoch.before_align", job=self.config.job_id, epoch=plan.epoch)
-            decision = align_attempt(job, plan)
-            manifest, published = commit_epoch(job, plan, decision)
+            # what the run returned goes on to the alignment and the commit (no second read)
+            decision = align_attempt(job, plan, reports)
+            manifest, published = commit_epoch(job, plan, decision, reports)
             decision = manifest.decision  # as committed (the end of the input may have ended the job)
             result.published.update(published)
             (result.epochs_adopted if plan.adopted else result.epochs_computed).append(plan.epoch)
