@@ -17,6 +17,9 @@
 - ``end_run``: the lease is released.
 - ``warm_up_checks``: Great Expectations imported while an attempt's Spark job runs.
 
+``EpochRun`` strings these into the state machine a run goes through; the library runner
+drives all of it in one process, each task of a DAG drives its part.
+
 Nothing here imports Spark or Airflow.
 """
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from include.body import body_reference
@@ -92,16 +96,17 @@ class Step(str, enum.Enum):
     DONE = "done"  # terminated: only the outputs' publication is left
 
 
-def next_step(job: IterationJob, state: JobState, *, asked: StopMode | None = None) -> Step:
+def next_step(state: JobState, requested: StopMode | None = None, *, asked: StopMode | None = None) -> Step:
     """What a run does at an epoch boundary, after a restore or a commit; the same rule for the
     library runner and the DAG's tasks. A terminated job is done, a terminating one finishes;
-    a running one honours a pending stop request (or ``asked``: the run's own ``stop``), once it
-    has a checkpoint to drain from or suspend at, and otherwise runs its next epoch."""
+    a running one honours a pending stop request (``requested``: the control DAG's, or ``asked``:
+    the run's own ``stop``), once it has a checkpoint to drain from or suspend at, and
+    otherwise runs its next epoch."""
     if state.status is HeadStatus.TERMINATED:
         return Step.DONE
     if state.status is HeadStatus.TERMINATING:
         return Step.FINISH
-    stop = job.stop_requested(state) or (asked if state.latest is not None else None)
+    stop = (requested or asked) if state.latest is not None else None
     if stop is StopMode.SUSPEND:
         return Step.SUSPEND
     if stop is StopMode.DRAIN:
@@ -202,6 +207,204 @@ def epoch_line(decision: AlignmentDecision) -> str:
     return (f"epoch {decision.epoch} committed: feedback={decision.feedback_count} {metrics}".rstrip()
             + (f" -> terminating ({decision.reason})" if decision.terminated else ""))
 
+Execute = Callable[[EpochPlan], "Sequence[EpochReport] | None"]
 
-__all__ = ["attempt_failed", "attempt_ran", "commit_epoch", "end_run", "epoch_line", "mark_store", "owner_of",
+
+@dataclass
+class EpochOutcome:
+    """A committed epoch: its plan, its checkpoint as committed, where its outputs went."""
+
+    plan: EpochPlan
+    manifest: Manifest
+    published: dict[str, str]
+
+    @property
+    def decision(self) -> AlignmentDecision:
+        return self.manifest.decision
+
+
+class EpochRun:
+    """One run of a job through the epoch protocol, as a state machine::
+
+        start -> boundary -+- EPOCH:   plan -> run -> align -> commit -> boundary ...
+                           +- FINISH / DRAIN: finish (plan, run, commit the final checkpoint)
+                           +- SUSPEND: suspend
+                           +- DONE
+                 then conclude (a terminated job's outputs published), end (the lease released)
+
+    Each phase takes what the one before produced (the plan, the reports the attempt's run
+    returned, the alignment's decision) and keeps the job's ``state``. The library runner
+    drives every phase in one process (``epoch`` chains plan, run, align and commit); each
+    task of a DAG drives its part (the head: start, boundary, plan, run; the alignment
+    sensor: align; the commit task: commit; finish: start, boundary, finish or suspend,
+    conclude, end) and a later task recovers what an earlier one produced from the store
+    (``resolve_attempt``).
+
+    ``execute(plan)`` runs an attempt's Spark job and returns the reports its tail wrote (None:
+    read them from the store); ``interrupt(plan)`` stops what an earlier run left of an attempt.
+    """
+
+    def __init__(self, job: IterationJob, execute: Execute | None = None, batch_id: str | None = None, *,
+                 interrupt: Callable[[EpochPlan], None] | None = None):
+        self.job = job
+        self.batch_id = batch_id
+        self._execute = execute
+        self._interrupt = interrupt
+        self.state: JobState | None = None
+        self.published: dict[str, str] = {}  # output -> where, everything this run published
+        self.failed_partitions: list[int] = []  # of the last attempt that failed (their reports missing)
+        self.failed_plan: EpochPlan | None = None  # that attempt
+        self.requested: StopMode | None = None  # the stop request the last boundary saw
+        self._fenced: set[int] = set()
+
+    # -- start and end ------------------------------------------------------------------------
+    def start(self, holder: Holder, **options: Any) -> JobState:
+        """``start_run``: validated, the store probed, the job claimed and its lease held; the
+        job's state at its latest checkpoint."""
+        self.state = start_run(self.job, holder, **options)
+        return self.state
+
+    def end(self) -> None:
+        """``end_run``: the lease released."""
+        end_run(self.job)
+
+    # -- at an epoch boundary -----------------------------------------------------------------
+    def boundary(self, *, asked: StopMode | None = None) -> Step:
+        """What comes next (``next_step``) over the pending stop request (read once per
+        boundary: ``requested``); ``asked``: this run's own stop (its ``stop`` param)."""
+        state = self._state()
+        self.requested = self.job.stop_requested(state) if state.status is HeadStatus.RUNNING else None
+        return next_step(state, self.requested, asked=asked)
+
+    def suspend(self, reason: str = "suspend requested") -> int | None:
+        """Suspend at the latest checkpoint (a savepoint) unless it is already; its id."""
+        state = self._state()
+        if self.job.suspended_at(state) is None:
+            return self.job.suspend(state, reason=reason)
+        self.job.log.control.clear_stop_request()  # suspended there already: the request is met
+        return state.latest.checkpoint_id if state.latest else None
+
+    def settle(self) -> dict[str, str]:
+        """Publish what a crash between the latest commit and its publication left."""
+        published = self.job.settle(self._state())
+        self.published.update(published)
+        return published
+
+    # -- an epoch -----------------------------------------------------------------------------
+    def plan(self) -> EpochPlan:
+        """Plan the next epoch (``IterationJob.plan_epoch``: a complete earlier attempt is
+        adopted) after fencing what an earlier run left unfinished of it."""
+        state = self._state()
+        self._fence(state.next_epoch)
+        return self.job.plan_epoch(self.batch_id, state)
+
+    def run(self, plan: EpochPlan) -> Sequence[EpochReport] | None:
+        """Run the attempt's Spark job unless it was adopted complete: the reports its run
+        returned, or None (they are in the store). A failed attempt is aborted (its files
+        deleted, never adopted; ``failed_partitions`` says which partitions had not reported)
+        and a damaged restored checkpoint refused with the way out."""
+        if plan.adopted:
+            return None
+        if self._execute is None:
+            raise RuntimeError("this run executes no attempts (no execute given)")
+        self.failed_partitions, self.failed_plan = [], None
+        try:
+            reports = self._execute(plan)
+        except BaseException as e:
+            self.failed_plan = plan
+            if plan.kind == "epoch":
+                missing = plan.aligner().missing(self.job.reports(plan))
+                self.failed_partitions = sorted({p for _h, p in missing})
+            error = attempt_failed(self.job, plan, e)
+            if error is e:
+                raise
+            raise error from e
+        attempt_ran(self.job, plan)
+        return reports
+
+    def align(self, plan: EpochPlan, reports: Sequence[EpochReport] | None = None) -> AlignmentDecision:
+        """``align_attempt`` over the reports the run returned (None: those in the store)."""
+        return align_attempt(self.job, plan, reports)
+
+    def commit(self, plan: EpochPlan, decision: AlignmentDecision | None = None,
+               reports: Sequence[EpochReport] | None = None) -> EpochOutcome:
+        """``commit_epoch``: checks, the single-winner commit, the epoch's outputs published."""
+        manifest, published = commit_epoch(self.job, plan, decision, reports)
+        return self._committed(plan, manifest, published)
+
+    def committed(self, plan: EpochPlan | None, manifest: Manifest) -> EpochOutcome:
+        """An attempt found committed (an earlier try's reply was lost): publish what is left."""
+        return self._committed(plan, manifest, self.job.notify_checkpoint_complete(manifest))
+
+    def epoch(self) -> EpochOutcome:
+        """plan -> run -> align -> commit, the reports handed from one phase to the next."""
+        plan = self.plan()
+        reports = self.run(plan)
+        failpoint("epoch.before_align", job=self.job.config.job_id, epoch=plan.epoch)
+        return self.commit(plan, self.align(plan, reports), reports)
+
+    # -- the end of the job -------------------------------------------------------------------
+    def finish(self, *, drain: bool = False) -> Manifest:
+        """The final checkpoint: after the epoch that decided termination, or (``drain``) at the
+        latest checkpoint. Plans, runs and commits it; ``commit`` wraps the commit (a task keeps
+        the checks' report)."""
+        return self.finish_with(lambda plan: self.job.commit_finish(plan), drain=drain)
+
+    def finish_with(self, commit: Callable[[EpochPlan], Manifest], *, drain: bool = False) -> Manifest:
+        state = self._state()
+        self.settle()
+        self._fence(state.latest.checkpoint_id + 1 if state.latest is not None else 0)
+        plan = self.job.plan_finish(self.batch_id, state, drain=drain)
+        self.run(plan)
+        final = commit(plan)
+        self.state = state_of(final)
+        return final
+
+    def conclude(self, *, may_publish: Callable[[], None] | None = None) -> dict[str, str]:
+        """A terminated job's outputs published (``may_publish`` first: it raises to refuse),
+        and the batch's final checkpoint recorded; what was published."""
+        state = self._state()
+        published: dict[str, str] = {}
+        if state.status is HeadStatus.TERMINATED:
+            if may_publish is not None:
+                may_publish()
+            published = self.job.publish(state.latest)
+            self.published.update(published)
+        if self.batch_id is not None and state.latest is not None:
+            self.job.log.batches.record_final(self.batch_id, state.latest.checkpoint_id)
+        return published
+
+    # -- internals ----------------------------------------------------------------------------
+    def _state(self) -> JobState:
+        if self.state is None:
+            raise RuntimeError("the run has not started: call start() first")
+        return self.state
+
+    def _committed(self, plan: EpochPlan | None, manifest: Manifest, published: dict[str, str]) -> EpochOutcome:
+        self.published.update(published)
+        self.state = state_of(manifest)
+        return EpochOutcome(plan, manifest, published)  # type: ignore[arg-type]
+
+    def _fence(self, checkpoint_id: int) -> None:
+        """The first time this run plans ``checkpoint_id``: stop and abort what an earlier run
+        (or an earlier try of a task) left unfinished of it (its process died; its Spark job may
+        still run), so two attempts of one checkpoint never run at once. A complete attempt is
+        kept: it is adopted. Later plans of the same checkpoint are this run's own."""
+        if checkpoint_id in self._fenced:
+            return
+        self._fenced.add(checkpoint_id)
+        for plan in self.job.unfinished_attempts(checkpoint_id):
+            if self._interrupt is not None:
+                self._interrupt(plan)
+            if self.job.abort(plan, reason="unfinished by an earlier run or try; superseded by a new attempt"):
+                log.warning("checkpoint %d: aborted attempt %s left unfinished by an earlier run or try",
+                            checkpoint_id, plan.attempt_id)
+
+
+def state_of(manifest: Manifest) -> JobState:
+    """The job's state right after ``manifest`` committed."""
+    return JobState(manifest, manifest.head_state.status, manifest.epoch + 1)
+
+
+__all__ = ["EpochRun", "EpochOutcome", "Step", "attempt_failed", "attempt_ran", "commit_epoch", "end_run", "epoch_line", "mark_store", "owner_of", "state_of",
            "resolve_attempt", "start_run"]

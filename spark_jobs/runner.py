@@ -19,21 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from include.config import JobConfig
-from include.failpoints import failpoint
 from include.head import AlignmentDecision, HeadStatus
 from include.manifest import Manifest
 from include.ownership import LEASE_TTL_S, Holder
-from include.protocol import (
-    align_attempt,
-    attempt_failed,
-    attempt_ran,
-    commit_epoch,
-    Step,
-    end_run,
-    next_step,
-    start_run,
-    warm_up_checks,
-)
+from include.protocol import EpochOutcome, EpochRun, Step, epoch_line, warm_up_checks
 from include.runtime import (
     DEFAULT_CHECKS,
     Check,
@@ -98,7 +87,6 @@ class IterationRunner:
         self.attempt_retries = attempt_retries
         self.handoff = handoff
         self.wait_for_input = wait_for_input
-        self._failed_partitions: list[int] = []  # of the last failed attempt (reports missing)
         self.poll_interval = poll_interval
         self.job = IterationJob(config, store, checks=checks, store_options=self.store_options, warm_start=warm_start,
                                 coordinators=coordinators)
@@ -124,36 +112,23 @@ class IterationRunner:
             self._executor = EpochExecutor(self.spark, self.store_options, handoff=self.handoff)
         return self._executor
 
-    def _execute(self, plan: EpochPlan) -> list | None:
-        """Run the attempt; the reports its tail wrote (and returned), or None for an adopted
-        attempt, whose reports are in the store."""
-        if plan.adopted:
-            return None
-        try:
-            reports = self.executor.run(plan, self.job.store)
-        except BaseException as e:
-            # which partitions did not finish (the others' reports are in), before the abort
-            self._failed_partitions = sorted({p for _h, p in plan.aligner().missing(self.job.reports(plan))}) \
-                if plan.kind == "epoch" else []
-            error = attempt_failed(self.job, plan, e)
-            if error is e:
-                raise
-            raise error from e
-        attempt_ran(self.job, plan)
-        return reports
+    def _execute(self, plan: EpochPlan) -> list:
+        """Run the attempt on this process's warm session: the reports its tail wrote."""
+        return self.executor.run(plan, self.job.store)
 
     def run(self, *, batch_id: str | None = None, max_epochs_in_batch: int | None = None) -> RunResult:
         """Run epochs until the job terminates (then finish and publish) or the batch's epoch
         budget is spent. Safe to call again after any failure: it resumes."""
+        run = EpochRun(self.job, self._execute, batch_id)
         try:
-            state = start_run(self.job, self.holder, take_over=self.take_over, lease_wait=self.lease_wait)
+            run.start(self.holder, take_over=self.take_over, lease_wait=self.lease_wait)
             self.job.lease.renew_every(LEASE_TTL_S / 3)  # other hosts cannot see this process live
-            return self._run(state, batch_id, max_epochs_in_batch)
+            return self._run(run, max_epochs_in_batch)
         except BaseException:
             self.job.reset_coordinators()  # a failure resets the coordinators to the checkpoint
             raise
         finally:
-            end_run(self.job)
+            run.end()
 
     def _await_input(self, state) -> bool:
         deadline = time.monotonic() + self.wait_for_input
@@ -163,18 +138,17 @@ class IterationRunner:
             time.sleep(self.poll_interval)
         return True
 
-    def _run_epoch_attempt(self, batch_id, state) -> tuple[EpochPlan, list | None]:
-        """Plan and run epoch ``state.next_epoch``: (the plan, the reports its run returned, or
-        None: read them from the store); a failure that left some partitions without a report
-        is retried up to ``attempt_retries`` times with the same inbox."""
+    def _epoch(self, run: EpochRun) -> EpochOutcome:
+        """The next epoch through the protocol; an attempt that failed leaving some partitions
+        without a report is retried up to ``attempt_retries`` times with the same inbox (its
+        coordinators told which partitions failed, not reset)."""
         retries = self.attempt_retries
         while True:
-            plan = self.job.plan_epoch(batch_id, state)
             try:
-                return plan, self._execute(plan)
+                return run.epoch()
             except Exception as e:
-                failed = self._failed_partitions
-                if retries <= 0 or not failed:
+                failed, plan = run.failed_partitions, run.failed_plan
+                if retries <= 0 or not failed or plan is None:
                     raise
                 retries -= 1
                 log.warning("job %s epoch %d attempt %s failed in partition(s) %s (%s); retrying",
@@ -182,72 +156,49 @@ class IterationRunner:
                 for p in failed:
                     self.job.partition_failed(plan, p)
 
-    def _run(self, state, batch_id: str | None, max_epochs_in_batch: int | None) -> RunResult:
-        job = self.job
+    def _run(self, run: EpochRun, max_epochs_in_batch: int | None) -> RunResult:
+        job, state = self.job, run.state
         warm_up_checks(job)  # Great Expectations' import overlaps with the first epoch's Spark job
-        result = RunResult(
-            self.config.job_id,
-            state.status,
-            state.latest.checkpoint_id if state.latest else None,
-            restored_from=state.latest.checkpoint_id if state.latest else None,
-        )
+        latest = state.latest.checkpoint_id if state.latest else None
+        result = RunResult(self.config.job_id, state.status, latest, restored_from=latest)
         if state.latest is not None:
             log.info("job %s: restored checkpoint %d (%s, next epoch %d)", self.config.job_id,
                      state.latest.checkpoint_id, state.status.value, state.next_epoch)
-            # a crash between a commit and its publication left these outputs unpublished
-            result.published.update(job.notify_checkpoint_complete(state.latest))
-        drain = False
-        while state.status is HeadStatus.RUNNING:
+            run.settle()  # a crash between a commit and its publication: publish now
+        step = run.boundary()
+        while step is Step.EPOCH:
             if max_epochs_in_batch is not None and len(result.epochs_computed) + len(result.epochs_adopted) >= max_epochs_in_batch:
                 break
-            step = next_step(job, state)
-            if step is Step.SUSPEND:
-                result.suspended_at = job.suspend(state)
-                result.status = HeadStatus.SUSPENDED
-                result.checkpoint_id = state.latest.checkpoint_id if state.latest else None
-                return result
-            if step is Step.DRAIN:
-                log.info("job %s: drain requested: finishing at checkpoint %d", self.config.job_id, state.latest.checkpoint_id)
-                drain = True
-                break
-            if self.wait_for_input is not None and not self._await_input(state):
+            if self.wait_for_input is not None and not self._await_input(run.state):
                 log.info("job %s: no new input for %.0fs: stopping before epoch %d (run again to go on)",
-                         self.config.job_id, self.wait_for_input, state.next_epoch)
+                         self.config.job_id, self.wait_for_input, run.state.next_epoch)
                 break
             started = time.monotonic()
-            plan, reports = self._run_epoch_attempt(batch_id, state)
-            failpoint("epoch.before_align", job=self.config.job_id, epoch=plan.epoch)
-            # what the run returned goes on to the alignment and the commit (no second read)
-            decision = align_attempt(job, plan, reports)
-            manifest, published = commit_epoch(job, plan, decision, reports)
-            decision = manifest.decision  # as committed (the end of the input may have ended the job)
-            result.published.update(published)
-            (result.epochs_adopted if plan.adopted else result.epochs_computed).append(plan.epoch)
+            done = self._epoch(run)
+            decision = done.decision  # as committed (the end of the input may have ended the job)
+            (result.epochs_adopted if done.plan.adopted else result.epochs_computed).append(done.plan.epoch)
             result.decisions.append(decision)
-            metrics = " ".join(f"{k}={v:.3e}" for k, v in sorted(decision.metrics.items()))
-            log.info(
-                "job %s epoch %d: feedback=%d %s %.2fs %s%s",
-                self.config.job_id, plan.epoch, decision.feedback_count, metrics,
-                time.monotonic() - started, "adopted" if plan.adopted else "committed",
-                f" -> terminating ({decision.reason})" if decision.terminated else "",
-            )
-            state = _state_of(manifest)
-        if state.status is HeadStatus.TERMINATING or drain:
-            plan = job.plan_finish(batch_id, state, drain=drain)
-            self._execute(plan)
-            final = job.commit_finish(plan)
-            state = _state_of(final)
+            log.info("job %s %s %.2fs%s", self.config.job_id, epoch_line(decision), time.monotonic() - started,
+                     " (adopted)" if done.plan.adopted else "")
+            step = run.boundary()
+        if step is Step.SUSPEND:
+            result.suspended_at = run.suspend()
+        elif step in (Step.FINISH, Step.DRAIN):
+            if step is Step.DRAIN:
+                log.info("job %s: drain requested: finishing at checkpoint %d", self.config.job_id,
+                         run.state.latest.checkpoint_id)
+            final = run.finish(drain=step is Step.DRAIN)
             log.info("job %s: final checkpoint %d committed%s", self.config.job_id, final.checkpoint_id,
-                     " (drained)" if drain else "")
+                     " (drained)" if step is Step.DRAIN else "")
+        run.conclude()
+        state = run.state
         if state.status is HeadStatus.TERMINATED:
             result.final = state.latest
-            result.published.update(job.publish(state.latest))
             result.outputs = self.read_outputs(state.latest)
             self.close()  # every operator is fully finished: release the cached data
-        result.status = state.status
+        result.published = dict(run.published)
+        result.status = HeadStatus.SUSPENDED if step is Step.SUSPEND else state.status
         result.checkpoint_id = state.latest.checkpoint_id if state.latest else None
-        if batch_id is not None and result.checkpoint_id is not None:
-            job.log.batches.record_final(batch_id, result.checkpoint_id)
         return result
 
     def read_outputs(self, manifest: Manifest) -> dict[str, Any]:
@@ -274,11 +225,6 @@ class IterationRunner:
         if self._executor is not None:
             self._executor.release()
 
-
-def _state_of(manifest: Manifest):
-    from include.runtime import JobState
-
-    return JobState(manifest, manifest.head_state.status, manifest.epoch + 1)
 
 
 __all__ = ["IterationRunner", "RunResult", "DataCheckFailed"]

@@ -254,20 +254,22 @@ class IterationOperator(BaseOperator):
         return {"status": "run", "epoch": epoch, "attempt_id": (complete or unfinished)[0].attempt_id}
 
     def epoch_attempt(self, context: Mapping[str, Any], head_task_id: str, index: int, *, write: bool = False):
-        """(job, head result, plan of the head's attempt or None, the checkpoint that attempt
-        committed or None). The plan is None when the head ran nothing, or when the attempt
-        committed and its plan was collected since (a retry of a step after the commit landed:
+        """(run, head result, plan of the head's attempt or None, the checkpoint that attempt
+        committed or None): what the epoch's head produced, recovered from XCom and the store.
+        The plan is None when the head ran nothing, or when the attempt committed and its plan
+        was collected since (a retry of a step after the commit landed:
         include.protocol.resolve_attempt). ``write``: this step writes (the run's lease is held)."""
-        from include.protocol import resolve_attempt
+        from include.protocol import EpochRun, resolve_attempt
 
         job, _ = self.iteration_job(context)
+        run = EpochRun(job, batch_id=batch_id_of(context))
         if write:
-            self.start(context, job, validate=False)  # the head that planned the attempt validated it
+            self.start(context, run, validate=False)  # the head that planned the attempt validated it
         head = self.head_result(context, job, head_task_id, index)
         if head["status"] != "run":
-            return job, head, None, None
+            return run, head, None, None
         plan, committed = resolve_attempt(job, head["epoch"], head["attempt_id"])
-        return job, head, plan, committed
+        return run, head, plan, committed
 
     def holder(self, context: Mapping[str, Any]):
         """Who holds the job's lease for this task: its DAG run (every task of the run, every
@@ -279,11 +281,9 @@ class IterationOperator(BaseOperator):
             run_id = batch_id_of(context)
         return Holder.dag_run(self.dag_id, run_id)
 
-    def start(self, context: Mapping[str, Any], job, *, validate: bool = True):
+    def start(self, context: Mapping[str, Any], run, *, validate: bool = True):
         """Before this task writes: the store probed, the job claimed for this DAG (its owner),
-        the lease held for this DAG run (include.protocol.start_run); the job's state."""
-        from include.protocol import start_run
-
+        the lease held for this DAG run (include.protocol.EpochRun.start); the job's state."""
         ti = context.get("ti")
 
         def alive(holder) -> bool | None:  # a DAG run holds the job until it ends
@@ -299,7 +299,7 @@ class IterationOperator(BaseOperator):
                 return False if gone else None
             return state.rsplit(".", 1)[-1].lower() not in ("success", "failed")
 
-        return start_run(job, self.holder(context), dag_id=self.dag_id,
+        return run.start(self.holder(context), dag_id=self.dag_id,
                          take_over=bool(self.settings(context).get("take_over")),
                          lease_wait=self.lease_wait, alive=alive, validate=validate)
 
@@ -355,43 +355,27 @@ class SparkAttemptOperator(IterationOperator):
         self.spark_mode = spark_mode
         self.spark_conn_id = spark_conn_id
 
-    def fence_earlier_attempts(self, job, checkpoint_id: int) -> None:
-        """Before running checkpoint ``checkpoint_id`` again: stop and abort what an earlier try
-        of this task left unfinished (its process died; its Spark job may still run), so two
-        attempts of one epoch never run at once. A complete attempt is kept: it is adopted."""
+    def epoch_run(self, context: Mapping[str, Any]):
+        """This task's part of the run through the epoch protocol (include.protocol.EpochRun):
+        its attempts run as Spark jobs through the hook (an error of ours raised in a Spark task
+        surfaces as itself); what an earlier try left running is interrupted by its tag."""
+        from include.protocol import EpochRun
         from iterations.hooks.spark_epoch import SparkEpochHook
 
-        stale = job.unfinished_attempts(checkpoint_id)
-        if not stale:
-            return
+        job, options = self.iteration_job(context)
         hook = SparkEpochHook(self.spark_mode, self.spark_conn_id)
-        for plan in stale:
-            hook.interrupt(plan)
-            if job.abort(plan, reason="unfinished by an earlier try of the task; superseded by a new attempt"):
-                self.log.warning("checkpoint %d: aborted attempt %s left unfinished by an earlier try",
-                                 checkpoint_id, plan.attempt_id)
 
-    def run_attempt(self, job, plan, options: Mapping[str, Any]) -> None:
-        """Run the attempt unless it was adopted complete; a failed attempt is aborted (its
-        files deleted, never adopted) and an error raised in a Spark task surfaces as itself."""
-        if plan.adopted:
-            return
-        from include.protocol import attempt_failed, attempt_ran
-        from iterations.hooks.spark_epoch import SparkEpochHook
-
-        try:
-            SparkEpochHook(self.spark_mode, self.spark_conn_id).run_attempt(
-                plan, job.store, dict(options), job.config.checkpoint_root)
-        except Exception as failure:
-            from spark_jobs.epoch import raise_executor_error
-
-            error: Exception = failure
+        def execute(plan) -> None:
             try:
-                raise_executor_error(failure)
-            except Exception as ours:  # an error of ours raised in a Spark task, as itself
-                error = ours
-            raised = attempt_failed(job, plan, error)  # aborted; a damaged checkpoint is refused
-            if raised is failure:
+                hook.run_attempt(plan, job.store, dict(options), job.config.checkpoint_root)
+            except Exception as failure:
+                from spark_jobs.epoch import raise_executor_error
+
+                try:
+                    raise_executor_error(failure)
+                except Exception as ours:  # an error of ours raised in a Spark task, as itself
+                    if ours is not failure:
+                        raise ours from failure
                 raise
-            raise raised from failure
-        attempt_ran(job, plan)
+
+        return EpochRun(job, execute, batch_id_of(context), interrupt=hook.interrupt)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-
 from iterations.operators.base import DataChecksLink, IterationOperator, permanent_errors
 
 
@@ -27,13 +26,13 @@ class EpochCommitOperator(IterationOperator):
 
     def _commit(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.head import AlignmentDecision
-        from include.protocol import commit_epoch, epoch_line
+        from include.protocol import epoch_line
 
-        job, head, plan, committed = self.epoch_attempt(context, self.head_task_id, self.index, write=True)
+        run, head, plan, committed = self.epoch_attempt(context, self.head_task_id, self.index, write=True)
         if committed is not None:  # an earlier try of this task committed it (its reply was lost)
             self.log.info("epoch %d was committed by this attempt (%s) already: publishing what is left",
                           committed.epoch, committed.attempt_id)
-            manifest, published = committed, job.notify_checkpoint_complete(committed)
+            done = run.committed(plan, committed)
         elif plan is None:
             return head
         else:
@@ -41,17 +40,17 @@ class EpochCommitOperator(IterationOperator):
             same = aligned.get("decision") and aligned.get("attempt_id") == plan.attempt_id
             decision = AlignmentDecision.from_dict(aligned["decision"]) if same else None  # else: aligned again
             group = self.task_id.rsplit(".", 1)[0]
-            manifest, published = self.checked(
-                job, lambda: commit_epoch(job, plan, decision), f"epoch {plan.epoch}",
+            done = self.checked(
+                run.job, lambda: run.commit(plan, decision), f"epoch {plan.epoch}",
                 f"Fix the input (or the checks), then clear the tasks of {group} (run, align, commit) "
                 f"to recompute epoch {plan.epoch}; the run goes on from there.")
-        d = manifest.decision
+        d, manifest = done.decision, done.manifest
         self.log.info("%s", epoch_line(d))
-        for name, where in published.items():
+        for name, where in done.published.items():
             self.log.info("epoch %d output %s appended to %s", d.epoch, name, where)
         result = {"status": "committed", "epoch": d.epoch, "checkpoint_id": manifest.checkpoint_id,
                   "terminated": d.terminated, "reason": d.reason, "feedback": d.feedback_count, "metrics": d.metrics,
-                  "published": published}
+                  "published": done.published}
         if d.terminated:
             context["ti"].xcom_push(key="return_value", value=result)
             self.skip_epoch_tasks(context, after=self.index)  # ends this task as a success

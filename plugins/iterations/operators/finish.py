@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-
-from iterations.operators.base import DataChecksLink, SparkAttemptOperator, batch_id_of, permanent_errors
+from iterations.operators.base import DataChecksLink, SparkAttemptOperator, permanent_errors
 
 
 class FinishOperator(SparkAttemptOperator):
@@ -25,38 +24,37 @@ class FinishOperator(SparkAttemptOperator):
     def _finish(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.head import HeadStatus
         from include.lifecycle import StopMode
-        from include.protocol import Step, end_run, next_step
+        from include.protocol import Step
 
-        job, options = self.iteration_job(context)
-        batch = batch_id_of(context)
-        state = self.start(context, job)
-        requested = job.stop_requested(state)
+        run = self.epoch_run(context)
+        job = run.job
+        self.start(context, run)
         param = self.settings(context).get("stop", "none")
-        step = next_step(job, state, asked=StopMode.parse(param) if param != "none" else None)
-        drain = step is Step.DRAIN
-        if step is Step.FINISH or drain:
-            if drain:
-                self.log.info("job %s: draining at checkpoint %d (%s)", job.config.job_id, state.latest.checkpoint_id,
-                              "requested" if requested else "stop param of this run")
-            self.fence_earlier_attempts(job, state.latest.checkpoint_id + 1)
-            plan = job.plan_finish(batch, state, drain=drain)
-            self.run_attempt(job, plan, options)
-            final = self.checked(
+        step = run.boundary(asked=StopMode.parse(param) if param != "none" else None)
+        why = "requested" if run.requested else f"stop param of run {context['run_id']}"
+        if step in (Step.FINISH, Step.DRAIN):
+            if step is Step.DRAIN:
+                self.log.info("job %s: draining at checkpoint %d (%s)", job.config.job_id,
+                              run.state.latest.checkpoint_id, why)
+            final = run.finish_with(lambda plan: self.checked(
                 job, lambda: job.commit_finish(plan), "the final checkpoint",
-                "Fix the input (or the checks), then clear the finish task to compute the outputs again.")
+                "Fix the input (or the checks), then clear the finish task to compute the outputs again."),
+                drain=step is Step.DRAIN)
             self.log.info("final checkpoint %d committed", final.checkpoint_id)
-            state = job.state(verify="none")
-        elif step is Step.SUSPEND and job.suspended_at(state) is None:
-            job.suspend(state, reason="requested" if requested else f"stop param of run {context['run_id']}")
+        elif step is Step.SUSPEND:
+            run.suspend(reason=why)
+        gate = None
+        if self.scheduled:  # an older generation (cleared, finished after a recompute) never publishes
+            schedule, generation = self.generation
+            gate = lambda: schedule.check_may_publish(generation)  # noqa: E731
+        published = run.conclude(may_publish=gate)
+        state = run.state
         result: dict[str, Any] = {"status": state.status.value, "job_id": job.config.job_id,
                                   "checkpoint_id": state.latest.checkpoint_id if state.latest else None,
                                   "next_epoch": state.next_epoch}
         if state.status is HeadStatus.TERMINATED:
-            if self.scheduled:  # an older generation (cleared, finished after a recompute) never publishes
-                schedule, generation = self.generation
-                schedule.check_may_publish(generation)
-            result["published"] = job.publish(state.latest)
-            for name, where in result["published"].items():
+            result["published"] = published
+            for name, where in published.items():
                 self.log.info("output %s published to %s", name, where)
             if self.scheduled:
                 schedule.complete(generation)
@@ -69,7 +67,5 @@ class FinishOperator(SparkAttemptOperator):
         else:
             self.log.info("job %s not terminated after this batch (next epoch %d): the continue task "
                           "triggers the next batch unless continuation is off", job.config.job_id, state.next_epoch)
-        if state.latest is not None:
-            job.log.batches.record_final(batch, state.latest.checkpoint_id)
-        end_run(job)  # the batch's work is done: the next batch (or another run) may take the job
+        run.end()  # the batch's work is done: the next batch (or another run) may take the job
         return result

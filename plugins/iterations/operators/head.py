@@ -6,7 +6,7 @@ from typing import Any, Mapping
 
 from airflow.sdk.exceptions import AirflowSkipException
 
-from iterations.operators.base import SparkAttemptOperator, batch_id_of, permanent_errors
+from iterations.operators.base import SparkAttemptOperator, permanent_errors
 
 
 class EpochHeadOperator(SparkAttemptOperator):
@@ -28,35 +28,32 @@ class EpochHeadOperator(SparkAttemptOperator):
             return self._head(context)
 
     def _head(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        from include.protocol import Step, next_step, warm_up_checks
+        from include.protocol import Step, warm_up_checks
 
-        job, options = self.iteration_job(context)
-        batch = batch_id_of(context)
-        state = self.start(context, job)
-        epoch = self.batch_start(job, batch, state.next_epoch) + self.index
+        run = self.epoch_run(context)
+        job = run.job
+        state = self.start(context, run)
+        epoch = self.batch_start(job, run.batch_id, state.next_epoch) + self.index
         if state.latest is not None and epoch <= state.latest.epoch:
             self.log.info("epoch %d is committed (checkpoint %d): restored, not recomputed", epoch, state.latest.checkpoint_id)
             return {"status": "restored", "epoch": epoch}
-        step = next_step(job, state)
-        group = self.task_id.rsplit(".", 1)[0]
+        step = run.boundary()
         if step in (Step.FINISH, Step.DONE):
             self.log.info("job %s is %s: epoch %d is not needed", job.config.job_id, state.status.value, epoch)
-            self.skip_epoch_tasks(context, after=self.index, also=(f"{group}.align", f"{group}.commit"))
+            self.skip_rest_of_batch(context)
             raise AirflowSkipException(f"job {job.config.job_id} is {state.status.value}: epoch {epoch} is not needed")
         if state.next_epoch != epoch:
             raise RuntimeError(f"epoch {epoch} cannot start: the latest committed checkpoint is "
                                f"{state.latest.checkpoint_id if state.latest else None}")
-        job.settle(state)  # a crash between a commit and its publication: publish now
         if step in (Step.DRAIN, Step.SUSPEND):
             self.log.info("job %s: %s requested: epoch %d and the rest of the batch are not run; %s",
                           job.config.job_id, step.value, epoch,
                           "finish drains the job" if step is Step.DRAIN else "the job is suspended")
             if step is Step.SUSPEND:
-                job.suspend(state)
-            self.skip_epoch_tasks(context, after=self.index, also=(f"{group}.align", f"{group}.commit"))
+                run.suspend()
+            self.skip_rest_of_batch(context)
             raise AirflowSkipException(f"job {job.config.job_id}: {step.value} requested before epoch {epoch}")
-        self.fence_earlier_attempts(job, epoch)
-        plan = job.plan_epoch(batch, state)
+        plan = run.plan()
         inbox = ", ".join(f"{name}: {len(events)}" for name, events in sorted((plan.events or {}).items()) if events)
         self.log.info("epoch %d: attempt %s%s; coordinator events in its inbox: %s", epoch, plan.attempt_id,
                       " (adopted, complete)" if plan.adopted else "", inbox or "none")
@@ -64,5 +61,11 @@ class EpochHeadOperator(SparkAttemptOperator):
         # (airflow dags test runs them all in one process; a preloading executor's task
         # processes have Great Expectations imported already)
         warm_up_checks(job, plan)
-        self.run_attempt(job, plan, options)
+        run.run(plan)
         return {"status": "run", "epoch": epoch, "attempt_id": plan.attempt_id}
+
+    def skip_rest_of_batch(self, context: Mapping[str, Any]) -> None:
+        """Nothing of this batch is left to run: this epoch's align and commit and the later
+        epochs are skipped at once (finish runs next)."""
+        group = self.task_id.rsplit(".", 1)[0]
+        self.skip_epoch_tasks(context, after=self.index, also=(f"{group}.align", f"{group}.commit"))

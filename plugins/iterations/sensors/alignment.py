@@ -32,14 +32,16 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
     def _align(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from iterations.triggers.alignment import AlignmentTrigger
 
-        job, head, plan, committed = self.epoch_attempt(context, self.head_task_id, self.index)
+        run, head, plan, committed = self.epoch_attempt(context, self.head_task_id, self.index)
+        job = run.job
         if committed is not None:  # a retry after the epoch's commit landed: aligned as committed
             return {"status": "aligned", "epoch": committed.epoch, "attempt_id": committed.attempt_id,
                     "decision": committed.decision.to_dict()}
         if plan is None:
             return head
-        if not plan.aligner().missing(job.reports(plan)):
-            return self._decide(job, plan)
+        reports = job.reports(plan)  # the Spark tasks' reports, each in the store as its partition ended
+        if not plan.aligner().missing(reports):
+            return self._decide(job, plan, reports)
         self._fail_if_superseded(job, plan.epoch, plan.attempt_id)
         self.defer(
             trigger=AlignmentTrigger(
@@ -84,10 +86,10 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
         except CheckpointSuperseded as e:
             raise AirflowFailException(f"{e}. This run lost the epoch to another run of the same job.") from e
 
-    def _decide(self, job, plan) -> dict[str, Any]:
+    def _decide(self, job, plan, reports=None) -> dict[str, Any]:
         from include.protocol import align_attempt
 
-        decision = align_attempt(job, plan)
+        decision = align_attempt(job, plan, reports)
         self.log.info("epoch %d globally aligned: feedback=%d terminated=%s%s", decision.epoch,
                       decision.feedback_count, decision.terminated, f" ({decision.reason})" if decision.reason else "")
         return {"status": "aligned", "epoch": plan.epoch, "attempt_id": plan.attempt_id, "decision": decision.to_dict()}
