@@ -31,42 +31,22 @@ class Parameter:
     schema: Mapping[str, Any]
 
     def __post_init__(self) -> None:
-        unknown = set(self.schema) - _SCHEMA_KEYS
-        types = self.types()
-        if unknown or not types or set(types) - set(_TYPES):
-            raise TypeError(f"parameter {self.name!r}: schema keys {sorted(unknown)} / types {types} are not "
-                            f"supported (keys: {sorted(_SCHEMA_KEYS)}; types: {_TYPES})")
+        for where, schema in (("schema", self.schema), ("items", self.schema.get("items", _ITEMS))):
+            unknown = set(schema) - _SCHEMA_KEYS - ({"items"} if where == "items" else set())
+            types = _types(schema)
+            scalar = where == "schema" or not set(types) & {"array", "null"}
+            if unknown or not types or set(types) - set(_TYPES) or not scalar or not isinstance(schema, Mapping):
+                raise TypeError(f"parameter {self.name!r}: {where} keys {sorted(unknown)} / types {types} are not "
+                                f"supported (keys: {sorted(_SCHEMA_KEYS)}; types: {_TYPES}; items: one scalar "
+                                "type)")
         self.check(self.default)  # a default its own schema refuses is a mistake in the body
 
     def types(self) -> list[str]:
-        t = self.schema.get("type")
-        return [t] if isinstance(t, str) else list(t or [])
+        return _types(self.schema)
 
     def accepts(self) -> str:
         """What the parameter accepts, in words: ``a number in (0, 1)``."""
-        s, parts = self.schema, []
-        for t in self.types():
-            if t in ("integer", "number"):
-                low = ("(", s["exclusiveMinimum"]) if "exclusiveMinimum" in s else ("[", s.get("minimum"))
-                high = (")", s["exclusiveMaximum"]) if "exclusiveMaximum" in s else ("]", s.get("maximum"))
-                what = "an integer" if t == "integer" else "a number"
-                if low[1] is not None and high[1] is not None:
-                    what += f" in {low[0]}{low[1]}, {high[1]}{high[0]}"
-                elif low[1] is not None:
-                    what += f" {'>' if low[0] == '(' else '>='} {low[1]}"
-                elif high[1] is not None:
-                    what += f" {'<' if high[0] == ')' else '<='} {high[1]}"
-                parts.append(what)
-            elif t == "string":
-                parts.append(f"one of {s['enum']}" if "enum" in s else
-                             "a non-empty string" if s.get("minLength", 0) > 0 else "a string")
-            elif t == "array":
-                n = s.get("minItems", 0)
-                parts.append(f"a list of {'at least ' + str(n) + ' ' if n > 1 else 'one or more ' if n else ''}"
-                             "non-empty strings")
-            else:
-                parts.append("true or false" if t == "boolean" else "null")
-        return " or ".join(parts)
+        return _describe(self.schema)
 
     def check(self, value: Any) -> Any:
         """``value`` if the schema accepts it (a list as a tuple), else a ConfigError."""
@@ -77,40 +57,89 @@ class Parameter:
         raise ConfigError(f"{self.name} must be {self.accepts()}, got {value!r}")
 
     def _as(self, t: str, v: Any) -> Any:
-        s = self.schema
-        if t == "null":
-            return v if v is None else _REFUSED
-        if t == "boolean":
-            return v if isinstance(v, bool) else _REFUSED
-        if t in ("integer", "number"):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
-                return _REFUSED
-            if t == "integer":  # as JSON Schema has it: 2.0 is an integer (and is taken as 2)
-                if isinstance(v, float) and not v.is_integer():
-                    return _REFUSED
-                v = int(v)
-            bounds = (("minimum", lambda b: v >= b), ("maximum", lambda b: v <= b),
-                      ("exclusiveMinimum", lambda b: v > b), ("exclusiveMaximum", lambda b: v < b))
-            return v if all(k not in s or ok(s[k]) for k, ok in bounds) else _REFUSED
-        if t == "string":
-            if not isinstance(v, str) or len(v) < s.get("minLength", 0) or ("enum" in s and v not in s["enum"]):
-                return _REFUSED
-            return v
-        if t == "array":
-            if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)) or len(v) < s.get("minItems", 0):
-                return _REFUSED
-            return tuple(v) if all(isinstance(x, str) and x for x in v) else _REFUSED
-        return _REFUSED
+        return _accept(self.schema, t, v)
 
     def json_schema(self) -> dict[str, Any]:
-        """The schema for a DAG param (lists of strings, as Airflow's trigger form shows them)."""
+        """The schema for a DAG param: an array's items spelled out (non-empty strings unless
+        the parameter says otherwise), as Airflow's trigger form shows them."""
         out = dict(self.schema)
         if "array" in self.types():
-            out["items"] = {"type": "string", "minLength": 1}
+            out["items"] = dict(self.schema.get("items", _ITEMS))
         return out
 
 
+def _types(schema: Mapping[str, Any]) -> list[str]:
+    t = schema.get("type")
+    return [t] if isinstance(t, str) else list(t or [])
+
+
+def _accept(s: Mapping[str, Any], t: str, v: Any) -> Any:
+    """``v`` as type ``t`` of schema ``s`` accepts it, else _REFUSED."""
+    if t == "null":
+        return v if v is None else _REFUSED
+    if t == "boolean":
+        return v if isinstance(v, bool) else _REFUSED
+    if t in ("integer", "number"):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
+            return _REFUSED
+        if t == "integer":  # as JSON Schema has it: 2.0 is an integer (and is taken as 2)
+            if isinstance(v, float) and not v.is_integer():
+                return _REFUSED
+            v = int(v)
+        bounds = (("minimum", lambda b: v >= b), ("maximum", lambda b: v <= b),
+                  ("exclusiveMinimum", lambda b: v > b), ("exclusiveMaximum", lambda b: v < b))
+        return v if all(k not in s or ok(s[k]) for k, ok in bounds) else _REFUSED
+    if t == "string":
+        if not isinstance(v, str) or len(v) < s.get("minLength", 0) or ("enum" in s and v not in s["enum"]):
+            return _REFUSED
+        return v
+    if t == "array":
+        if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)) or len(v) < s.get("minItems", 0):
+            return _REFUSED
+        items = s.get("items", _ITEMS)
+        out = []
+        for x in v:
+            for it in _types(items):
+                got = _accept(items, it, x)
+                if got is not _REFUSED:
+                    out.append(got)
+                    break
+            else:
+                return _REFUSED
+        return tuple(out)
+    return _REFUSED
+
+
+def _describe(s: Mapping[str, Any], plural: bool = False) -> str:
+    """What schema ``s`` accepts, in words (``plural``: as a list's items)."""
+    parts = []
+    for t in _types(s):
+        if t in ("integer", "number"):
+            low = ("(", s["exclusiveMinimum"]) if "exclusiveMinimum" in s else ("[", s.get("minimum"))
+            high = (")", s["exclusiveMaximum"]) if "exclusiveMaximum" in s else ("]", s.get("maximum"))
+            what = ("integers" if plural else "an integer") if t == "integer" else ("numbers" if plural else "a number")
+            if low[1] is not None and high[1] is not None:
+                what += f" in {low[0]}{low[1]}, {high[1]}{high[0]}"
+            elif low[1] is not None:
+                what += f" {'>' if low[0] == '(' else '>='} {low[1]}"
+            elif high[1] is not None:
+                what += f" {'<' if high[0] == ')' else '<='} {high[1]}"
+            parts.append(what)
+        elif t == "string":
+            empty = s.get("minLength", 0) > 0
+            parts.append(f"one of {s['enum']}" if "enum" in s else
+                         ("non-empty strings" if empty else "strings") if plural else
+                         ("a non-empty string" if empty else "a string"))
+        elif t == "array":
+            n = s.get("minItems", 0)
+            parts.append(f"a list of {'at least ' + str(n) + ' ' if n > 1 else 'one or more ' if n else ''}"
+                         f"{_describe(s.get('items', _ITEMS), plural=True)}")
+        else:
+            parts.append(("true or false" if t == "boolean" else "null"))
+    return " or ".join(parts)
+
 _REFUSED = object()
+_ITEMS: Mapping[str, Any] = {"type": "string", "minLength": 1}  # an array's items unless declared
 
 
 __all__ = ["Parameter"]

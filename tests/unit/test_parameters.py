@@ -14,7 +14,13 @@ from include.config import SETTINGS, JobConfig
 from include.errors import ConfigError
 from include.parameters import Parameter
 
-DECLARED = [p for name in sorted(BUILTIN_BODIES) for p in resolve_body(name).parameters] + list(SETTINGS.values())
+# lists whose items are declared (numbers in bounds, an enum) beside the built-in ones
+LISTS = [Parameter("weights", [1.0], "", {"type": ["null", "array"], "minItems": 1,
+                                           "items": {"type": "number", "minimum": 0, "exclusiveMaximum": 10}}),
+         Parameter("modes", [], "", {"type": "array", "items": {"type": "string", "enum": ["y", "parquet"]}}),
+         Parameter("counts", [2, 3], "", {"type": "array", "minItems": 2, "items": {"type": "integer", "minimum": 1}})]
+DECLARED = ([p for name in sorted(BUILTIN_BODIES) for p in resolve_body(name).parameters] + list(SETTINGS.values())
+            + LISTS)
 
 # JSON values a run conf can carry (finite numbers: see test_non_finite_numbers_are_refused)
 VALUES = st.recursive(
@@ -74,8 +80,22 @@ def test_messages_say_what_is_accepted():
         JobConfig(job_id="j", body="pagerank", input="x.csv", checkpoint_root="/tmp/s", output_format="orc")
 
 
+def test_a_list_checks_its_items_by_their_declaration():
+    weights, modes, counts = LISTS
+    assert weights.check([0, 2.5]) == (0, 2.5) and counts.check([1, 2.0]) == (1, 2)
+    with pytest.raises(ConfigError, match=r"^weights must be null or a list of one or more numbers in \[0, 10\), "
+                                          r"got \[1, 10\]$"):
+        weights.check([1, 10])
+    with pytest.raises(ConfigError, match=r"modes must be a list of one of \['y', 'parquet'\], got \['orc'\]"):
+        modes.check(["orc"])
+    with pytest.raises(ConfigError, match=r"counts must be a list of at least 2 integers >= 1, got \[1\]"):
+        counts.check([1])
+
+
 def test_a_declaration_the_code_cannot_check_is_refused_at_once():
     with pytest.raises(TypeError, match="pattern"):
         Parameter("x", "a", "", {"type": "string", "pattern": "^a$"})
     with pytest.raises(ConfigError, match="x must be an integer >= 1, got 0"):
         Parameter("x", 0, "", {"type": "integer", "minimum": 1})  # its own default refused
+    with pytest.raises(TypeError, match="items"):  # a list of lists (or of nulls) is not supported
+        Parameter("x", (), "", {"type": "array", "items": {"type": "array"}})
