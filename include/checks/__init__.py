@@ -19,7 +19,8 @@ or, for the final checkpoint, an output; ``C`` one of its columns)::
     D.duplicate_keys               (heads) records whose key (the head's key columns) an
                                    earlier record has too
     D.C.nulls                      null values
-    D.C.nonfinite, D.C.min, D.C.max, D.C.sum    (numeric C) NaN/inf count; min/max/sum of the finite values
+    D.C.nonfinite, D.C.min, D.C.max, D.C.sum    (numeric C, or an array of numbers: over its elements)
+                                                NaN/inf count; min/max/sum of the finite values
 
 An expectation is a Great Expectations configuration plus a name: ``{"name", "type",
 "kwargs", "severity", "description"}``. ``severity`` is Great Expectations' own: ``critical``

@@ -12,9 +12,11 @@ from include.errors import ConfigError
 
 _STATS = ("nulls", "nonfinite", "min", "max", "sum")
 _NUMERIC_STATS = ("nonfinite", "min", "max", "sum")
+_SCALARS = ("tinyint", "smallint", "int", "bigint", "float", "double")
 #: Column types (as ``schema_string`` writes them) whose nonfinite, min, max and sum the tail
-#: computes (``spark_jobs.storeio._Profile``: integer and floating-point columns).
-NUMERIC_TYPES = frozenset({"tinyint", "smallint", "int", "bigint", "float", "double"})
+#: computes (``spark_jobs.storeio._Profile``): integer and floating-point columns, and arrays of
+#: them (their stats are over all their elements)
+NUMERIC_TYPES = frozenset({*_SCALARS, *(f"array<{t}>" for t in _SCALARS)})
 
 
 def _glob_escape(text: str) -> str:

@@ -231,6 +231,8 @@ class _Profile:
             stats = self.columns.setdefault(name, {"nulls": 0})
             stats["nulls"] += column.null_count
             kind = column.type
+            if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+                column, kind = column.flatten(), kind.value_type  # an array's stats: over its elements
             if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
                 continue
             values = column.drop_null().to_numpy(zero_copy_only=False)

@@ -116,6 +116,16 @@ def test_the_tail_profile_of_a_partition():
     assert strings["columns"]["node"] == {"nulls": 1} and "duplicate_keys" not in strings
 
 
+def test_an_array_of_numbers_is_profiled_over_its_elements():
+    nan = float("nan")
+    centers = pa.array([[1.0, 2.0], None, [nan, -4.0, None]], pa.list_(pa.float64()))
+    p = profiled([pa.record_batch({"cluster_id": pa.array([0, 1, 2], pa.int32()), "center": centers})],
+                 keys=("cluster_id",))
+    assert p["columns"]["center"] == {"nulls": 1, "nonfinite": 1, "sum": -1.0, "min": -4.0, "max": 2.0}
+    words = profiled([pa.record_batch({"k": pa.array([1]), "w": pa.array([["a"]], pa.list_(pa.string()))})], keys=())
+    assert words["columns"]["w"] == {"nulls": 0}
+
+
 def report(partition, profile, head="ranks"):
     return EpochReport(head, partition, 3, "a3", profile["rows"], {}, (), SCHEMA, profile)
 
