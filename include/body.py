@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from include.errors import ConfigError
-from include.parameters import Parameter
+from include.parameters import Parameter, param, parameters_of
 
 if TYPE_CHECKING:  # pyspark stays out of processes that only plan, align or commit
     from pyspark.sql import DataFrame, SparkSession
@@ -82,11 +82,19 @@ class IterationBody(ABC):
     # the names of the scalars step() reports in StepResult.facts (profile columns the data
     # checks may name; include.checks.check_columns refuses any other)
     facts: ClassVar[tuple[str, ...]] = ()
-    # the body's parameters, declared once (``Parameter``): checked by parse_params, and the
-    # params of its DAGs (iterations.dag_factory.body_params)
-    parameters: ClassVar[tuple[Parameter, ...]] = ()
-    # what parse_params returns the parameters as (called with them by name); None: a dict
+    # the body's parameters, declared once: a frozen dataclass whose fields are declared with
+    # include.parameters.param (default, description, JSON Schema). parse_params checks a run's
+    # values with them and returns an instance; the DAG factory makes the DAG's params and its
+    # trigger form of them (iterations.dag_factory.body_params). None: no parameters.
     params_type: ClassVar[Any] = None
+    # derived from params_type (or, for a body without a dataclass, Parameter declarations
+    # whose values parse_params returns as a dict)
+    parameters: ClassVar[tuple[Parameter, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "params_type" in cls.__dict__ and "parameters" not in cls.__dict__:
+            cls.parameters = parameters_of(cls.params_type)
     # the body's name in messages ("PageRank"); None: ``name``
     title: ClassVar[str | None] = None
 
@@ -159,6 +167,7 @@ BUILTIN_BODIES = {
     "pagerank": "spark_jobs.bodies.pagerank:PageRank",
     "kmeans": "spark_jobs.bodies.kmeans:KMeans",
     "sgd": "spark_jobs.bodies.sgd:IncrementalSGD",
+    "components": "spark_jobs.bodies.components:ConnectedComponents",
 }
 
 
@@ -184,3 +193,7 @@ def resolve_body(name: str) -> IterationBody:
     if not (isinstance(cls, type) and issubclass(cls, IterationBody)):
         raise ConfigError(f"{target} is not an IterationBody subclass")
     return cls()
+
+
+__all__ = ["BUILTIN_BODIES", "EpochContext", "IterationBody", "Parameter", "StepResult", "body_reference", "param",
+           "parameters_of", "resolve_body"]

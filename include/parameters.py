@@ -1,8 +1,8 @@
 """A setting declared once: its default, its JSON Schema and a description. The same declaration
 checks a value in Python (a ConfigError naming the setting, what it accepts and the value) and
 becomes a DAG param's schema, so that the trigger form and the runtime accept the same values.
-Used for bodies' parameters (``IterationBody.parameters``) and a job's bounded settings
-(``include.config.SETTINGS``)."""
+Used for bodies' parameters (declared as the fields of a body's parameters dataclass with
+``param``) and a job's bounded settings (``include.config.SETTINGS``)."""
 
 from __future__ import annotations
 
@@ -138,8 +138,46 @@ def _describe(s: Mapping[str, Any], plural: bool = False) -> str:
             parts.append(("true or false" if t == "boolean" else "null"))
     return " or ".join(parts)
 
+_FIELD_KEY = "iterations.parameter"
+
+
+def param(default: Any, description: str, **schema: Any) -> Any:
+    """A body parameter declared as a field of the body's parameters dataclass
+    (``IterationBody.params_type``)::
+
+        @dataclass(frozen=True)
+        class MyParams:
+            damping: float = param(0.85, "Probability of following a link.",
+                                   type="number", exclusiveMinimum=0, exclusiveMaximum=1)
+
+    The same declaration checks each value (``Parameter``) and makes the DAG's param and its
+    trigger form (iterations.dag_factory.body_params). A list default is kept as a tuple."""
+    import dataclasses
+
+    if isinstance(default, list):
+        default = tuple(default)
+    return dataclasses.field(default=default, metadata={_FIELD_KEY: (description, dict(schema))})
+
+
+def parameters_of(params_type: Any) -> tuple[Parameter, ...]:
+    """The parameters a dataclass declares with ``param`` fields, in field order (a field
+    without ``param`` is not a parameter: TypeError, so that nothing is taken unchecked)."""
+    import dataclasses
+
+    if not dataclasses.is_dataclass(params_type):
+        return ()
+    out = []
+    for f in dataclasses.fields(params_type):
+        if _FIELD_KEY not in f.metadata:
+            raise TypeError(f"{params_type.__name__}.{f.name} is not declared with include.parameters.param(): "
+                            "give it a default, a description and its schema")
+        description, schema = f.metadata[_FIELD_KEY]
+        out.append(Parameter(f.name, f.default, description, schema))
+    return tuple(out)
+
+
 _REFUSED = object()
 _ITEMS: Mapping[str, Any] = {"type": "string", "minLength": 1}  # an array's items unless declared
 
 
-__all__ = ["Parameter"]
+__all__ = ["Parameter", "param", "parameters_of"]

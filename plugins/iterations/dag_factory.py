@@ -166,8 +166,8 @@ def iteration_dag(
     dag_id: str,
     body: str,
     params: Mapping[str, Param],
-    body_param_names: tuple[str, ...],
     epochs_per_batch: int,
+    body_param_names: tuple[str, ...] | None = None,
     spark_mode: str = os.environ.get("ITERATIONS_SPARK_MODE", "connect"),
     spark_conn_id: str | None = None,
     aws_conn_id: str | None = "aws_default",
@@ -183,7 +183,11 @@ def iteration_dag(
     relax_checks: bool = False,
     lease_wait: float = 60.0,
 ) -> DAG:
-    """``wait_for_input``: for a body whose input arrives while it runs (``sgd``), each epoch
+    """``params``: the DAG's params (``job_params``, plus the body's: ``body_params``).
+    ``body_param_names``: which of them are the body's; None: all the body declares, those not
+    in ``params`` added with the body's defaults.
+
+    ``wait_for_input``: for a body whose input arrives while it runs (``sgd``), each epoch
     group starts with ``wait_input``, a deferrable sensor that waits up to ``input_timeout``
     seconds for new input before the head plans the epoch. ``checks_file``: the DAG's data
     checks (JSON, ``include.checks``; a path relative to the project root), over the body's and
@@ -202,6 +206,10 @@ def iteration_dag(
     from iterations.sensors.alignment import AlignmentSensor
     from iterations.sensors.input import InputSensor
 
+    if body_param_names is None:
+        declared = body_params(body)
+        params = {**declared, **params}
+        body_param_names = tuple(declared)
     # an override for trying things out and for tests: smaller batches, same DAG files
     epochs_per_batch = int(os.environ.get("ITERATIONS_EPOCHS_PER_BATCH") or epochs_per_batch)
     if epochs_per_batch < 1:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 if TYPE_CHECKING:  # pyspark is imported where a function runs: the body's metadata is importable without it
     from pyspark.sql import Column, DataFrame
 
-from include.body import EpochContext, IterationBody, Parameter, StepResult
+from include.body import EpochContext, IterationBody, StepResult, param
 from include.errors import InputDataError
 
 # Ranks and their shares are in [0, 1]: 34 decimal places keep 1e-34 absolute precision.
@@ -38,18 +38,15 @@ def _exact_sum(values: Column) -> Column:
 
 @dataclass(frozen=True)
 class PageRankParams:
-    """The parameters, as ``PageRank.parameters`` declares and checks them."""
+    """The parameters, each declared once: its default, description and schema."""
 
-    damping: float
+    damping: float = param(0.85, "Probability of following a link.",
+                           type="number", exclusiveMinimum=0, exclusiveMaximum=1)
 
 
 class PageRank(IterationBody):
     name = "pagerank"
     title = "PageRank"
-    parameters = (
-        Parameter("damping", 0.85, "Probability of following a link.",
-                  {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1}),
-    )
     params_type = PageRankParams
     heads = {"ranks": ("node",)}
     metric_aggregations = {"l1_delta": "sum"}

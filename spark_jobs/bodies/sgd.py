@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 if TYPE_CHECKING:  # pyspark is imported where a function runs: the body's metadata is importable without it
     from pyspark.sql import DataFrame
 
-from include.body import EpochContext, IterationBody, Parameter, StepResult
+from include.body import EpochContext, IterationBody, StepResult, param
 from include.errors import InputDataError
 
 INTERCEPT = "__intercept__"
@@ -43,24 +43,18 @@ def _model_schema():
 
 @dataclass(frozen=True)
 class SGDParams:
-    """The parameters, as ``IncrementalSGD.parameters`` declares and checks them."""
+    """The parameters, each declared once: its default, description and schema."""
 
-    target: str
-    features: tuple[str, ...] | None
-    learning_rate: float
-    max_splits_per_epoch: int
+    target: str = param("y", "The column to predict.", type="string", minLength=1)
+    features: tuple[str, ...] | None = param(None, "Feature columns; null: every numeric column but the target.",
+                                             type=["null", "array"], minItems=1)
+    learning_rate: float = param(0.1, "Step size.", type="number", exclusiveMinimum=0)
+    max_splits_per_epoch: int = param(0, "Files one epoch takes at most (0: all new ones).",
+                                      type="integer", minimum=0)
 
 
 class IncrementalSGD(IterationBody):
     name = "sgd"
-    parameters = (
-        Parameter("target", "y", "The column to predict.", {"type": "string", "minLength": 1}),
-        Parameter("features", None, "Feature columns; null: every numeric column but the target.",
-                  {"type": ["null", "array"], "minItems": 1}),
-        Parameter("learning_rate", 0.1, "Step size.", {"type": "number", "exclusiveMinimum": 0}),
-        Parameter("max_splits_per_epoch", 0, "Files one epoch takes at most (0: all new ones).",
-                  {"type": "integer", "minimum": 0}),
-    )
     params_type = SGDParams
     heads = {"model": ("name",), "splits": ("split",)}
     metric_aggregations = {"points": "sum", "new_points": "sum"}
