@@ -99,3 +99,32 @@ def test_a_declaration_the_code_cannot_check_is_refused_at_once():
         Parameter("x", 0, "", {"type": "integer", "minimum": 1})  # its own default refused
     with pytest.raises(TypeError, match="items"):  # a list of lists (or of nulls) is not supported
         Parameter("x", (), "", {"type": "array", "items": {"type": "array"}})
+
+
+def test_parameters_are_declared_once_on_the_dataclass():
+    from dataclasses import dataclass
+
+    from include.body import IterationBody
+    from include.parameters import param, parameters_of
+
+    @dataclass(frozen=True)
+    class Params:
+        rate: float = param(0.5, "A rate.", type="number", exclusiveMinimum=0)
+        names: tuple[str, ...] = param(["a"], "Names.", type="array", minItems=1)
+
+    class Body(IterationBody):
+        name = "b"
+        params_type = Params
+        load = init = step = finish = None  # not run here
+
+    assert [(p.name, p.default) for p in Body.parameters] == [("rate", 0.5), ("names", ("a",))]
+    assert Body().parse_params({"rate": 2}) == Params(rate=2, names=("a",))
+    with pytest.raises(ConfigError, match=r"^rate must be a number > 0, got 0$"):
+        Body().parse_params({"rate": 0})
+
+    @dataclass(frozen=True)
+    class Undeclared:
+        rate: float = 0.5
+
+    with pytest.raises(TypeError, match=r"Undeclared.rate is not declared with include.parameters.param"):
+        parameters_of(Undeclared)
