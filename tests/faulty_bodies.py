@@ -88,7 +88,7 @@ class FaultyKMeans(KMeans):
         p = ctx.params
         if p.active(ctx.epoch):
             centroids = variables["centroids"]
-            moved = [F.when(F.col("cluster_id") == 0, F.lit(1e9)).otherwise(F.col(f)).alias(f)
-                     for f in data["features"]]
-            variables = {"centroids": centroids.select("cluster_id", *moved)}
+            far = F.transform(F.col("center"), lambda _: F.lit(1e9))
+            moved = F.when(F.col("cluster_id") == 0, far).otherwise(F.col("center")).alias("center")
+            variables = {"centroids": centroids.select("cluster_id", moved)}
         return super().step(variables, data, ctx)

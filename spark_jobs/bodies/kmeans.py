@@ -1,86 +1,106 @@
 """k-means (Lloyd's algorithm) as an iteration body (pure DataFrame functions).
 
-Input: points with numeric feature columns (all numeric columns except ``id`` by default, or
-the ``features`` parameter). Variables: ``centroids(cluster_id, <features...>)`` (k rows).
+Input: points with numeric features: scalar numeric columns (every numeric column but ``id`` by
+default, or the ``features`` parameter), or one column holding each point's features as an
+array of numbers or an ML vector (``features`` naming it; by default the input's only such
+column when it has no numeric scalar column). Variables: ``centroids(cluster_id, center)`` (k
+rows, ``center`` an array of the d features: the data checks see its elements' stats).
+
+Each epoch is one pass over the points: every partition assigns its points to the nearest
+centroid and sums them per cluster with numpy (``mapInArrow``; the centroids travel with the
+function), and the driver adds the partitions' sums. The plan Spark runs is the same for any k
+and any number of features.
 
 Initialisation is k-means++ made deterministic by a seed: each round picks the point with the
 largest ``log(u) / D(x)^2`` (Efraimidis-Spirakis weighted sampling, weights D(x)^2), where
 ``u`` in (0, 1) is a hash of (seed, round, the point's features): the same data and seed give
 the same centroids whatever the partitioning. A cluster that loses all its points keeps its
 centroid; the data check ``no_empty_cluster`` refuses such an epoch unless the job lowers its
-severity to ``warning``. Input with null, NaN or infinite features, or with fewer distinct
-points than k, is refused (``InputDataError``) before any step. Converged when no centroid
-moves more than the job's tolerance (Euclidean).
-Outputs: ``centroids`` and ``assignments`` (the input rows plus ``cluster_id``); every epoch
-also emits ``centroid_history`` rows (epoch, cluster_id, features, shift), published as each
+severity to ``warning``. Input with null, NaN or infinite features, arrays of other lengths or
+of non-numbers, or fewer distinct points than k, is refused (``InputDataError`` naming the
+column and a sample row) before any step. Converged when no centroid moves more than the job's
+tolerance (Euclidean).
+Outputs: ``centroids`` (``cluster_id`` and the features as the input has them: a column each,
+or the one array column) and ``assignments`` (the input rows plus ``cluster_id``); every epoch
+also emits ``centroid_history`` rows (epoch, cluster_id, center, shift), published as each
 epoch's checkpoint commits, so a running job's trajectory can be watched and plotted.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
-from functools import reduce
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 if TYPE_CHECKING:  # pyspark is imported where a function runs: the body's metadata is importable without it
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
-from include.body import EpochContext, IterationBody, Parameter, StepResult
+from include.body import EpochContext, IterationBody, StepResult, param
 from include.errors import InputDataError
 
-_MASK53 = (1 << 53) - 1
+# k-means++ runs on the driver when the points' features are at most this many numbers (one
+# collect, then no Spark job per round); beyond, one Spark job per round
+LOCAL_INIT_VALUES = 1 << 22
 
 
 @dataclass(frozen=True)
 class KMeansParams:
-    """The parameters, as ``KMeans.parameters`` declares and checks them."""
+    """The parameters, each declared once: its default, description and schema."""
 
-    k: int
-    seed: int
-    features: tuple[str, ...] | None
+    k: int = param(3, "Number of clusters.", type="integer", minimum=1, maximum=10_000)
+    seed: int = param(42, "Seed of the deterministic k-means++ initialisation.", type="integer")
+    features: tuple[str, ...] | None = param(
+        None, "Feature columns (numeric), or one column of arrays or ML vectors; null: every numeric column but "
+        "id, else the input's only array or vector column.", type=["null", "array"], minItems=1)
+
+
+def _schema(*fields: tuple[str, str]) -> StructType:
+    from pyspark.sql.types import ArrayType, DoubleType, IntegerType, LongType, StructField, StructType
+
+    types = {"int": IntegerType(), "long": LongType(), "double": DoubleType(), "doubles": ArrayType(DoubleType())}
+    return StructType([StructField(name, types[kind]) for name, kind in fields])
 
 
 def _doubles(names: Sequence[str]) -> list[tuple[str, str]]:
     return [(n, "double") for n in names]
 
 
-def _schema(*fields: tuple[str, str]) -> StructType:
-    from pyspark.sql.types import (
-        DoubleType,
-        IntegerType,
-        LongType,
-        StructField,
-        StructType,
-    )
+def _centers(rows) -> Any:
+    """The centroids of ``rows`` (the variables' records) as a (k, d) array, by cluster id."""
+    import numpy as np
 
-    types = {"int": IntegerType(), "long": LongType(), "double": DoubleType()}
-    return StructType([StructField(name, types[kind]) for name, kind in fields])
+    rows = sorted(rows, key=lambda r: r["cluster_id"])
+    return [int(r["cluster_id"]) for r in rows], np.array([r["center"] for r in rows], dtype=float)
 
 
-def _distance2(features: Sequence[str], centroid: Sequence[float]) -> Column:
-    from pyspark.sql import functions as F
+def _vector_kind(data_type) -> str | None:
+    """"array" for an array of numbers, "vector" for an ML vector, "array-of-<t>" for an array
+    of something else, None for anything else."""
+    from pyspark.sql.types import ArrayType, NumericType
 
-    return reduce(lambda a, b: a + b, [(F.col(f) - F.lit(float(c))) ** 2 for f, c in zip(features, centroid)])
+    if isinstance(data_type, ArrayType):
+        inner = data_type.elementType
+        return "array" if isinstance(inner, NumericType) else f"array-of-{inner.simpleString()}"
+    if type(data_type).__name__ == "VectorUDT":
+        return "vector"
+    return None
 
 
-def _uniform(seed: int, round_: int, features: Sequence[str]) -> Column:
-    from pyspark.sql import functions as F
+def _sample_text(row: Mapping[str, Any] | None) -> str:
+    return ", ".join(f"{k}={_value_text(v)}" for k, v in (row or {}).items())
 
-    h = F.xxhash64(F.lit(seed), F.lit(round_), *[F.col(f) for f in features])
-    return (h.bitwiseAND(F.lit(_MASK53)).cast("double") + F.lit(0.5)) / F.lit(float(1 << 53))
+
+def _value_text(v: Any) -> str:
+    if isinstance(v, float):
+        return "inf" if v == math.inf else "-inf" if v == -math.inf else "nan" if math.isnan(v) else repr(v)
+    return str(v)
 
 
 class KMeans(IterationBody):
     name = "kmeans"
     title = "k-means"
-    parameters = (
-        Parameter("k", 3, "Number of clusters.", {"type": "integer", "minimum": 1, "maximum": 10_000}),
-        Parameter("seed", 42, "Seed of the deterministic k-means++ initialisation.", {"type": "integer"}),
-        Parameter("features", None, "Feature columns; null: every numeric column but id.",
-                  {"type": ["null", "array"], "minItems": 1}),
-    )
     params_type = KMeansParams
     heads = {"centroids": ("cluster_id",)}
     metric_aggregations = {"max_shift": "max", "min_cluster_size": "min", "assigned_points": "sum"}
@@ -107,8 +127,9 @@ class KMeans(IterationBody):
          "description": "each input point is in exactly one cluster"},
     )
 
-    def load(self, raw: DataFrame, params: KMeansParams) -> dict[str, Any]:
-        from pyspark.sql import functions as F
+    # -- the input ----------------------------------------------------------------------------
+    def _feature_columns(self, raw: DataFrame, params: KMeansParams) -> tuple[list[str], str | None]:
+        """(scalar feature columns, or [] and the one array/vector column)."""
         from pyspark.sql.types import NumericType
 
         types = {f.name: f.dataType for f in raw.schema.fields}
@@ -116,119 +137,187 @@ class KMeans(IterationBody):
             missing = [f for f in params.features if f not in types]
             if missing:
                 raise InputDataError(f"k-means feature column(s) {missing} not in the input; columns: {raw.columns}")
-            features = list(params.features)
+            if len(params.features) == 1 and _vector_kind(types[params.features[0]]) is not None:
+                return [], params.features[0]
+            bad = {f: types[f].simpleString() for f in params.features if not isinstance(types[f], NumericType)}
+            if bad:
+                raise InputDataError("k-means needs numeric features; non-numeric: "
+                                     + ", ".join(f"{f} ({t})" for f, t in bad.items()))
+            return list(params.features), None
+        scalars = [n for n, t in types.items() if n != "id" and isinstance(t, NumericType)]
+        if scalars:
+            return scalars, None
+        vectors = [n for n, t in types.items() if _vector_kind(t) is not None]
+        if len(vectors) == 1:
+            return [], vectors[0]
+        raise InputDataError("k-means input has no numeric feature column" + (
+            f" and several array or vector columns {vectors}: name one with the features parameter" if vectors else "")
+            + "; columns and types: " + ", ".join(f"{n} {t.simpleString()}" for n, t in types.items()))
+
+    def load(self, raw: DataFrame, params: KMeansParams) -> dict[str, Any]:
+        from pyspark.sql import functions as F
+
+        from spark_jobs.bodies.kmeans_kernels import inspect_partition
+
+        scalars, vector = self._feature_columns(raw, params)
+        if vector is not None:
+            kind = _vector_kind(raw.schema[vector].dataType)
+            if kind.startswith("array-of-"):
+                row = raw.where(F.col(vector).isNotNull() & (F.size(vector) > 0)).select(self._sample(raw)).first()
+                raise InputDataError(f"k-means feature column {vector} holds arrays of {kind[len('array-of-'):]}, "
+                                     f"not numbers (e.g. {_sample_text(row[0].asDict() if row else None)})")
+            if kind == "vector":
+                from pyspark.ml.functions import vector_to_array
+
+                x = vector_to_array(F.col(vector), "float64")
+            else:
+                x = F.col(vector).cast("array<double>")
         else:
-            features = [n for n, t in types.items() if n != "id" and isinstance(t, NumericType)]
-            if not features:
-                raise InputDataError("k-means input has no numeric feature column; columns and types: "
-                                     + ", ".join(f"{n} {t.simpleString()}" for n, t in types.items()))
-        bad = {f: types[f].simpleString() for f in features if not isinstance(types[f], NumericType)}
-        if bad:
-            raise InputDataError(
-                "k-means needs numeric features; non-numeric: "
-                + ", ".join(f"{f} ({t})" for f, t in bad.items())
-            )
-        points = raw.select(*raw.columns, *[F.col(f).cast("double").alias(f"__f{i}") for i, f in enumerate(features)])
-        fcols = [f"__f{i}" for i in range(len(features))]
-        points = points.cache()
-        # a sample row for the error message: its id, or without an id column the whole row
-        sample = F.struct(F.col("id")) if "id" in raw.columns else F.struct(*[F.col(n) for n in raw.columns])
-        # one pass: the rows, and per feature its null/NaN rows and a row with ±inf if any
-        stats = points.agg(
-            F.count("*").alias("n"),
-            *[F.sum(F.when(F.col(c).isNull() | F.isnan(c), 1).otherwise(0)).alias(c) for c in fcols],
-            *[F.first(F.when(F.abs(F.col(c)) == F.lit(math.inf), F.struct(sample.alias("row"), F.col(c).alias("value"))),
-                      ignorenulls=True).alias(f"{c}_inf") for c in fcols],
-        ).first()
+            x = F.array(*[F.col(f).cast("double") for f in scalars])
+        points = raw.select(*raw.columns, x.alias("__x")).cache()
+        checked = points.select(self._sample(raw).alias("__row"), "__x").mapInArrow(
+            inspect_partition, "n long, dim int, bad string").collect()
         try:
-            if stats["n"] == 0:
+            n = sum(r["n"] for r in checked)
+            if n == 0:
                 raise InputDataError("k-means input is empty: no points")
-            nulls = [f for f, c in zip(features, fcols) if stats[c]]
-            if nulls:
-                raise InputDataError(f"k-means feature column(s) {nulls} have null or NaN values")
-            infinite = {f: stats[f"{c}_inf"] for f, c in zip(features, fcols) if stats[f"{c}_inf"] is not None}
-            if infinite:
-                examples = "; ".join(
-                    ", ".join(f"{k}={v}" for k, v in s["row"].asDict().items()) + f": {f}={s['value']}"
-                    for f, s in infinite.items())
-                raise InputDataError(f"k-means feature column(s) {list(infinite)} have infinite values (e.g. {examples})")
-            if stats["n"] < params.k:
-                raise InputDataError(f"k-means with k={params.k} needs at least {params.k} points, the input has {stats['n']}")
+            dims = sorted({r["dim"] for r in checked if r["dim"] is not None})
+            bad: dict[str, Any] = {}
+            for r in checked:
+                for key, found in json.loads(r["bad"]).items():
+                    bad.setdefault(key, found)
+            self._refuse(bad, dims, scalars, vector)
+            dim = dims[0] if dims else 0
+            if dim == 0:
+                raise InputDataError(f"k-means feature column {vector} holds empty arrays: no features")
+            if n < params.k:
+                raise InputDataError(f"k-means with k={params.k} needs at least {params.k} points, the input has {n}")
         except InputDataError:
             points.unpersist()  # refused: nothing keeps the cached points
             raise
-        return {"points": points, "features": features, "fcols": fcols, "num_points": int(stats["n"])}
+        features = scalars or [vector]
+        return {"points": points, "features": features, "vector": vector, "dim": dim, "num_points": n}
 
-    def initial_centroids(self, data: Mapping[str, Any], params: KMeansParams) -> list[list[float]]:
-        """Deterministic k-means++ (see the module docstring)."""
+    @staticmethod
+    def _sample(raw: DataFrame):
+        """A row named in an error message: its id, or without an id column the whole row."""
         from pyspark.sql import functions as F
 
-        points, fcols = data["points"], data["fcols"]
-        chosen: list[list[float]] = []
+        return F.struct(F.col("id")) if "id" in raw.columns else F.struct(*[F.col(n) for n in raw.columns])
+
+    @staticmethod
+    def _refuse(bad: Mapping[str, Any], dims: list[int], scalars: list[str], vector: str | None) -> None:
+        def where(found) -> str:
+            j = found.get("feature")
+            return scalars[j] if scalars and j is not None else vector if vector else ", ".join(scalars)
+
+        if len(dims) > 1 or "ragged" in bad:
+            found = bad.get("ragged")
+            example = (f" (e.g. {_sample_text(found['row'])}: {found['length']} features where others have "
+                       f"{found['expected']})" if found else "")
+            lengths = sorted(set(dims) | ({found["length"], found["expected"]} if found else set()))
+            raise InputDataError(f"k-means feature column {vector} holds arrays of different lengths {lengths}"
+                                 f"{example}: every point needs the same number of features")
+        def at(found) -> str:  # the column, and for an array column the index
+            j = found.get("feature")
+            return where(found) + (f"[{j}]" if not scalars and j is not None else "")
+
+        nulls = {k: v for k, v in bad.items() if k == "null" or k.startswith("nan:")}
+        if nulls:
+            cols = sorted({where(v) for v in nulls.values()}, key=lambda c: (scalars + [c]).index(c))
+            examples = "; ".join(f"{_sample_text(v['row'])}: {at(v)} is {'null' if k == 'null' else 'NaN'}"
+                                 for k, v in nulls.items())
+            raise InputDataError(f"k-means feature column(s) {cols} have null or NaN values (e.g. {examples})")
+        infinite = {int(k.split(":")[1]): v for k, v in bad.items() if k.startswith("inf:")}
+        if infinite:
+            cols = [where(infinite[j]) for j in sorted(infinite)]
+            examples = "; ".join(f"{_sample_text(infinite[j]['row'])}: {at(infinite[j])}="
+                                 f"{_value_text(infinite[j]['value'])}" for j in sorted(infinite))
+            raise InputDataError(f"k-means feature column(s) {sorted(set(cols), key=cols.index)} have infinite "
+                                 f"values (e.g. {examples})")
+
+    # -- k-means++ ----------------------------------------------------------------------------
+    def initial_centroids(self, data: Mapping[str, Any], params: KMeansParams) -> list[list[float]]:
+        """Deterministic k-means++ (see the module docstring): on the driver when the points are
+        small enough to collect once (``LOCAL_INIT_VALUES``), else one Spark job per round; the
+        same picks either way (spark_jobs.bodies.kmeans_kernels.best_candidate)."""
+        import numpy as np
+
+        from spark_jobs.bodies import kmeans_kernels as K
+
+        points, dim = data["points"].select("__x"), data["dim"]
+        chosen: list[np.ndarray] = []
+        if data["num_points"] * dim <= LOCAL_INIT_VALUES:
+            table = points.toArrow()
+            X = np.concatenate([K.matrix(c, dim) for c in table.column("__x").chunks]) if table.num_rows \
+                else np.zeros((0, dim))
+            hashes, d2 = K.point_hashes(X), None
+            for round_ in range(params.k):
+                best = K.best_candidate(X, hashes, params.seed, round_, d2)
+                if best is None:
+                    self._too_few_distinct(params, chosen, data)
+                chosen.append(X[best[1]].copy())
+                new = K.exact_d2(X, chosen[-1])
+                d2 = new if d2 is None else np.minimum(d2, new)
+            return [c.tolist() for c in chosen]
         for round_ in range(params.k):
-            u = _uniform(params.seed, round_, fcols)
-            if chosen:
-                d2 = F.least(*[_distance2(fcols, c) for c in chosen]) if len(chosen) > 1 else _distance2(fcols, chosen[0])
-                scored = points.select(*fcols, (F.log(u) / d2).alias("key"), d2.alias("d2")).where("d2 > 0")
-            else:
-                scored = points.select(*fcols, u.alias("key"))
-            best = scored.orderBy(F.col("key").desc(), *[F.col(c) for c in fcols]).select(*fcols).first()
-            if best is None:
-                # every point is one of the chosen centroids: the input has exactly len(chosen)
-                # distinct points (known here at no cost; counting them in load would shuffle)
-                raise InputDataError(
-                    f"k-means with k={params.k} needs at least {params.k} distinct points, the input has "
-                    f"{len(chosen)} distinct point(s) (of {data['num_points']} points): "
-                    "k must not exceed the number of distinct points")
-            chosen.append([float(best[c]) for c in fcols])
-        return chosen
+            found = points.mapInArrow(_round_function(params.seed, round_, np.array(chosen), dim),
+                                      "key double, x array<double>").collect()
+            found = [r for r in found if r["key"] is not None]
+            if not found:
+                self._too_few_distinct(params, chosen, data)
+            best = max(found, key=lambda r: (r["key"], [-v for v in r["x"]]))
+            chosen.append(np.array(best["x"], dtype=float))
+        return [c.tolist() for c in chosen]
+
+    @staticmethod
+    def _too_few_distinct(params: KMeansParams, chosen: list, data: Mapping[str, Any]) -> None:
+        # every point is one of the chosen centroids: the input has exactly len(chosen) distinct
+        # points (known here at no cost; counting them in load would shuffle)
+        raise InputDataError(
+            f"k-means with k={params.k} needs at least {params.k} distinct points, the input has "
+            f"{len(chosen)} distinct point(s) (of {data['num_points']} points): "
+            "k must not exceed the number of distinct points")
 
     def init(self, data: Mapping[str, Any], ctx: EpochContext) -> dict[str, DataFrame]:
         from spark_jobs.frames import local_frame
 
         centroids = self.initial_centroids(data, ctx.params)
-        rows = [(i, *c) for i, c in enumerate(centroids)]
-        return {"centroids": local_frame(ctx.spark, rows, _schema(("cluster_id", "int"), *_doubles(data["features"])))}
+        return {"centroids": local_frame(ctx.spark, list(enumerate(centroids)),
+                                         _schema(("cluster_id", "int"), ("center", "doubles")))}
 
-    def _assign(self, points: DataFrame, fcols: Sequence[str], centroids: list[list[float]]) -> Column:
-        """Index of the nearest centroid, as one expression (no join, no shuffle)."""
-        from pyspark.sql import functions as F
-
-        distances = [_distance2(fcols, c) for c in centroids]
-        best = F.least(*distances) if len(distances) > 1 else distances[0]
-        expr = F.lit(len(centroids) - 1)
-        for i in range(len(centroids) - 2, -1, -1):
-            expr = F.when(distances[i] == best, F.lit(i)).otherwise(expr)
-        return expr
-
+    # -- an epoch -----------------------------------------------------------------------------
     def step(self, variables: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> StepResult:
-        from pyspark.sql import functions as F
+        import numpy as np
 
         from spark_jobs.frames import local_frame
 
-        features, fcols = data["features"], data["fcols"]
-        rows = sorted(variables["centroids"].collect(), key=lambda r: r["cluster_id"])  # k rows
-        centroids = [[float(r[f]) for f in features] for r in rows]
-        # one pass over the points; everything after it is k rows on the driver
-        means = {
-            r["cluster_id"]: r
-            for r in data["points"]
-            .select(self._assign(data["points"], fcols, centroids).alias("cluster_id"), *fcols)
-            .groupBy("cluster_id")
-            .agg(*[F.avg(c).alias(c) for c in fcols], F.count("*").alias("__size"))
-            .collect()
-        }
+        dim = data["dim"]
+        ids, C = _centers(variables["centroids"].collect())  # k rows
+        C = C.reshape(len(ids), dim)
+        k = len(C)
+        # one pass over the points: each partition's sums and counts per cluster, added here
+        partials = data["points"].select("__x").mapInArrow(
+            _sums_function(C, dim), "cluster_id int, count long, sums array<double>").toArrow()  # by row of C
+        sums, counts = np.zeros((k, dim)), np.zeros(k, dtype=np.int64)
+        if partials.num_rows:
+            at = partials.column("cluster_id").to_numpy()  # the centroid's row in C
+            np.add.at(counts, at, partials.column("count").to_numpy())
+            part = np.concatenate([c.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim)
+                                   for c in partials.column("sums").chunks])
+            np.add.at(sums, at, part)
         new_rows = []
-        for i, (row, old) in enumerate(zip(rows, centroids)):
-            mean = means.get(i)  # None: the cluster lost all its points and keeps its centroid
-            moved = old if mean is None else [float(mean[c]) for c in fcols]
-            shift = math.sqrt(sum((m - o) ** 2 for m, o in zip(moved, old)))
-            new_rows.append((int(row["cluster_id"]), *moved, shift, 0 if mean is None else int(mean["__size"])))
+        for i, cluster in enumerate(ids):
+            # an empty cluster keeps its centroid
+            moved = C[i] if counts[i] == 0 else sums[i] / counts[i]
+            shift = float(np.sqrt(((moved - C[i]) ** 2).sum()))
+            new_rows.append((cluster, moved.tolist(), shift, int(counts[i])))
         # k rows each: local frames (the tail writes them from the driver, no Spark job)
-        new = local_frame(ctx.spark, new_rows, _schema(("cluster_id", "int"), *_doubles(features), ("shift", "double"),
-                                                       ("__size", "long")))
+        new = local_frame(ctx.spark, new_rows, _schema(("cluster_id", "int"), ("center", "doubles"),
+                                                       ("shift", "double"), ("__size", "long")))
         history = local_frame(ctx.spark, [(ctx.epoch, *r[:-1]) for r in new_rows],
-                              _schema(("epoch", "int"), ("cluster_id", "int"), *_doubles(features), ("shift", "double")))
+                              _schema(("epoch", "int"), ("cluster_id", "int"), ("center", "doubles"),
+                                      ("shift", "double")))
         return StepResult(variables={"centroids": new},
                           metrics={"max_shift": ("centroids", "shift"), "min_cluster_size": ("centroids", "__size"),
                                    "assigned_points": ("centroids", "__size")},
@@ -236,10 +325,79 @@ class KMeans(IterationBody):
                           facts={"input_points": data["num_points"], "k": ctx.params.k})
 
     def finish(self, variables: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> dict[str, DataFrame]:
-        centroids_df = variables["centroids"]
-        rows = sorted(centroids_df.collect(), key=lambda r: r["cluster_id"])
-        centroids = [[float(r[f]) for f in data["features"]] for r in rows]
+        from pyspark.sql.types import IntegerType, StructField, StructType
+
+        from spark_jobs.frames import local_frame
+
+        ids, C = _centers(variables["centroids"].collect())
+        C = C.reshape(len(ids), data["dim"])
+        if data["vector"] is not None:  # the centroids as the input had the points: one array column
+            centroids = local_frame(ctx.spark, [(i, c.tolist()) for i, c in zip(ids, C)],
+                                    _schema(("cluster_id", "int"), (data["vector"], "doubles")))
+        else:  # a column per feature
+            centroids = local_frame(ctx.spark, [(i, *map(float, c)) for i, c in zip(ids, C)],
+                                    _schema(("cluster_id", "int"), *_doubles(data["features"])))
         points = data["points"]
-        original = [c for c in points.columns if c not in data["fcols"]]
-        assignments = points.select(*original, self._assign(points, data["fcols"], centroids).alias("cluster_id"))
-        return {"centroids": centroids_df.orderBy("cluster_id"), "assignments": assignments}
+        original = [f for f in points.schema.fields if f.name != "__x"]
+        assignments = points.mapInArrow(_assign_function(C, data["dim"]),
+                                        StructType([*original, StructField("cluster_id", IntegerType())]))
+        return {"centroids": centroids, "assignments": assignments}
+
+# -- the functions Spark runs per partition (module level: they pickle small) ---------------------
+
+def _round_function(seed: int, round_: int, chosen, dim: int):
+    def best_in_partition(batches):
+        import numpy as np
+        import pyarrow as pa
+
+        from spark_jobs.bodies import kmeans_kernels as K
+
+        best = None
+        for batch in batches:
+            X = K.matrix(batch.column("__x"), dim)
+            d2 = None
+            for c in chosen:
+                new = K.exact_d2(X, c)
+                d2 = new if d2 is None else np.minimum(d2, new)
+            found = K.best_candidate(X, K.point_hashes(X), seed, round_, d2)
+            if found is not None and (best is None or (found[0], [-v for v in X[found[1]]]) > (best[0], [-v for v in best[1]])):
+                best = (found[0], X[found[1]].tolist())
+        yield pa.RecordBatch.from_pydict({"key": [best[0] if best else None], "x": [best[1] if best else None]},
+                                         schema=pa.schema([("key", pa.float64()), ("x", pa.list_(pa.float64()))]))
+    return best_in_partition
+
+
+def _sums_function(C, dim: int):
+    def sums_in_partition(batches):
+        import numpy as np
+        import pyarrow as pa
+
+        from spark_jobs.bodies import kmeans_kernels as K
+
+        k = len(C)
+        sums, counts = np.zeros((k, dim)), np.zeros(k, dtype=np.int64)
+        for batch in batches:
+            X = K.matrix(batch.column("__x"), dim)
+            s, c = K.sums_and_counts(X, K.nearest(X, C), k)
+            sums += s
+            counts += c
+        ids = np.flatnonzero(counts)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(ids.astype(np.int32)), pa.array(counts[ids]),
+             pa.FixedSizeListArray.from_arrays(pa.array(sums[ids].ravel()), dim).cast(pa.list_(pa.float64()))],
+            names=["cluster_id", "count", "sums"])
+    return sums_in_partition
+
+
+def _assign_function(C, dim: int):
+    def assign_in_partition(batches):
+        import numpy as np
+        import pyarrow as pa
+
+        from spark_jobs.bodies import kmeans_kernels as K
+
+        for batch in batches:
+            labels = K.nearest(K.matrix(batch.column("__x"), dim), C).astype(np.int32)
+            kept = batch.drop_columns(["__x"])
+            yield kept.append_column("cluster_id", pa.array(labels))
+    return assign_in_partition

@@ -53,24 +53,37 @@ def test_iterate_pagerank(airflow_env, spark, tmp_path):
     assert dict(zip(*read_published(tmp_path / "out", "ranks")[["node", "rank"]].T.values)) == ours
 
 
-def test_iterate_kmeans(airflow_env, spark, tmp_path):
+def test_iterate_kmeans_on_digits_in_connect_mode(airflow_env, spark, tmp_path):
+    """scikit-learn's bundled digits (1,797 points x 64 features, one array column) through the
+    DAG in connect mode (its default) equal scikit-learn's Lloyd from the same initial centroids."""
     from sklearn.cluster import KMeans as SkKMeans
-    from sklearn.datasets import make_blobs
+    from sklearn.datasets import load_digits
 
-    X, _ = make_blobs(n_samples=240, centers=3, n_features=2, cluster_std=1.0, random_state=3)
-    pd.DataFrame({"id": np.arange(len(X)), "x": X[:, 0], "y": X[:, 1]}).to_parquet(tmp_path / "points.parquet")
-    conf = {"job_id": "km-dag", "input_path": str(tmp_path / "points.parquet"),
+    X = load_digits().data.astype(float)
+    pd.DataFrame({"id": np.arange(len(X)), "pixels": list(X)}).to_parquet(tmp_path / "digits.parquet")
+    epochs = 6
+    conf = {"job_id": "km-dag", "input_path": str(tmp_path / "digits.parquet"),
             "checkpoint_root": str(tmp_path / "store"), "output_path": str(tmp_path / "out"),
-            "max_epochs": 10, "tolerance": 1e-9, "num_partitions": 2, "k": 3, "seed": 7}
+            "max_epochs": epochs, "tolerance": 0.0, "num_partitions": 2, "k": 10, "seed": 7}
     dags_test(airflow_env, "iterate_kmeans", conf)
 
     body = resolve_body("kmeans")
-    params = body.parse_params({"k": 3, "seed": 7})
+    params = body.parse_params({"k": 10, "seed": 7})
     init = np.array(body.initial_centroids(body.load(read_input(spark, InputSpec(conf["input_path"]), 2), params), params))
-    reference = SkKMeans(n_clusters=3, init=init, n_init=1, tol=0.0, algorithm="lloyd").fit(X)
+    # the pixels are integers and so are the initial centroids (k-means++ picks points): some
+    # points are exactly as far from two of them, and the body's rule (the first of equals)
+    # decides. scikit-learn breaks such ties by rounding, so its Lloyd starts from the first
+    # step's means, which are no longer integers (no exact ties after it)
+    first = np.argmin(((X[:, None, :] - init[None]) ** 2).sum(axis=-1), axis=1)
+    after_first = np.array([X[first == c].mean(axis=0) if (first == c).any() else init[c] for c in range(10)])
+    reference = SkKMeans(n_clusters=10, init=after_first, n_init=1, max_iter=epochs - 1, tol=0.0,
+                         algorithm="lloyd").fit(X)
+    assert reference.n_iter_ == epochs - 1, "the job stops at max_epochs, before convergence"
     centroids = read_published(tmp_path / "out", "centroids").sort_values("cluster_id")
-    np.testing.assert_allclose(centroids[["x", "y"]].to_numpy(), reference.cluster_centers_, atol=1e-9)
+    assert list(centroids.columns) == ["cluster_id", "pixels"], "the centroids as the input has the points"
+    np.testing.assert_allclose(np.stack(centroids["pixels"]), reference.cluster_centers_, atol=1e-9)
     assignments = read_published(tmp_path / "out", "assignments").sort_values("id")
+    assert list(assignments.columns) == ["id", "pixels", "cluster_id"]
     assert (assignments["cluster_id"].to_numpy() == reference.labels_).all()
 
 

@@ -92,3 +92,54 @@ def test_the_library_runner_on_the_second_connect_session_of_a_process(airflow_e
     reference = JobConfig(job_id="pr-local", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "lib"),
                           max_epochs=4, tolerance=0.0, num_partitions=3)
     assert ranks == ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
+
+
+KMEANS_ON_CONNECT = """
+import json, sys
+import numpy as np
+from pyspark.sql import SparkSession
+from include.body import resolve_body
+from include.config import JobConfig
+from spark_jobs.runner import IterationRunner
+from spark_jobs.storeio import read_input
+
+url, points, store = sys.argv[1:]
+config = JobConfig(job_id="km-784", body="kmeans", input=points, checkpoint_root=store,
+                   body_params={"k": 12, "seed": 2}, max_epochs=30, tolerance=1e-9, num_partitions=2)
+spark = SparkSession.builder.remote(url).create()
+body = resolve_body("kmeans")
+params = body.parse_params(config.body_params)
+init = body.initial_centroids(body.load(read_input(spark, config.input, 2), params), params)
+result = IterationRunner(config, spark).run()
+centroids = result.outputs["centroids"].toPandas().sort_values("cluster_id")
+assignments = result.outputs["assignments"].toPandas().sort_values("id")
+print(json.dumps({"reason": result.decisions[-1].reason, "init": init,
+                  "centroids": np.stack(centroids["image"]).tolist(),
+                  "labels": assignments["cluster_id"].tolist(), "columns": list(centroids.columns)}))
+"""
+
+
+def test_kmeans_of_784_features_on_spark_connect(airflow_env, connect_url, tmp_path):
+    """784 features (an array column) and k=12 through the library runner on a Spark Connect
+    session (in a process of its own: a Connect session switches pyspark's functions to Connect
+    for the whole process): the plan does not grow with k or the features (one expression per
+    feature used to exceed Spark Connect's message depth), and the result is scikit-learn's
+    Lloyd from the same initial centroids."""
+    import numpy as np
+    import pandas as pd
+    from sklearn.cluster import KMeans as SkKMeans
+
+    rng = np.random.default_rng(4)
+    centers = rng.normal(0, 4, size=(12, 784))
+    X = centers[rng.integers(0, 12, size=900)] + rng.normal(0, 1.0, size=(900, 784))
+    pd.DataFrame({"id": np.arange(len(X)), "image": list(X)}).to_parquet(tmp_path / "images.parquet")
+    done = subprocess.run([sys.executable, "-c", KMEANS_ON_CONNECT, connect_url, str(tmp_path / "images.parquet"),
+                           str(tmp_path / "store")], env=airflow_env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["reason"].startswith("converged") and got["columns"] == ["cluster_id", "image"]
+    reference = SkKMeans(n_clusters=12, init=np.array(got["init"]), n_init=1, max_iter=100, tol=0.0,
+                         algorithm="lloyd").fit(X)
+    np.testing.assert_allclose(np.array(got["centroids"]), reference.cluster_centers_, atol=1e-9)
+    assert got["labels"] == reference.labels_.tolist()

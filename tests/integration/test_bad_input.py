@@ -160,6 +160,43 @@ def test_infinite_features(spark, tmp_path):
     assert_nothing_committed(cfg)
 
 
+@pytest.mark.parametrize("case", ["ragged", "strings", "nan", "null_value", "null_vector", "null_scalar"])
+def test_bad_feature_arrays(spark, tmp_path, case):
+    """Each bad vector is refused before any step, naming the column and a sample row."""
+    v = [[0.0, 1.0], [1.0, 2.0], [2.0, 3.0], [3.0, 4.0], [4.0, 5.0], [5.0, 6.0]]
+    frame, expected = pd.DataFrame({"id": range(6), "v": v}), None
+    if case == "ragged":
+        frame["v"] = [*v[:3], [3.0], *v[4:]]
+        expected = ("k-means feature column v holds arrays of different lengths [1, 2] (e.g. id=3: 1 features where "
+                    "others have 2): every point needs the same number of features")
+    elif case == "strings":
+        frame["v"] = [[str(x) for x in p] for p in v]
+        expected = "k-means feature column v holds arrays of string, not numbers (e.g. id=0)"
+    elif case == "nan":
+        frame["v"] = [*v[:4], [4.0, float("nan")], v[5]]
+        expected = "k-means feature column(s) ['v'] have null or NaN values (e.g. id=4: v[1] is NaN)"
+    elif case == "null_value":
+        frame["v"] = [*v[:2], [None, 3.0], *v[3:]]
+        expected = "k-means feature column(s) ['v'] have null or NaN values (e.g. id=2: v[0] is null)"
+    elif case == "null_vector":
+        frame["v"] = [*v[:5], None]
+        expected = "k-means feature column(s) ['v'] have null or NaN values (e.g. id=5: v is null)"
+    else:
+        frame = pd.DataFrame({"id": range(6), "x": [0.0, 1.0, None, 3.0, 4.0, 5.0], "y": [0.0] * 6})
+        expected = "k-means feature column(s) ['x'] have null or NaN values (e.g. id=2: x is null)"
+    cfg = kmeans_config(tmp_path, frame)
+    if case == "nan":  # pandas writes a NaN in a list as null: write the NaN itself
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"id": list(range(6)), "v": pa.array(list(frame["v"]), pa.list_(pa.float64()),
+                                                                     from_pandas=False)}), cfg.input.path)
+    with pytest.raises(InputDataError) as refused:
+        IterationRunner(cfg, spark).run()
+    assert str(refused.value) == expected
+    assert_nothing_committed(cfg)
+
+
 def test_fewer_distinct_points_than_k(spark, tmp_path):
     points = pd.DataFrame({"id": range(8), "x": [1.0, 5.0] * 4, "y": [2.0, 6.0] * 4})
     cfg = kmeans_config(tmp_path, points, k=3)

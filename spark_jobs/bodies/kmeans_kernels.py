@@ -1,0 +1,146 @@
+"""k-means' numeric kernels: numpy over Arrow batches of feature vectors, the same code in a
+Spark task (per partition, through ``mapInArrow``) and on the driver. The plan Spark runs does
+not grow with k or the number of features: the centroids travel with the function."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Iterator
+
+import numpy as np
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_BLOCK = 1 << 22  # rows x centroids per block of distances (32 MiB of doubles)
+
+
+def _mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser over uint64 values (wrapping arithmetic)."""
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+def point_hashes(X: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each row's values (-0.0 hashes as 0.0): the same point, the same hash,
+    wherever it is read and however the input is partitioned."""
+    bits = np.ascontiguousarray(X + 0.0).view(np.uint64)
+    h = np.zeros(len(X), dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(X.shape[1]):
+            h = _mix(h ^ (bits[:, j] + _GOLDEN * np.uint64(j + 1)))
+    return h
+
+
+def uniform(hashes: np.ndarray, seed: int, round_: int) -> np.ndarray:
+    """A number in (0, 1) per point, a function of (seed, round, the point) only."""
+    salt = _mix(np.array([(seed & 0xFFFFFFFFFFFFFFFF) ^ (round_ * 0x632BE59BD9B4E019 & 0xFFFFFFFFFFFFFFFF)],
+                         dtype=np.uint64))[0]
+    return ((_mix(hashes ^ salt) >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
+
+
+def exact_d2(X: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Squared Euclidean distance of every row to ``c``, exactly 0 for a row equal to it."""
+    diff = X - c
+    return np.einsum("ij,ij->i", diff, diff)
+
+
+def best_candidate(X: np.ndarray, hashes: np.ndarray, seed: int, round_: int,
+                   d2: np.ndarray | None) -> tuple[float, int] | None:
+    """k-means++'s pick among these points for round ``round_`` (Efraimidis-Spirakis weighted
+    sampling with weights D(x)^2: the largest log(u) / D(x)^2; the first round: the largest u):
+    (key, row) or None when every point is one of the chosen centroids (``d2`` 0)."""
+    if len(X) == 0:
+        return None
+    u = uniform(hashes, seed, round_)
+    if d2 is None:
+        key = u
+    else:
+        with np.errstate(divide="ignore"):
+            key = np.where(d2 > 0, np.log(u) / np.where(d2 > 0, d2, 1.0), -np.inf)
+    i = int(np.argmax(key))
+    return (float(key[i]), i) if np.isfinite(key[i]) else None
+
+
+def nearest(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Index of each row's nearest centroid (the first of equals), by ||c||^2 - 2 x.c as
+    scikit-learn's and MLlib's Lloyd compute it, in blocks of rows."""
+    c2 = np.einsum("ij,ij->i", C, C)
+    rows = max(1, _BLOCK // max(1, len(C)))
+    out = np.empty(len(X), dtype=np.int64)
+    for s in range(0, len(X), rows):
+        out[s:s + rows] = np.argmin(c2[None, :] - 2.0 * (X[s:s + rows] @ C.T), axis=1)
+    return out
+
+
+def sums_and_counts(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per cluster: the sum of its rows (k x d) and its number of rows (k)."""
+    counts = np.bincount(labels, minlength=k).astype(np.int64)
+    order = np.argsort(labels, kind="stable")
+    sums = np.zeros((k, X.shape[1]))
+    present = np.flatnonzero(counts)
+    if len(present):
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])[present]
+        sums[present] = np.add.reduceat(X[order], starts, axis=0)
+    return sums, counts
+
+
+# -- Arrow ----------------------------------------------------------------------------------------
+
+def matrix(column: Any, dim: int) -> np.ndarray:
+    """The rows of a validated list<double> Arrow column as an (n, dim) array."""
+    values = column.flatten().to_numpy(zero_copy_only=False)
+    return values.reshape(len(column), dim) if dim else np.zeros((len(column), 0))
+
+
+def inspect_partition(batches: Iterator[Any], dim_hint: int | None = None) -> Iterator[Any]:
+    """One row per partition: its points, their number of features (the first row's), and the
+    first bad row of each kind as JSON (a null vector or value, NaN, +-inf, another length):
+    ``{"kind": {"feature": j or null, "row": <the row's sample>, "value": ..., "length": ...}}``."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n, dim, bad = 0, dim_hint, {}
+    for batch in batches:
+        x, sample = batch.column("__x"), batch.column("__row")
+        if batch.num_rows == 0:
+            continue
+        lengths = pc.list_value_length(x).to_numpy(zero_copy_only=False)  # NaN for a null vector
+        nulls = np.asarray(x.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+        if "null" not in bad and nulls.any():
+            bad["null"] = {"feature": None, "row": sample[int(np.argmax(nulls))].as_py()}
+        ok = ~nulls
+        if dim is None and ok.any():
+            dim = int(lengths[int(np.argmax(ok))])
+        ragged = ok & (lengths != (dim if dim is not None else 0))
+        if "ragged" not in bad and ragged.any():
+            i = int(np.argmax(ragged))
+            bad["ragged"] = {"feature": None, "row": sample[i].as_py(), "length": int(lengths[i]), "expected": dim}
+        rows = np.flatnonzero(ok & ~ragged)
+        if len(rows) and dim:
+            sub = x.take(pa.array(rows))
+            flat = sub.flatten()
+            values = flat.to_numpy(zero_copy_only=False).astype(np.float64).reshape(len(rows), dim)
+            if flat.null_count and "null" not in bad:
+                nul = np.asarray(flat.is_null().to_numpy(zero_copy_only=False)).reshape(len(rows), dim)
+                i, j = np.argwhere(nul)[0]
+                bad["null"] = {"feature": int(j), "row": sample[int(rows[i])].as_py()}
+            for kind, mask in (("nan", np.isnan(values)), ("inf", np.isinf(values))):
+                if kind == "nan" and flat.null_count:
+                    mask &= ~np.asarray(flat.is_null().to_numpy(zero_copy_only=False)).reshape(len(rows), dim)
+                if mask.any():
+                    for j in np.flatnonzero(mask.any(axis=0)):
+                        key = f"{kind}:{j}"
+                        if key not in bad:
+                            i = int(np.argmax(mask[:, j]))
+                            bad[key] = {"feature": int(j), "row": sample[int(rows[i])].as_py(),
+                                        "value": float(values[i, j])}
+        n += batch.num_rows
+    yield pa.RecordBatch.from_pydict({"n": [n], "dim": [dim], "bad": [json.dumps(bad, default=str)]},
+                                     schema=pa.schema([("n", pa.int64()), ("dim", pa.int32()), ("bad", pa.string())]))
+
+
+def describe_value(v: float) -> str:
+    return "inf" if v == math.inf else "-inf" if v == -math.inf else "nan" if math.isnan(v) else repr(v)
