@@ -27,7 +27,7 @@ def dagbag(tmp_path_factory):
 def test_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
     assert set(dagbag.dag_ids) == {"iterate_pagerank", "iterate_kmeans", "iterate_pagerank_daily", "iterations_stop",
-                                   "iterate_sgd_incremental"}
+                                   "iterate_sgd_incremental", "iterate_components"}
 
 
 def test_control_dag(dagbag):
