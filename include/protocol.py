@@ -201,11 +201,16 @@ def commit_epoch(job: IterationJob, plan: EpochPlan, decision: AlignmentDecision
     return manifest, job.notify_checkpoint_complete(manifest)
 
 
+def metrics_text(decision: AlignmentDecision) -> str:
+    """An epoch's metrics as a log shows them: ``l1_delta=4.575e-07 max_shift=0.000e+00``."""
+    return " ".join(f"{k}={v:.3e}" for k, v in sorted(decision.metrics.items()))
+
+
 def epoch_line(decision: AlignmentDecision) -> str:
     """The progress line of a committed epoch: ``epoch 3 committed: feedback=4804 l1_delta=4.575e-07``."""
-    metrics = " ".join(f"{k}={v:.3e}" for k, v in sorted(decision.metrics.items()))
-    return (f"epoch {decision.epoch} committed: feedback={decision.feedback_count} {metrics}".rstrip()
+    return (f"epoch {decision.epoch} committed: feedback={decision.feedback_count} {metrics_text(decision)}".rstrip()
             + (f" -> terminating ({decision.reason})" if decision.terminated else ""))
+
 
 Execute = Callable[[EpochPlan], "Sequence[EpochReport] | None"]
 
@@ -346,13 +351,14 @@ class EpochRun:
     # -- the end of the job -------------------------------------------------------------------
     def finish(self, *, drain: bool = False) -> Manifest:
         """The final checkpoint: after the epoch that decided termination, or (``drain``) at the
-        latest checkpoint. Plans, runs and commits it; ``commit`` wraps the commit (a task keeps
-        the checks' report)."""
+        latest checkpoint. Plans (``IterationJob.plan_finish``, which first publishes what a crash
+        left of the latest checkpoint's outputs), runs and commits it."""
         return self.finish_with(lambda plan: self.job.commit_finish(plan), drain=drain)
 
     def finish_with(self, commit: Callable[[EpochPlan], Manifest], *, drain: bool = False) -> Manifest:
+        """``finish``, its commit made by ``commit(plan)`` (a task wraps it to keep the checks'
+        report)."""
         state = self._state()
-        self.settle()
         self._fence(state.latest.checkpoint_id + 1 if state.latest is not None else 0)
         plan = self.job.plan_finish(self.batch_id, state, drain=drain)
         self.run(plan)
@@ -406,5 +412,5 @@ def state_of(manifest: Manifest) -> JobState:
     return JobState(manifest, manifest.head_state.status, manifest.epoch + 1)
 
 
-__all__ = ["EpochRun", "EpochOutcome", "Step", "attempt_failed", "attempt_ran", "commit_epoch", "end_run", "epoch_line", "mark_store", "owner_of", "state_of",
-           "resolve_attempt", "start_run"]
+__all__ = ["EpochOutcome", "EpochRun", "Step", "attempt_failed", "attempt_ran", "commit_epoch", "end_run",
+           "epoch_line", "mark_store", "metrics_text", "owner_of", "resolve_attempt", "start_run", "state_of"]

@@ -22,7 +22,7 @@ from include.config import JobConfig
 from include.head import AlignmentDecision, HeadStatus
 from include.manifest import Manifest
 from include.ownership import LEASE_TTL_S, Holder
-from include.protocol import EpochOutcome, EpochRun, Step, warm_up_checks
+from include.protocol import EpochOutcome, EpochRun, Step, metrics_text, warm_up_checks
 from include.runtime import (
     DEFAULT_CHECKS,
     Check,
@@ -178,9 +178,8 @@ class IterationRunner:
             decision = done.decision  # as committed (the end of the input may have ended the job)
             (result.epochs_adopted if done.plan.adopted else result.epochs_computed).append(done.plan.epoch)
             result.decisions.append(decision)
-            metrics = " ".join(f"{k}={v:.3e}" for k, v in sorted(decision.metrics.items()))
             log.info("job %s epoch %d: feedback=%d %s %.2fs %s%s", self.config.job_id, decision.epoch,
-                     decision.feedback_count, metrics, time.monotonic() - started,
+                     decision.feedback_count, metrics_text(decision), time.monotonic() - started,
                      "adopted" if done.plan.adopted else "committed",
                      f" -> terminating ({decision.reason})" if decision.terminated else "")
             step = run.boundary()
@@ -227,7 +226,6 @@ class IterationRunner:
     def close(self) -> None:
         if self._executor is not None:
             self._executor.release()
-
 
 
 __all__ = ["IterationRunner", "RunResult", "DataCheckFailed"]
