@@ -9,13 +9,16 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+from typing import Any, ClassVar, Mapping
 
 from include.errors import ConfigError
 from include.parameters import Parameter, param, parameters_of
 
-if TYPE_CHECKING:  # pyspark stays out of processes that only plan, align or commit
-    from pyspark.sql import DataFrame, SparkSession
+# What the runtime hands a body and takes back: pyspark.sql.DataFrame and SparkSession, named
+# here, not imported (the core never loads pyspark: processes that only plan, align or commit
+# stay without it)
+DataFrame = Any
+SparkSession = Any
 
 
 @dataclass(frozen=True)
