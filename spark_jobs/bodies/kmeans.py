@@ -218,6 +218,7 @@ class KMeans(IterationBody):
             lengths = sorted(set(dims) | ({found["length"], found["expected"]} if found else set()))
             raise InputDataError(f"k-means feature column {vector} holds arrays of different lengths {lengths}"
                                  f"{example}: every point needs the same number of features")
+
         def at(found) -> str:  # the column, and for an array column the index
             j = found.get("feature")
             return where(found) + (f"[{j}]" if not scalars and j is not None else "")
@@ -266,7 +267,7 @@ class KMeans(IterationBody):
             found = [r for r in found if r["key"] is not None]
             if not found:
                 self._too_few_distinct(params, chosen, data)
-            best = max(found, key=lambda r: (r["key"], [-v for v in r["x"]]))
+            best = max(found, key=lambda r: r["key"])  # an equal key is the same point (the same hash)
             chosen.append(np.array(best["x"], dtype=float))
         return [c.tolist() for c in chosen]
 
@@ -294,7 +295,6 @@ class KMeans(IterationBody):
 
         dim = data["dim"]
         ids, C = _centers(variables["centroids"].collect())  # k rows
-        C = C.reshape(len(ids), dim)
         k = len(C)
         # one pass over the points: each partition's sums and counts per cluster, added here
         partials = data["points"].select("__x").mapInArrow(
@@ -330,7 +330,6 @@ class KMeans(IterationBody):
         from spark_jobs.frames import local_frame
 
         ids, C = _centers(variables["centroids"].collect())
-        C = C.reshape(len(ids), data["dim"])
         if data["vector"] is not None:  # the centroids as the input had the points: one array column
             centroids = local_frame(ctx.spark, [(i, c.tolist()) for i, c in zip(ids, C)],
                                     _schema(("cluster_id", "int"), (data["vector"], "doubles")))
@@ -360,7 +359,7 @@ def _round_function(seed: int, round_: int, chosen, dim: int):
                 new = K.exact_d2(X, c)
                 d2 = new if d2 is None else np.minimum(d2, new)
             found = K.best_candidate(X, K.point_hashes(X), seed, round_, d2)
-            if found is not None and (best is None or (found[0], [-v for v in X[found[1]]]) > (best[0], [-v for v in best[1]])):
+            if found is not None and (best is None or found[0] > best[0]):
                 best = (found[0], X[found[1]].tolist())
         yield pa.RecordBatch.from_pydict({"key": [best[0] if best else None], "x": [best[1] if best else None]},
                                          schema=pa.schema([("key", pa.float64()), ("x", pa.list_(pa.float64()))]))

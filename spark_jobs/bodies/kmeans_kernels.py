@@ -5,7 +5,6 @@ not grow with k or the number of features: the centroids travel with the functio
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, Iterator
 
 import numpy as np
@@ -95,14 +94,14 @@ def matrix(column: Any, dim: int) -> np.ndarray:
     return values.reshape(len(column), dim) if dim else np.zeros((len(column), 0))
 
 
-def inspect_partition(batches: Iterator[Any], dim_hint: int | None = None) -> Iterator[Any]:
+def inspect_partition(batches: Iterator[Any]) -> Iterator[Any]:
     """One row per partition: its points, their number of features (the first row's), and the
     first bad row of each kind as JSON (a null vector or value, NaN, +-inf, another length):
     ``{"kind": {"feature": j or null, "row": <the row's sample>, "value": ..., "length": ...}}``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    n, dim, bad = 0, dim_hint, {}
+    n, dim, bad = 0, None, {}
     for batch in batches:
         x, sample = batch.column("__x"), batch.column("__row")
         if batch.num_rows == 0:
@@ -123,13 +122,12 @@ def inspect_partition(batches: Iterator[Any], dim_hint: int | None = None) -> It
             sub = x.take(pa.array(rows))
             flat = sub.flatten()
             values = flat.to_numpy(zero_copy_only=False).astype(np.float64).reshape(len(rows), dim)
-            if flat.null_count and "null" not in bad:
-                nul = np.asarray(flat.is_null().to_numpy(zero_copy_only=False)).reshape(len(rows), dim)
-                i, j = np.argwhere(nul)[0]
+            null = np.asarray(flat.is_null().to_numpy(zero_copy_only=False)).reshape(len(rows), dim) \
+                if flat.null_count else np.zeros(values.shape, dtype=bool)  # a null value reads as NaN
+            if "null" not in bad and null.any():
+                i, j = np.argwhere(null)[0]
                 bad["null"] = {"feature": int(j), "row": sample[int(rows[i])].as_py()}
-            for kind, mask in (("nan", np.isnan(values)), ("inf", np.isinf(values))):
-                if kind == "nan" and flat.null_count:
-                    mask &= ~np.asarray(flat.is_null().to_numpy(zero_copy_only=False)).reshape(len(rows), dim)
+            for kind, mask in (("nan", np.isnan(values) & ~null), ("inf", np.isinf(values))):
                 if mask.any():
                     for j in np.flatnonzero(mask.any(axis=0)):
                         key = f"{kind}:{j}"
@@ -140,7 +138,3 @@ def inspect_partition(batches: Iterator[Any], dim_hint: int | None = None) -> It
         n += batch.num_rows
     yield pa.RecordBatch.from_pydict({"n": [n], "dim": [dim], "bad": [json.dumps(bad, default=str)]},
                                      schema=pa.schema([("n", pa.int64()), ("dim", pa.int32()), ("bad", pa.string())]))
-
-
-def describe_value(v: float) -> str:
-    return "inf" if v == math.inf else "-inf" if v == -math.inf else "nan" if math.isnan(v) else repr(v)
