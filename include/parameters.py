@@ -32,10 +32,12 @@ class Parameter:
 
     def __post_init__(self) -> None:
         for where, schema in (("schema", self.schema), ("items", self.schema.get("items", _ITEMS))):
-            unknown = set(schema) - _SCHEMA_KEYS - ({"items"} if where == "items" else set())
+            if not isinstance(schema, Mapping):
+                raise TypeError(f"parameter {self.name!r}: {where} must be a JSON Schema object, got {schema!r}")
+            unknown = set(schema) - _SCHEMA_KEYS
             types = _types(schema)
             scalar = where == "schema" or not set(types) & {"array", "null"}
-            if unknown or not types or set(types) - set(_TYPES) or not scalar or not isinstance(schema, Mapping):
+            if unknown or not types or set(types) - set(_TYPES) or not scalar:
                 raise TypeError(f"parameter {self.name!r}: {where} keys {sorted(unknown)} / types {types} are not "
                                 f"supported (keys: {sorted(_SCHEMA_KEYS)}; types: {_TYPES}; items: one scalar "
                                 "type)")
@@ -50,14 +52,10 @@ class Parameter:
 
     def check(self, value: Any) -> Any:
         """``value`` if the schema accepts it (a list as a tuple), else a ConfigError."""
-        for t in self.types():
-            ok = self._as(t, value)
-            if ok is not _REFUSED:
-                return ok
+        ok = _accept_any(self.schema, value)
+        if ok is not _REFUSED:
+            return ok
         raise ConfigError(f"{self.name} must be {self.accepts()}, got {value!r}")
-
-    def _as(self, t: str, v: Any) -> Any:
-        return _accept(self.schema, t, v)
 
     def json_schema(self) -> dict[str, Any]:
         """The schema for a DAG param: an array's items spelled out (non-empty strings unless
@@ -97,16 +95,17 @@ def _accept(s: Mapping[str, Any], t: str, v: Any) -> Any:
         if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)) or len(v) < s.get("minItems", 0):
             return _REFUSED
         items = s.get("items", _ITEMS)
-        out = []
-        for x in v:
-            for it in _types(items):
-                got = _accept(items, it, x)
-                if got is not _REFUSED:
-                    out.append(got)
-                    break
-            else:
-                return _REFUSED
-        return tuple(out)
+        out = tuple(_accept_any(items, x) for x in v)
+        return _REFUSED if any(x is _REFUSED for x in out) else out
+    return _REFUSED
+
+
+def _accept_any(s: Mapping[str, Any], v: Any) -> Any:
+    """``v`` as the first of schema ``s``'s types that accepts it, else _REFUSED."""
+    for t in _types(s):
+        got = _accept(s, t, v)
+        if got is not _REFUSED:
+            return got
     return _REFUSED
 
 
