@@ -87,27 +87,35 @@ def test_iterate_kmeans_on_digits_in_connect_mode(airflow_env, spark, tmp_path):
     assert (assignments["cluster_id"].to_numpy() == reference.labels_).all()
 
 
-def test_unterminated_batch_triggers_its_continuation(airflow_env, tmp_path):
-    """A batch that ends before the job terminates triggers the next batch: a run of the same DAG
-    with the same params, whose id names the job and the epoch it continues at."""
+def test_a_job_longer_than_a_batch_goes_on_in_the_same_dags_test(airflow_env, tmp_path):
+    """A batch that ends before the job terminates continues it. Under ``airflow dags test``
+    nothing would start a queued continuation run, so the next batches run in the same command,
+    one after the other (each batch hands the next one's conf back to the first command's
+    continuation task), until the job terminates: 5 epochs of a 2-epoch DAG are three batches."""
     env = {**airflow_env, "ITERATIONS_EPOCHS_PER_BATCH": "2"}
+
+    def runs() -> dict[str, str]:
+        listed = airflow(env, "dags", "list-runs", "iterate_pagerank", "-o", "json").stdout
+        found = next((x for x in listed.splitlines() if x.startswith("[")), "[]")  # none yet: no list
+        return {r["run_id"]: r["state"] for r in json.loads(found)}
+
+    before = runs()
     graph = graph_with_dangling(20, 0.15, seed=2)
     edges = write_edges(tmp_path / "edges.csv", graph)
     conf = {"job_id": "pr-cont", "input_path": edges, "checkpoint_root": str(tmp_path / "store"),
-            "output_path": str(tmp_path / "out"), "max_epochs": 3, "tolerance": 0, "num_partitions": 2}
+            "output_path": str(tmp_path / "out"), "max_epochs": 5, "tolerance": 0, "num_partitions": 2}
     log = dags_test(env, "iterate_pagerank", conf)
-    assert "triggering run continuation__pr-cont__epoch_2 to continue at epoch 2" in log
-    listed = airflow(env, "dags", "list-runs", "iterate_pagerank", "-o", "json").stdout
-    runs = json.loads(next(line for line in listed.splitlines() if line.startswith("[")))
-    continuation = [r for r in runs if r["run_id"] == "continuation__pr-cont__epoch_2"]
-    assert len(continuation) == 1 and continuation[0]["state"] == "queued"
-
-    # the next batch (here run by hand) goes on at epoch 2, terminates and publishes
-    log = dags_test(env, "iterate_pagerank", conf)
+    assert "airflow dags test runs the next batch (epoch 2 on) in this command" in log
+    assert "the airflow dags test command that started it runs the next batch (epoch 4 on)" in log
+    assert "airflow dags test runs the next batch (epoch 4 on) in this command" in log
+    for epoch in range(5):
+        assert f"epoch {epoch} committed" in log
     assert "epoch 0 is committed (checkpoint 0): restored, not recomputed" not in log
-    assert "epoch 2 committed" in log and "final checkpoint 3 committed" in log
-    assert "job pr-cont is TERMINATED: nothing to continue" in log
+    assert "final checkpoint 5 committed" in log and "job pr-cont is TERMINATED: nothing to continue" in log
+    assert "job pr-cont: 2 more batch(es) ran in this command; nothing to continue" in log
     assert len(read_published(tmp_path / "out", "ranks")) == len({n for e in graph.edges() for n in e})
+    new = {run: state for run, state in runs().items() if run not in before}
+    assert list(new.values()) == ["success"] * 3, new  # three batches, nothing left queued
 
     off = dags_test(env, "iterate_pagerank", {**conf, "job_id": "pr-off", "continuation": False})
     assert "continuation is off for this run" in off
