@@ -112,3 +112,50 @@ def tree(root: str) -> dict[str, tuple[int, int]]:
             st = os.stat(path)
             out[os.path.relpath(path, root)] = (st.st_size if name in filenames else -1, st.st_mtime_ns)
     return out
+
+
+class StatsdListener:
+    """A StatsD server on loopback UDP: every metric line it receives (``name:value|type``)."""
+
+    def __init__(self):
+        import socket
+        import threading
+
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.lines: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._receive, daemon=True)
+        self._thread.start()
+
+    def _receive(self):
+        import socket
+
+        while not self._stop.is_set():
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            self.lines += [line for line in data.decode(errors="replace").splitlines() if line]
+
+    def env(self, prefix: str = "airflow") -> dict[str, str]:
+        """Airflow's [metrics] settings that send StatsD here."""
+        return {"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+                "AIRFLOW__METRICS__STATSD_PORT": str(self.port), "AIRFLOW__METRICS__STATSD_PREFIX": prefix}
+
+    def values(self, name: str, kind: str) -> list[float]:
+        """The values received for metric ``name`` of StatsD type ``kind`` (``g``, ``ms``, ``c``), in order."""
+        found = []
+        for line in list(self.lines):
+            stat, _, rest = line.partition(":")
+            value, _, typ = rest.partition("|")
+            if stat == name and typ.split("|")[0] == kind:
+                found.append(float(value))
+        return found
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sock.close()

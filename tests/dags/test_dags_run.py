@@ -6,6 +6,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
+import time
 import uuid
 
 import numpy as np
@@ -18,7 +20,7 @@ from spark_jobs.runner import IterationRunner
 from include.runtime import IterationJob
 from spark_jobs.storeio import read_input
 from tests.dags.conftest import airflow
-from tests.helpers import graph_with_dangling, ranks_of, read_published, write_edges
+from tests.helpers import StatsdListener, graph_with_dangling, ranks_of, read_published, write_edges
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -31,13 +33,29 @@ def dags_test(env, dag_id, conf):
 
 
 def test_iterate_pagerank(airflow_env, spark, tmp_path):
+    """PageRank through the DAG equals the library's; each committed epoch sends its figures
+    through Airflow's Stats, received here by a StatsD listener on loopback."""
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(30, 0.12, seed=5))
     conf = {"job_id": "pr-dag", "input_path": edges, "checkpoint_root": str(tmp_path / "store"),
             "output_path": str(tmp_path / "out"), "max_epochs": 5, "tolerance": 0, "num_partitions": 3,
             "damping": 0.85}
-    log = dags_test(airflow_env, "iterate_pagerank", conf)
-    for epoch in range(5):
-        assert f"epoch {epoch} committed" in log, "one progress line per epoch"
+    statsd = StatsdListener()
+    try:
+        log = dags_test({**airflow_env, **statsd.env()}, "iterate_pagerank", conf)
+        time.sleep(0.5)  # the last datagrams
+    finally:
+        statsd.close()
+    lines = [re.search(r"epoch (\d+) committed: feedback=(\d+) l1_delta=(\S+)", line) for line in log.splitlines()]
+    committed = {int(m[1]): (int(m[2]), float(m[3])) for m in lines if m}
+    assert sorted(committed) == list(range(5)), "one progress line per epoch"
+    scoped = "airflow.iterations.iterate_pagerank.pr-dag.epoch"
+    for name in ("airflow.iterations.epoch", scoped):  # tagged (tags dropped by plain StatsD) and by name
+        assert statsd.values(f"{name}.number", "g") == [0, 1, 2, 3, 4], statsd.lines[:50]
+        assert statsd.values(f"{name}.feedback", "g") == [committed[e][0] for e in range(5)]
+        assert statsd.values(f"{name}.metric.l1_delta", "g") == pytest.approx([committed[e][1] for e in range(5)], rel=1e-3)
+        assert len(statsd.values(f"{name}.duration", "ms")) == 5 and min(statsd.values(f"{name}.duration", "ms")) > 0
+        assert len(statsd.values(f"{name}.checkpoint_bytes", "g")) == 5 and min(statsd.values(f"{name}.checkpoint_bytes", "g")) > 0
+        assert statsd.values(f"{name}.committed", "c") == [1] * 5
     published = read_published(tmp_path / "out", "ranks")
     ours = dict(zip(published["node"], published["rank"]))
 

@@ -3,6 +3,7 @@ the epoch's outputs published."""
 
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping
 
 from iterations.operators.base import DataChecksLink, IterationOperator, permanent_errors
@@ -48,6 +49,7 @@ class EpochCommitOperator(IterationOperator):
         self.log.info("%s", epoch_line(d))
         for name, where in done.published.items():
             self.log.info("epoch %d output %s appended to %s", d.epoch, name, where)
+        self._emit_metrics(run.job.config.job_id, d, manifest, head.get("started_at"))
         result = {"status": "committed", "epoch": d.epoch, "checkpoint_id": manifest.checkpoint_id,
                   "terminated": d.terminated, "reason": d.reason, "feedback": d.feedback_count, "metrics": d.metrics,
                   "published": done.published}
@@ -55,3 +57,14 @@ class EpochCommitOperator(IterationOperator):
             context["ti"].xcom_push(key="return_value", value=result)
             self.skip_epoch_tasks(context, after=self.index)  # ends this task as a success
         return result
+
+    def _emit_metrics(self, job_id: str, decision: Any, manifest: Any,
+                      started_at: float | None) -> None:
+        """The epoch's figures through Airflow's Stats (iterations.metrics); never fails the commit."""
+        from iterations.metrics import emit_epoch
+
+        seconds = max(0.0, time.time() - started_at) if isinstance(started_at, (int, float)) else None
+        try:
+            emit_epoch(self.dag_id, job_id, decision, manifest, seconds)
+        except Exception as e:  # a metrics backend that is down or misconfigured is not the job's failure
+            self.log.warning("epoch %d: metrics not sent (%s: %s)", decision.epoch, type(e).__name__, e)

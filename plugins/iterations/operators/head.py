@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Mapping
 
 from airflow.sdk.exceptions import AirflowSkipException
@@ -30,6 +31,7 @@ class EpochHeadOperator(SparkAttemptOperator):
     def _head(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.protocol import Step, warm_up_checks
 
+        started = time.time()  # the epoch's duration runs from here to its commit (Stats)
         run = self.epoch_run(context)
         job = run.job
         state = self.start(context, run)
@@ -62,7 +64,7 @@ class EpochHeadOperator(SparkAttemptOperator):
         # processes have Great Expectations imported already)
         warm_up_checks(job, plan)
         run.run(plan)
-        return {"status": "run", "epoch": epoch, "attempt_id": plan.attempt_id}
+        return {"status": "run", "epoch": epoch, "attempt_id": plan.attempt_id, "started_at": started}
 
     def skip_rest_of_batch(self, context: Mapping[str, Any]) -> None:
         """Nothing of this batch is left to run: this epoch's align and commit and the later
