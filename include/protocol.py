@@ -260,6 +260,7 @@ class EpochRun:
         self.failed_partitions: list[int] = []  # of the last attempt that failed (their reports missing)
         self.failed_plan: EpochPlan | None = None  # that attempt
         self.requested: StopMode | None = None  # the stop request the last boundary saw
+        self.running: EpochPlan | None = None  # the attempt ``run`` is running now (``cancel``)
         self._fenced: set[int] = set()
 
     # -- start and end ------------------------------------------------------------------------
@@ -313,9 +314,14 @@ class EpochRun:
         if self._execute is None:
             raise RuntimeError("this run executes no attempts (no execute given)")
         self.failed_partitions, self.failed_plan = [], None
+        self.running = plan
         try:
             reports = self._execute(plan)
         except BaseException as e:
+            self.running = None
+            if not isinstance(e, Exception) and self._interrupt is not None:
+                # stopped from outside (a time-out, an interrupt): the Spark work may still run
+                self._interrupt(plan)
             self.failed_plan = plan
             if plan.kind == "epoch":
                 missing = plan.aligner().missing(self.job.reports(plan))
@@ -324,8 +330,24 @@ class EpochRun:
             if error is e:
                 raise
             raise error from e
+        self.running = None
         attempt_ran(self.job, plan)
         return reports
+
+    def cancel(self, reason: str) -> EpochPlan | None:
+        """Stop the attempt ``run`` is running, for good: its process is being stopped (the task
+        killed, marked failed or timed out). Its Spark work is interrupted, then the attempt is
+        aborted, so nothing of it is ever committed or adopted (the next run or try plans a new
+        one). Called from a signal handler or another thread while ``run`` waits on the attempt;
+        returns the plan it cancelled, or None when no attempt was running."""
+        plan = self.running
+        if plan is None:
+            return None
+        if self._interrupt is not None:
+            self._interrupt(plan)
+        self.job.abort(plan, reason=f"cancelled: {reason}"[:500])
+        log.warning("checkpoint %d: attempt %s cancelled (%s)", plan.checkpoint_id, plan.attempt_id, reason)
+        return plan
 
     def align(self, plan: EpochPlan, reports: Sequence[EpochReport] | None = None) -> AlignmentDecision:
         """``align_attempt`` over the reports the run returned (None: those in the store)."""

@@ -43,6 +43,8 @@ class AirflowServer:
             # a killed worker is noticed in seconds, not the default 5 minutes
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
             "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "3",
+            # a task marked failed or success in the UI is stopped at its next heartbeat
+            "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "2",
             "PYTHONPATH": ROOT,
             "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""),  # standalone runs `airflow`
             "PYSPARK_PYTHON": sys.executable,

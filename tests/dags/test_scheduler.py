@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import time
+import urllib.parse
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -102,6 +103,72 @@ def test_worker_killed_mid_epoch_run_finishes_correctly(server, spark, tmp_path)
     for path in commits:
         text = open(path, errors="replace").read()
         assert "its modules were preloaded" in text and "imported by this process" not in text, (path, text[-3000:])
+
+
+def test_a_run_task_marked_failed_stops_its_spark_job_and_the_next_run_resumes(server, spark, tmp_path):
+    """Epoch 1's run task is marked failed from the API while its Spark job runs (its tail held
+    by a failpoint in the Spark Connect server's Python worker): the task's on_kill interrupts
+    the attempt's Spark job by its tag and aborts the attempt; the held Python worker is gone
+    within 10 s. The next run of the job resumes at epoch 1 and ends equal to the failure-free
+    run."""
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(40, 0.1, seed=12))
+    store = str(tmp_path / "store")
+    conf = {"job_id": "pr-cancel", "input_path": edges, "checkpoint_root": store,
+            "output_path": str(tmp_path / "out"), "max_epochs": 3, "tolerance": 0, "num_partitions": 2,
+            "continuation": False}
+    armed = server.env[failpoints.FILE_ENV]
+    point = "tail.partition_written@job=pr-cancel@epoch=1@partition=0"
+    held = os.path.join(os.path.dirname(armed), f"{point}.held")
+    with open(armed, "w") as f:
+        f.write(f"{point}=hold")
+    try:
+        server.unpause("iterate_pagerank")
+        run_id = server.trigger("iterate_pagerank", conf)
+        deadline = time.monotonic() + 300
+        while not os.path.exists(held):
+            assert time.monotonic() < deadline, f"epoch 1 never reached its tail: {server.log_tail()}"
+            assert server.run_state("iterate_pagerank", run_id) == "running", server.log_tail()
+            time.sleep(0.2)
+        worker = int(open(held).read())
+        quoted = urllib.parse.quote(run_id, safe="")
+        server._request("PATCH", f"/api/v2/dags/iterate_pagerank/dagRuns/{quoted}/taskInstances/epoch_1.run",
+                        {"new_state": "failed"})
+        marked = time.monotonic()
+        while _alive(worker):
+            assert time.monotonic() - marked < 10, "the Spark job still runs 10 s after its task was marked failed"
+            time.sleep(0.1)
+        stopped = time.monotonic() - marked
+    finally:
+        open(armed, "w").close()
+        open(os.path.join(os.path.dirname(armed), f"{point}.release"), "w").close()
+    assert server.wait_run("iterate_pagerank", run_id, timeout=300) == "failed"
+    task_log = "".join(open(p, errors="replace").read() for p in glob.glob(os.path.join(
+        server.home, "logs", "dag_id=iterate_pagerank", f"run_id={run_id}", "task_id=epoch_1.run", "*.log")))
+    assert "cancelled (task epoch_1.run was stopped)" in task_log, task_log[-4000:]
+    aborted = glob.glob(os.path.join(store, "jobs", "pr-cancel", "aborted", f"{1:010d}", "*"))
+    assert len(aborted) == 1 and "cancelled: task epoch_1.run was stopped" in open(aborted[0]).read()
+    assert not glob.glob(os.path.join(store, "jobs", "pr-cancel", "checkpoints", f"{1:010d}.json"))
+
+    again = server.trigger("iterate_pagerank", conf)
+    assert server.wait_run("iterate_pagerank", again, timeout=600) == "success", server.log_tail()
+    ids = sorted(int(os.path.basename(p)[:-5]) for p in glob.glob(os.path.join(store, "jobs", "pr-cancel", "checkpoints", "*.json")))
+    assert ids == [0, 1, 2, 3], "epochs 0..2 and the final checkpoint, each once"
+    reference = JobConfig(job_id="pr-ref", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "ref"),
+                          max_epochs=3, tolerance=0.0, num_partitions=2)
+    expected = ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
+    got = read_published(tmp_path / "out", "ranks")
+    assert dict(zip(got["node"], got["rank"])) == expected, f"resumed exactly (the job stopped {stopped:.1f} s after)"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead
+        return open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _dates_state(root: str) -> dict[str, bytes]:

@@ -177,6 +177,7 @@ class SparkEpochHook(BaseHook):
             raise ValueError(f"spark mode {mode!r} is not supported; accepted: {', '.join(SPARK_MODES)}")
         self.mode = mode
         self.conn_id = conn_id or ("spark_connect_default" if mode == "connect" else "spark_default")
+        self._submitting: tuple[str, Any] | None = None  # (attempt id, its SparkSubmitHook) while it runs
 
     def connect_url(self) -> str:
         try:
@@ -245,9 +246,14 @@ class SparkEpochHook(BaseHook):
     def interrupt(self, plan) -> list[str]:
         """Interrupt whatever Spark work of an attempt (its plan) still runs (connect mode), in
         its batch's session and in a session of its own; returns the ids of the operations
-        interrupted. In submit mode there is nothing to reach: the attempt stays fenced by its
-        id (its files can never be committed)."""
+        interrupted. In submit mode, the attempt's spark-submit when this hook runs it (its
+        driver killed, on the cluster too); an earlier process's is out of reach, and the
+        attempt stays fenced by its id (its files can never be committed)."""
         if self.mode != "connect":
+            submitting = self._submitting
+            if submitting is not None and submitting[0] == plan.attempt_id:
+                self.log.warning("attempt %s: killing its spark-submit", plan.attempt_id)
+                submitting[1].on_kill()
             return []
         url = self.connect_url()
         interrupted: list[str] = []
@@ -282,4 +288,8 @@ class SparkEpochHook(BaseHook):
             env_vars=env,
             conf={"spark.ui.enabled": "false"},
         )
-        hook.submit(epoch_script())
+        self._submitting = (plan.attempt_id, hook)
+        try:
+            hook.submit(epoch_script())
+        finally:
+            self._submitting = None

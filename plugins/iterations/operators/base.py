@@ -378,4 +378,19 @@ class SparkAttemptOperator(IterationOperator):
                         raise ours from failure
                 raise
 
-        return EpochRun(job, execute, batch_id_of(context), interrupt=hook.interrupt)
+        self._epoch_run = EpochRun(job, execute, batch_id_of(context), interrupt=hook.interrupt)
+        return self._epoch_run
+
+    def on_kill(self) -> None:
+        """The task is being stopped (killed, marked failed or success from the UI, timed out):
+        the attempt it runs is cancelled - its Spark work interrupted (connect: by the attempt's
+        tag; submit: its spark-submit and driver killed) and the attempt aborted
+        (include.protocol.EpochRun.cancel). The next run or try plans a new attempt."""
+        run = getattr(self, "_epoch_run", None)
+        if run is None:
+            return
+        try:
+            run.cancel(f"task {self.task_id} was stopped")
+        except Exception as e:  # the process is going away: say why the attempt may still run
+            self.log.error("could not cancel the running attempt (%s: %s): the next run or try fences it",
+                           type(e).__name__, e)
