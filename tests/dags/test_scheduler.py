@@ -114,7 +114,7 @@ def test_a_run_task_marked_failed_stops_its_spark_job_and_the_next_run_resumes(s
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(40, 0.1, seed=12))
     store = str(tmp_path / "store")
     conf = {"job_id": "pr-cancel", "input_path": edges, "checkpoint_root": store,
-            "output_path": str(tmp_path / "out"), "max_epochs": 3, "tolerance": 0, "num_partitions": 2,
+            "output_path": str(tmp_path / "out"), "max_epochs": 2, "tolerance": 0, "num_partitions": 2,
             "continuation": False}
     armed = server.env[failpoints.FILE_ENV]
     point = "tail.partition_written@job=pr-cancel@epoch=1@partition=0"
@@ -127,7 +127,7 @@ def test_a_run_task_marked_failed_stops_its_spark_job_and_the_next_run_resumes(s
         deadline = time.monotonic() + 300
         while not os.path.exists(held):
             assert time.monotonic() < deadline, f"epoch 1 never reached its tail: {server.log_tail()}"
-            assert server.run_state("iterate_pagerank", run_id) == "running", server.log_tail()
+            assert server.run_state("iterate_pagerank", run_id) in ("queued", "running"), server.log_tail()
             time.sleep(0.2)
         worker = int(open(held).read())
         quoted = urllib.parse.quote(run_id, safe="")
@@ -138,6 +138,7 @@ def test_a_run_task_marked_failed_stops_its_spark_job_and_the_next_run_resumes(s
             assert time.monotonic() - marked < 10, "the Spark job still runs 10 s after its task was marked failed"
             time.sleep(0.1)
         stopped = time.monotonic() - marked
+        print(f"the held Spark task's worker was gone {stopped:.1f} s after its task was marked failed")
     finally:
         open(armed, "w").close()
         open(os.path.join(os.path.dirname(armed), f"{point}.release"), "w").close()
@@ -152,9 +153,9 @@ def test_a_run_task_marked_failed_stops_its_spark_job_and_the_next_run_resumes(s
     again = server.trigger("iterate_pagerank", conf)
     assert server.wait_run("iterate_pagerank", again, timeout=600) == "success", server.log_tail()
     ids = sorted(int(os.path.basename(p)[:-5]) for p in glob.glob(os.path.join(store, "jobs", "pr-cancel", "checkpoints", "*.json")))
-    assert ids == [0, 1, 2, 3], "epochs 0..2 and the final checkpoint, each once"
+    assert ids == [0, 1, 2], "epochs 0 and 1 and the final checkpoint, each once"
     reference = JobConfig(job_id="pr-ref", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "ref"),
-                          max_epochs=3, tolerance=0.0, num_partitions=2)
+                          max_epochs=2, tolerance=0.0, num_partitions=2)
     expected = ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
     got = read_published(tmp_path / "out", "ranks")
     assert dict(zip(got["node"], got["rank"])) == expected, f"resumed exactly (the job stopped {stopped:.1f} s after)"
