@@ -69,6 +69,7 @@ def write_dataset(
     schema_json = df.select(*data_columns).schema.json()
     hashed = [F.col(c) for c in (key_columns or data_columns)]
     local = df.isLocal()  # rows the driver holds (a frame made from pandas or Arrow): no Spark job
+    source = df
     df = df.withColumn(_PID, F.pmod(F.hash(*hashed), F.lit(num_partitions)))
     if not local:
         df = df.repartition(_PID).sortWithinPartitions(_PID, *key_columns)
@@ -104,13 +105,24 @@ def write_dataset(
     if local:
         # The same partitions, files and reports, written by the driver: the partition column is
         # still Spark's hash (computed on the local rows), the records sorted as a task would.
+        import pyarrow as pa
         import pyarrow.compute as pc
 
-        table = df.toArrow()
+        from spark_jobs.frames import arrow_of
+
+        table = arrow_of(source)
+        if table is not None and table.column_names == source.columns:
+            # the rows as local_frame made them; Spark computes only their partition ids, over
+            # the local relation, which runs no Spark job (as collecting the whole rows would)
+            pids = [row[0] for row in df.select(_PID).collect()]
+            table = table.append_column(_PID, pa.array(pids, pa.int32()))
+        else:
+            table = df.toArrow()
         order = pc.sort_indices(table, sort_keys=[(c, "ascending", "at_start") for c in (_PID, *key_columns)])
         table = table.take(order)
         texts = [b.column(0)[0].as_py() for b in tail(iter(table.to_batches()), task="driver")]
-        records = df.sparkSession.createDataFrame(table.select(data_columns))  # local too
+        if kept is not None:
+            records = df.sparkSession.createDataFrame(table.select(data_columns))  # local too
     else:
         texts = [row.report for row in df.mapInArrow(tail, "report string").collect()]
     reports = by_partition(head, [EpochReport.from_json(t) for t in texts])

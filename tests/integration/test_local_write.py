@@ -86,3 +86,30 @@ def test_a_small_dataset_is_written_by_one_spark_task_with_a_file_per_partition(
         spark.conf.set("spark.sql.shuffle.partitions", shuffle_partitions)
     assert len({f.key.rsplit("-", 1)[1] for r in spread for f in r.files}) > 1
     assert spread_rows == coalesced_rows
+
+
+def test_a_local_frame_with_arrays_is_written_without_a_spark_job(spark, tmp_path):
+    """k-means' centroids: an array column. The tail writes the Arrow table the frame was made
+    from (Spark only hashes the local rows for their partitions: no Spark job) and the files
+    hold what the Spark job writes for the same rows."""
+    from pyspark.sql.types import ArrayType, LongType
+
+    schema = StructType([StructField("cluster_id", IntegerType()), StructField("center", ArrayType(DoubleType())),
+                         StructField("shift", DoubleType()), StructField("size", LongType())])
+    rows = [(i, [i * 0.5, -1.0, 2.0 ** i], 0.1 * i, 10 * i) for i in (4, 0, 2, 9, 1)]
+    tracker = spark.sparkContext.statusTracker()
+    local = local_frame(spark, rows, schema)
+    jobs = set(tracker.getJobIdsForGroup(None))
+    store = LocalStore(tmp_path)
+    ours = write_dataset(local, store=store, prefix="local/data", report_prefix="local/reports", head="centroids",
+                         epoch=1, attempt_id="a1", num_partitions=3, metrics={"max_shift": ("shift", "max")})
+    assert set(tracker.getJobIdsForGroup(None)) == jobs, "no Spark job for a local frame"
+    theirs = write_dataset(spark.createDataFrame(rows, schema), store=store, prefix="spark/data",
+                           report_prefix="spark/reports", head="centroids", epoch=1, attempt_id="a1",
+                           num_partitions=3, metrics={"max_shift": ("shift", "max")})
+    for a, b in zip(ours, theirs):
+        assert (a.partition, a.feedback_count, a.metrics, a.schema, a.profile) == \
+            (b.partition, b.feedback_count, b.metrics, b.schema, b.profile)
+        got = [row for f in a.files for row in pq.read_table(io.BytesIO(store.get(f.key))).to_pylist()]
+        want = [row for f in b.files for row in pq.read_table(io.BytesIO(store.get(f.key))).to_pylist()]
+        assert got == want
