@@ -105,12 +105,12 @@ def test_worker_killed_mid_epoch_run_finishes_correctly(server, spark, tmp_path)
         assert "its modules were preloaded" in text and "imported by this process" not in text, (path, text[-3000:])
 
 
-def test_a_run_task_marked_failed_stops_its_spark_job_and_the_next_run_resumes(server, spark, tmp_path):
+def test_a_run_task_marked_failed_stops_its_spark_job_then_the_next_run_resumes_deferred(server, spark, tmp_path):
     """Epoch 1's run task is marked failed from the API while its Spark job runs (its tail held
     by a failpoint in the Spark Connect server's Python worker): the task's on_kill interrupts
     the attempt's Spark job by its tag and aborts the attempt; the held Python worker is gone
-    within 10 s. The next run of the job resumes at epoch 1 and ends equal to the failure-free
-    run."""
+    within 10 s. The next run of the job resumes at epoch 1, its alignment waits deferred (no
+    worker process) for a report held back, and the job ends equal to the failure-free run."""
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(40, 0.1, seed=12))
     store = str(tmp_path / "store")
     conf = {"job_id": "pr-cancel", "input_path": edges, "checkpoint_root": store,
@@ -150,7 +150,36 @@ def test_a_run_task_marked_failed_stops_its_spark_job_and_the_next_run_resumes(s
     assert len(aborted) == 1 and "cancelled: task epoch_1.run was stopped" in open(aborted[0]).read()
     assert not glob.glob(os.path.join(store, "jobs", "pr-cancel", "checkpoints", f"{1:010d}.json"))
 
-    again = server.trigger("iterate_pagerank", conf)
+    # The next run resumes at epoch 1. Its alignment sensor finds a report missing (the test
+    # holds the sensor, moves a report away, lets it read): it defers to the triggerer, the
+    # worker slot free, and the epoch commits once the report is back.
+    point = "align.before_read@job=pr-cancel@epoch=1"
+    held = os.path.join(os.path.dirname(armed), f"{point}.held")
+    with open(armed, "w") as f:
+        f.write(f"{point}=hold")
+    try:
+        again = server.trigger("iterate_pagerank", conf)
+        deadline = time.monotonic() + 300
+        while not os.path.exists(held):
+            assert time.monotonic() < deadline, f"epoch 1's sensor never ran: {server.log_tail()}"
+            time.sleep(0.2)
+        report = glob.glob(os.path.join(store, "jobs", "pr-cancel", "attempts", f"{1:010d}", "*", "_reports", "*",
+                                        "part-00001.json"))
+        assert len(report) == 1, report
+        os.rename(report[0], tmp_path / "held-back-report.json")
+    finally:
+        open(armed, "w").close()
+        open(os.path.join(os.path.dirname(armed), f"{point}.release"), "w").close()
+    deadline = time.monotonic() + 60
+    sensor = "epoch_0.align"  # the batch's first epoch group runs the job's epoch 1
+    while (ti := server.task_instances("iterate_pagerank", again)[sensor])["state"] != "deferred":
+        assert time.monotonic() < deadline and ti["state"] in (None, "queued", "running", "scheduled"), \
+            (ti["state"], server.log_tail())
+        time.sleep(0.2)
+    time.sleep(3)
+    ti = server.task_instances("iterate_pagerank", again)[sensor]
+    assert ti["state"] == "deferred" and not processes_titled(ti["id"]), "no worker process while it waits"
+    os.rename(tmp_path / "held-back-report.json", report[0])
     assert server.wait_run("iterate_pagerank", again, timeout=600) == "success", server.log_tail()
     ids = sorted(int(os.path.basename(p)[:-5]) for p in glob.glob(os.path.join(store, "jobs", "pr-cancel", "checkpoints", "*.json")))
     assert ids == [0, 1, 2], "epochs 0 and 1 and the final checkpoint, each once"

@@ -30,6 +30,7 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
             return self._align(context)
 
     def _align(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        from include.failpoints import failpoint
         from iterations.triggers.alignment import AlignmentTrigger
 
         run, head, plan, committed = self.epoch_attempt(context, self.head_task_id, self.index)
@@ -39,6 +40,7 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
                     "decision": committed.decision.to_dict()}
         if plan is None:
             return head
+        failpoint("align.before_read", job=job.config.job_id, epoch=plan.epoch)
         reports = job.reports(plan)  # the Spark tasks' reports, each in the store as its partition ended
         if not plan.aligner().missing(reports):
             return self._decide(job, plan, reports)
