@@ -169,11 +169,12 @@ def attempt_ran(job: IterationJob, plan: EpochPlan) -> None:
               epoch=plan.checkpoint_id)
 
 
-def attempt_failed(job: IterationJob, plan: EpochPlan, error: BaseException) -> BaseException:
+def attempt_failed(job: IterationJob, plan: EpochPlan, error: BaseException,
+                   reason: str | None = None) -> BaseException:
     """Abort a failed attempt (its files deleted now, not left to GC; it is never adopted) and
     return the error to raise: for a damaged restored checkpoint, the refusal that names the
     way out; otherwise ``error`` itself."""
-    job.abort(plan, reason=f"{type(error).__name__}: {error}"[:500])
+    job.abort(plan, reason=(reason or f"{type(error).__name__}: {error}")[:500])
     if isinstance(error, CheckpointCorrupted):
         return job.refuse_damaged(error)
     return error
@@ -261,6 +262,7 @@ class EpochRun:
         self.failed_plan: EpochPlan | None = None  # that attempt
         self.requested: StopMode | None = None  # the stop request the last boundary saw
         self.running: EpochPlan | None = None  # the attempt ``run`` is running now (``cancel``)
+        self._cancelled: str | None = None  # why ``cancel`` stopped that attempt
         self._fenced: set[int] = set()
 
     # -- start and end ------------------------------------------------------------------------
@@ -314,7 +316,7 @@ class EpochRun:
         if self._execute is None:
             raise RuntimeError("this run executes no attempts (no execute given)")
         self.failed_partitions, self.failed_plan = [], None
-        self.running = plan
+        self.running, self._cancelled = plan, None
         try:
             reports = self._execute(plan)
         except BaseException as e:
@@ -326,7 +328,8 @@ class EpochRun:
             if plan.kind == "epoch":
                 missing = plan.aligner().missing(self.job.reports(plan))
                 self.failed_partitions = sorted({p for _h, p in missing})
-            error = attempt_failed(self.job, plan, e)
+            cancelled = self._cancelled
+            error = attempt_failed(self.job, plan, e, f"cancelled: {cancelled}" if cancelled else None)
             if error is e:
                 raise
             raise error from e
@@ -343,6 +346,7 @@ class EpochRun:
         plan = self.running
         if plan is None:
             return None
+        self._cancelled = reason  # the attempt's failure, once interrupted, is this cancel
         if self._interrupt is not None:
             self._interrupt(plan)
         self.job.abort(plan, reason=f"cancelled: {reason}"[:500])
