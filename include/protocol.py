@@ -262,7 +262,7 @@ class EpochRun:
         self.failed_plan: EpochPlan | None = None  # that attempt
         self.requested: StopMode | None = None  # the stop request the last boundary saw
         self.running: EpochPlan | None = None  # the attempt ``run`` is running now (``cancel``)
-        self._cancelled: str | None = None  # why ``cancel`` stopped that attempt
+        self._cancelled: str | None = None  # the abort reason of an attempt ``cancel`` stopped
         self._fenced: set[int] = set()
 
     # -- start and end ------------------------------------------------------------------------
@@ -328,8 +328,7 @@ class EpochRun:
             if plan.kind == "epoch":
                 missing = plan.aligner().missing(self.job.reports(plan))
                 self.failed_partitions = sorted({p for _h, p in missing})
-            cancelled = self._cancelled
-            error = attempt_failed(self.job, plan, e, f"cancelled: {cancelled}" if cancelled else None)
+            error = attempt_failed(self.job, plan, e, self._cancelled)
             if error is e:
                 raise
             raise error from e
@@ -346,10 +345,10 @@ class EpochRun:
         plan = self.running
         if plan is None:
             return None
-        self._cancelled = reason  # the attempt's failure, once interrupted, is this cancel
+        self._cancelled = f"cancelled: {reason}"  # the attempt's failure, once interrupted, is this cancel
         if self._interrupt is not None:
             self._interrupt(plan)
-        self.job.abort(plan, reason=f"cancelled: {reason}"[:500])
+        self.job.abort(plan, reason=self._cancelled[:500])
         log.warning("checkpoint %d: attempt %s cancelled (%s)", plan.checkpoint_id, plan.attempt_id, reason)
         return plan
 

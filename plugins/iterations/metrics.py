@@ -17,7 +17,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 PREFIX = "iterations"
-#: Airflow refuses a metric name longer than this (and the characters outside ``_SAFE``).
+#: Airflow refuses a metric name longer than this (and characters other than ``_UNSAFE`` leaves).
 MAX_NAME = 250
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-]")
 
@@ -29,9 +29,10 @@ def _part(name: str) -> str:
 
 
 def epoch_figures(decision: Any, manifest: Any, seconds: float | None) -> dict[str, tuple[str, float]]:
-    """A committed epoch's figures: name -> (kind, value); kind is ``timing`` (milliseconds) or
-    ``gauge``. ``seconds``: the epoch's duration, when known."""
+    """A committed epoch's figures: name -> (kind, value); kind is ``timing`` (milliseconds),
+    ``gauge`` or ``count``. ``seconds``: the epoch's duration, when known."""
     figures: dict[str, tuple[str, float]] = {
+        "epoch.committed": ("count", 1.0),
         "epoch.feedback": ("gauge", float(decision.feedback_count)),
         "epoch.checkpoint_bytes": ("gauge", float(sum(f.size for f in manifest.objects))),
         "epoch.number": ("gauge", float(decision.epoch)),
@@ -57,12 +58,11 @@ def emit_epoch(dag_id: str, job_id: str, decision: Any, manifest: Any, seconds: 
                 continue
             if kind == "timing":
                 stats.timing(stat, value, tags=stat_tags)
+            elif kind == "count":
+                stats.incr(stat, int(value), tags=stat_tags)
             else:
                 stats.gauge(stat, value, tags=stat_tags)
         sent[name] = value
-    stats.incr(f"{PREFIX}.epoch.committed", tags=tags)
-    if len(f"{scope}.epoch.committed") <= MAX_NAME:
-        stats.incr(f"{scope}.epoch.committed")
     return sent
 
 

@@ -112,8 +112,8 @@ def write_dataset(
 
         table = arrow_of(source)
         if table is not None and table.column_names == source.columns:
-            # the rows as local_frame made them; Spark computes only their partition ids, over
-            # the local relation, which runs no Spark job (as collecting the whole rows would)
+            # the rows as local_frame made them; Spark computes only their partition ids: a
+            # collect over the local relation runs no Spark job (toArrow runs one)
             pids = [row[0] for row in df.select(_PID).collect()]
             table = table.append_column(_PID, pa.array(pids, pa.int32()))
         else:

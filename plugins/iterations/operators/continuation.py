@@ -20,12 +20,16 @@ from iterations.operators.base import IterationOperator
 HANDOFF_ENV = "ITERATIONS_DAGS_TEST_HANDOFF"
 
 
+def run_by_dags_test(context: Mapping[str, Any]) -> bool:
+    """This run was made by ``airflow dags test`` (which names its runs' user ``dag_test``)."""
+    return getattr(context.get("dag_run"), "triggering_user_name", None) == "dag_test"
+
+
 def under_dags_test(context: Mapping[str, Any]) -> bool:
     """This run is ``airflow dags test``'s and this task runs in that command's own process
     (``dags test`` without ``--use-executor``). Nothing would ever start a continuation run
     queued there: the command ends with its one run, and no scheduler may be running."""
-    dag_run = context.get("dag_run")
-    return getattr(dag_run, "triggering_user_name", None) == "dag_test" and sys.argv[1:3] == ["dags", "test"]
+    return run_by_dags_test(context) and sys.argv[1:3] == ["dags", "test"]
 
 
 class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
@@ -79,7 +83,7 @@ class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
             return
         self.log.info("job %s not terminated after this batch: triggering run %s to continue at epoch %d",
                       job.config.job_id, self.trigger_run_id, state.next_epoch)
-        if getattr(context.get("dag_run"), "triggering_user_name", None) == "dag_test":  # --use-executor
+        if run_by_dags_test(context):  # dags test --use-executor: the task in a process of its own
             self.log.warning("airflow dags test ends with this run: without a scheduler, go on with: %s",
                              shlex.join(["airflow", "dags", "test", self.trigger_dag_id, "--conf", json.dumps(conf)]))
         super().execute(context)
