@@ -211,6 +211,18 @@ class CheckpointLog:
             return CommitOutcome(cid, manifest.attempt_id, first_write=True)
         return self._already_committed(manifest)
 
+    def seed(self, manifest: Manifest) -> None:
+        """Commit the first checkpoint of a new generation (include.generations.seed): a copy of
+        another log's, whose id it keeps; only into a log with no checkpoint yet."""
+        if manifest.job_id != self.job_id:
+            raise CheckpointError(f"manifest of job {manifest.job_id!r} given to the log of {self.job_id!r}")
+        latest = self.latest_id()
+        if latest is not None and latest != manifest.checkpoint_id:
+            raise CheckpointError(f"job {self.job_id} has checkpoints already (latest {latest}): it cannot be seeded")
+        stamped = Manifest(**{**manifest.__dict__, "committed_at": now_iso()})
+        if self.store.put_if_absent(self.layout.checkpoint(manifest.checkpoint_id), stamped.to_bytes()):
+            trace("checkpoint.seeded", job=self.job_id, checkpoint=manifest.checkpoint_id)
+
     def _already_committed(self, manifest: Manifest) -> CommitOutcome:
         cid = manifest.checkpoint_id
         key = self.layout.checkpoint(cid)

@@ -36,6 +36,7 @@ from include.checkpoint import CheckpointLog
 from include.config import JobConfig
 from include.errors import AlignmentIncomplete, CheckpointCorrupted, CheckpointError, CheckpointSuperseded
 from include.failpoints import failpoint
+from include.generations import seed
 from include.head import AlignmentDecision, EpochReport, HeadStatus, missing_reports
 from include.lifecycle import StopMode
 from include.manifest import Manifest
@@ -76,6 +77,7 @@ def start_run(job: IterationJob, holder: Holder, *, dag_id: str | None = None, t
     claim(job.store, job.config.job_id, owner_of(job.config, dag_id), take_over=take_over,
           claimed_by=holder.describe())
     job.lease = JobLease(job.store, job.config.job_id).acquire(holder, wait=lease_wait, alive=alive, poll=poll)
+    seed(job)  # a generation that recomputes a job from an epoch starts from a copy of its checkpoint
     return job.state()
 
 
@@ -392,10 +394,11 @@ class EpochRun:
         return final
 
     def conclude(self, *, may_publish: Callable[[], None] | None = None) -> dict[str, str]:
-        """A terminated job's outputs published (``may_publish`` first: it raises to refuse),
-        and the batch's final checkpoint recorded; what was published."""
+        """A terminated job's outputs published (``may_publish``, or the job's, first: it raises
+        to refuse), and the batch's final checkpoint recorded; what was published."""
         state = self._state()
         published: dict[str, str] = {}
+        may_publish = may_publish or self.job.may_publish
         if state.status is HeadStatus.TERMINATED:
             if may_publish is not None:
                 may_publish()

@@ -13,7 +13,7 @@ Nothing here imports Spark or Airflow: operators and the library runner both cal
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from include.attempts import Attempts
 from include.body import resolve_body
@@ -50,13 +50,18 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
         warm_start: Manifest | None = None,
         coordinators: Mapping[str, Coordinator] | None = None,
         publication_family: Sequence[str] = (),
+        rewound_from: Mapping[str, Any] | None = None,
+        may_publish: Callable[[], None] | None = None,
     ):
         """``warm_start``: the final checkpoint (of another job in the same store) whose
         variables epoch 0 starts from, through the body's ``warm_start``; used only while this
         job has no checkpoint of its own. ``coordinators``: extra coordinators by name, besides
         the body's and the built-in ``alignment``. ``publication_family``: other jobs (in the
         same store) whose published versions this job's publications replace and may delete (a
-        scheduled batch's earlier generations)."""
+        scheduled batch's earlier generations). ``rewound_from``: this job is a generation that
+        recomputes job ``job_id`` from ``epoch`` (include.generations: its first checkpoint is
+        copied from there). ``may_publish``: raises to refuse publishing the terminated job's
+        outputs (an older generation's, once a newer one exists)."""
         if warm_start is not None and warm_start.kind != "final":
             raise CheckpointError(
                 f"a job warm-starts from a final checkpoint; checkpoint {warm_start.checkpoint_id} "
@@ -64,6 +69,8 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
             )
         self.config = config
         self.warm_start = warm_start
+        self.rewound_from = dict(rewound_from) if rewound_from else None
+        self.may_publish = may_publish
         self.store_options = dict(store_options or {})
         self.store = store or open_store(config.checkpoint_root, **self.store_options)
         self.log = CheckpointLog(self.store, config.job_id)

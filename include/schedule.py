@@ -9,7 +9,8 @@ checkpoint of the latest earlier date's current generation, or none for the firs
 Records, under the checkpoint root::
 
     schedules/J/dates/<D>.json         {"current": generation published for D, "pending": one in progress}
-    schedules/J/generations/<G>.json   {"date", "started_from": {"job_id", "checkpoint_id"} | null, "recompute"}
+    schedules/J/generations/<G>.json   {"date", "started_from": {"job_id", "checkpoint_id"} | null, "recompute",
+                                        "rewound_from": a rewind's {"job_id", "epoch"} (include.generations)}
     schedules/J/runs/<run>.json        the generation a DAG run works on, fixed by its first task
 
 So a DAG run always finds the same generation (a cleared task, a retry, a continuation run);
@@ -28,9 +29,11 @@ from typing import Any
 
 from include.checkpoint import CheckpointLog
 from include.errors import CheckpointError, ConfigError, ObjectNotFound
+from include.generations import Lineage
 from include.head import HeadStatus
 from include.layout import check_job_id
 from include.manifest import Manifest
+from include.ownership import JobOwner
 from include.store import ObjectStore
 
 log = logging.getLogger("iterations")
@@ -53,20 +56,13 @@ def batch_date(when: dt.datetime | str) -> str:
     return when.astimezone(dt.timezone.utc).strftime(DATE_FORMAT)
 
 
-def _generation_number(name: str, base: str) -> int | None:
-    """0 for ``base``, n for ``base.r<n>``, None for a name of another date or shape."""
-    if name == base:
-        return 0
-    rest = name[len(base):] if name.startswith(base + ".r") else ""
-    return int(rest[2:]) if rest[2:].isdigit() else None
-
-
 @dataclass(frozen=True)
 class Generation:
     job_id: str  # the checkpoint log of this generation
     date: str
     started_from: dict[str, Any] | None
     recompute: bool
+    rewound_from: dict[str, Any] | None = None  # a rewind's: {"job_id", "epoch"} (include.generations)
 
 
 class Schedule:
@@ -93,21 +89,20 @@ class Schedule:
         d = self._read(f"{self.root}/generations/{log_id}.json")
         if d is None:
             raise CheckpointError(f"generation {log_id} of scheduled job {self.job_id} is not recorded")
-        return Generation(log_id, d["date"], d["started_from"], bool(d["recompute"]))
+        return Generation(log_id, d["date"], d["started_from"], bool(d["recompute"]), d.get("rewound_from"))
+
+    def lineage(self, date: str) -> Lineage:
+        """The generations of the batch of ``date`` (include.generations), recorded here."""
+        return Lineage(self.store, self.root, f"{self.job_id}.{date}")
 
     def generations_of(self, date: str) -> list[str]:
         """The generations of ``date``, oldest first (``J.D``, ``J.D.r1``, ...)."""
-        prefix = f"{self.root}/generations/"
-        base = f"{self.job_id}.{date}"
-        names = [o.key[len(prefix):-len(".json")] for o in self.store.list(prefix) if o.key.endswith(".json")]
-        return sorted((n for n in names if _generation_number(n, base) is not None),
-                      key=lambda n: _generation_number(n, base))
+        return self.lineage(date).generations()
 
     def superseded_by(self, gen: Generation) -> str | None:
         """The newer generation of ``gen``'s date (a recompute started after it), if any: only the
         newest generation of a date may publish or become current."""
-        newest = self.generations_of(gen.date)
-        return newest[-1] if newest and newest[-1] != gen.job_id and gen.job_id in newest[:-1] else None
+        return self.lineage(gen.date).superseded_by(gen.job_id)
 
     def check_may_publish(self, gen: Generation) -> None:
         """CheckpointError if a newer generation of the date exists: an older generation's run
@@ -124,37 +119,40 @@ class Schedule:
 
     # --- the batch of a DAG run ---------------------------------------------------------------
 
-    def attach(self, date: str, run: str, *, recompute: bool = False) -> Generation:
+    def attach(self, date: str, run: str, *, recompute: bool = False, rewind_to: int | None = None,
+               owner: JobOwner | None = None) -> Generation:
         """The generation DAG run ``run`` (the batch of ``date``) works on; the first call of a
-        run decides it, every later call (any task, any retry) gets the same one."""
-        key = f"{self.root}/runs/{run}.json"
-        known = self._read(key)
+        run decides it, every later call (any task, any retry) gets the same one. ``rewind_to``:
+        a new generation that recomputes the date's batch from that epoch (include.generations;
+        ``owner``: the run's, which must own the batch it rewinds)."""
+        lineage = self.lineage(date)
+        known = lineage.run_generation(run)
         if known is not None:
-            return self.generation(known["generation"])
+            return self.generation(known)
         record = self.date_record(date)
         base = record["pending"] or record["current"]
-        if recompute and base is not None:
+        if rewind_to is not None:
+            if base is None or owner is None:
+                raise ConfigError(f"rewind_to={rewind_to}: batch {date} of {self.job_id} has not run: nothing to rewind")
+            started = self.generation(base).started_from
+            gen = self.generation(lineage.rewind(base, rewind_to, owner,
+                                                 {"date": date, "started_from": started, "recompute": True}))
+        elif recompute and base is not None:
             gen = self._new_generation(date, self.generation(base).started_from, recompute=True)
             log.info("batch %s of %s: recomputing as %s from %s", date, self.job_id, gen.job_id, gen.started_from)
         elif base is not None:
             gen = self.generation(base)  # continue the pending one, or find the current one done
         else:
             gen = self._new_generation(date, self.start_of(date), recompute=False)
-        if not self.store.put_if_absent(key, json.dumps({"run": run, "generation": gen.job_id}).encode()):
-            return self.generation(self._read(key)["generation"])  # another task of the run was first
+        if lineage.fix_run(run, gen.job_id) != gen.job_id:
+            return self.generation(lineage.run_generation(run))  # another task of the run was first
         if gen.job_id != record["current"] and record["pending"] != gen.job_id:
             self._write_date({**record, "pending": gen.job_id})
         return gen
 
     def _new_generation(self, date: str, started_from: dict[str, Any] | None, *, recompute: bool) -> Generation:
-        n = 0
-        while True:
-            log_id = f"{self.job_id}.{date}" + (f".r{n}" if n else "")
-            check_job_id(log_id)
-            body = {"date": date, "started_from": started_from, "recompute": recompute}
-            if self.store.put_if_absent(f"{self.root}/generations/{log_id}.json", json.dumps(body).encode()):
-                return Generation(log_id, date, started_from, recompute)
-            n += 1
+        log_id = self.lineage(date).new({"date": date, "started_from": started_from, "recompute": recompute})
+        return Generation(log_id, date, started_from, recompute)
 
     def start_of(self, date: str) -> dict[str, Any] | None:
         """The checkpoint a new batch of ``date`` starts from: the final checkpoint of the latest

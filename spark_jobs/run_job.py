@@ -45,6 +45,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-checks", action="store_true", help="turn the data checks off")
     p.add_argument("--on-damaged-checkpoint", choices=["fail", "previous"], default="fail",
                    help="a damaged latest checkpoint: fail (default), or fall back to the newest intact one")
+    p.add_argument("--rewind-to", type=int, default=None, metavar="EPOCH",
+                   help="recompute the job from this epoch as a new generation (docs/library.md)")
     p.add_argument("--take-over", action="store_true",
                    help="continue a job that belongs to another owner (a DAG, another body, input or output path) "
                         "and make it this run's")
@@ -97,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
 
         options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
         result = IterationRunner(config, spark, store_options=options, wait_for_input=args.wait_for_input,
-                                 take_over=args.take_over, lease_wait=args.lease_wait).run(
+                                 take_over=args.take_over, lease_wait=args.lease_wait,
+                                 rewind_to=args.rewind_to).run(
             batch_id=args.batch_id, max_epochs_in_batch=args.max_epochs_in_batch
         )
     except IterationError as e:

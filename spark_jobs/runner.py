@@ -13,16 +13,19 @@ Each epoch goes through the same phases an Airflow DAG runs as separate tasks.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from include import generations
 from include.config import JobConfig
+from include.generations import check_rewind_to
 from include.head import AlignmentDecision, HeadStatus
 from include.manifest import Manifest
 from include.ownership import LEASE_TTL_S, Holder
-from include.protocol import EpochOutcome, EpochRun, Step, metrics_text, warm_up_checks
+from include.protocol import EpochOutcome, EpochRun, Step, metrics_text, owner_of, warm_up_checks
 from include.runtime import (
     DEFAULT_CHECKS,
     Check,
@@ -30,7 +33,7 @@ from include.runtime import (
     EpochPlan,
     IterationJob,
 )
-from include.store import ObjectStore
+from include.store import ObjectStore, open_store
 
 log = logging.getLogger("iterations")
 
@@ -67,6 +70,7 @@ class IterationRunner:
         handoff: bool = True,
         take_over: bool = False,
         lease_wait: float = 0.0,
+        rewind_to: int | None = None,
     ):
         """``warm_start``: a final checkpoint (of another job, same store) epoch 0 starts from.
         ``coordinators``: extra coordinators by name (``include.coordinator``).
@@ -81,15 +85,22 @@ class IterationRunner:
         checkpoint, reads the store (``EpochExecutor``).
         ``take_over``: continue a job that belongs to another owner (a DAG, another body, input or
         output path: include.ownership) and make it this run's. ``lease_wait``: how long to wait
-        for another run of the job to end before failing with JobBusy naming it."""
-        self.config = config
+        for another run of the job to end before failing with JobBusy naming it.
+        ``rewind_to``: recompute the job from this epoch as a new generation of it, which starts
+        from a copy of checkpoint ``rewind_to - 1`` and replaces the outputs when it ends
+        (include.generations; each runner given it starts a new one). The runner works on the
+        job's newest generation: ``self.config.job_id`` names it."""
         self.store_options = dict(store_options or {})
+        store = store or open_store(config.checkpoint_root, **self.store_options)
+        log_id, lineage = generations.attach(store, config.job_id, None, rewind_to=check_rewind_to(rewind_to),
+                                             owner=owner_of(config, None))
+        self.config = config = dataclasses.replace(config, job_id=log_id)
         self.attempt_retries = attempt_retries
         self.handoff = handoff
         self.wait_for_input = wait_for_input
         self.poll_interval = poll_interval
         self.job = IterationJob(config, store, checks=checks, store_options=self.store_options, warm_start=warm_start,
-                                coordinators=coordinators)
+                                coordinators=coordinators, **generations.job_options(lineage, log_id))
         self._spark = spark
         self._executor = None
         self.take_over = take_over

@@ -111,6 +111,11 @@ def job_params(
                                     "\"type\", \"kwargs\", \"severity\"}]}. Changing or removing an existing "
                                     "expectation (an entry with its name) or {\"enabled\": false} is refused "
                                     "unless the DAG's author allows runs to relax its checks. See docs/data-checks.md."),
+        "rewind_to": param(None, type=["null", "integer"], minimum=0,
+                           description="Recompute the job from this epoch: a new generation of the job starts "
+                                       "from a copy of checkpoint rewind_to - 1, computes the epochs from there "
+                                       "and replaces the outputs in one step when it ends; the rewound one stays "
+                                       "readable. Empty: go on with the newest generation. See docs/airflow.md."),
         "continuation": param(True, type="boolean",
                               description="If the job has not terminated when the batch's epochs are done, "
                                           "trigger the next batch (a linked run of this DAG)."),

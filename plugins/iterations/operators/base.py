@@ -320,10 +320,14 @@ class IterationOperator(BaseOperator):
         SkipMixin().skip(context["ti"], later)
 
     def iteration_job(self, context: Mapping[str, Any]):
-        """The job this task works on. For a scheduled DAG: the generation (checkpoint log) of
-        the batch's date that this DAG run works on, warm-started from the previous batch."""
+        """The job this task works on: the generation (checkpoint log) this DAG run works on
+        (include.generations: the newest, or a new one when the run rewinds the job); for a
+        scheduled DAG, the generation of the batch's date, warm-started from the previous batch."""
         import dataclasses
 
+        from include import generations
+        from include.generations import check_rewind_to
+        from include.protocol import owner_of
         from include.runtime import IterationJob
         from include.schedule import Schedule
         from include.store import open_store
@@ -332,19 +336,25 @@ class IterationOperator(BaseOperator):
         config = self.job_config(context)
         options = IterationStoreHook(self.aws_conn_id).store_options(config.checkpoint_root)
         store = open_store(config.checkpoint_root, **options)
-        warm_start = None
-        family: list[str] = []
+        settings = self.settings(context)
+        rewind_to = check_rewind_to(settings.get("rewind_to"))
+        owner = owner_of(config, self.dag_id)
         if self.scheduled:
             schedule = Schedule(store, config.job_id)
             generation = schedule.attach(self.batch_date(context), batch_id_of(context),
-                                         recompute=bool(self.settings(context).get("recompute")))
-            config = dataclasses.replace(config, job_id=generation.job_id)
-            warm_start = schedule.warm_start_manifest(generation)
+                                         recompute=bool(settings.get("recompute")), rewind_to=rewind_to, owner=owner)
             self.generation = (schedule, generation)
-            # a recompute replaces the date's earlier generations' outputs: their versions are its to delete
-            family = [g for g in schedule.generations_of(generation.date) if g != generation.job_id]
-        return IterationJob(config, store, store_options=options, warm_start=warm_start,
-                            publication_family=family), options
+            lineage = schedule.lineage(generation.date)
+            extra = {"warm_start": schedule.warm_start_manifest(generation), "rewound_from": generation.rewound_from,
+                     "publication_family": lineage.family(generation.job_id),
+                     "may_publish": lambda: schedule.check_may_publish(generation)}
+            log_id = generation.job_id
+        else:
+            log_id, lineage = generations.attach(store, config.job_id, batch_id_of(context), rewind_to=rewind_to,
+                                                 owner=owner)
+            extra = generations.job_options(lineage, log_id)
+        config = dataclasses.replace(config, job_id=log_id)
+        return IterationJob(config, store, store_options=options, **extra), options
 
 
 class SparkAttemptOperator(IterationOperator):

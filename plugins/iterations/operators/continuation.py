@@ -71,6 +71,7 @@ class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
         conf = dict(context["params"])
         conf["stop"] = "none"  # a stop param applied to the batch that asked for it
         conf["recompute"] = False  # a continuation goes on with the batch's generation
+        conf["rewind_to"] = None  # ... and with the generation a rewind started
         if "take_over" in conf:
             conf["take_over"] = False  # the job is this DAG's now: nothing left to take over
         if self.scheduled:

@@ -43,11 +43,7 @@ class FinishOperator(SparkAttemptOperator):
             self.log.info("final checkpoint %d committed", final.checkpoint_id)
         elif step is Step.SUSPEND:
             run.suspend(reason=why)
-        gate = None
-        if self.scheduled:  # an older generation (cleared, finished after a recompute) never publishes
-            schedule, generation = self.generation
-            gate = lambda: schedule.check_may_publish(generation)  # noqa: E731
-        published = run.conclude(may_publish=gate)
+        published = run.conclude()  # an older generation (cleared, finished after a newer one started) never publishes
         state = run.state
         result: dict[str, Any] = {"status": state.status.value, "job_id": job.config.job_id,
                                   "checkpoint_id": state.latest.checkpoint_id if state.latest else None,
@@ -57,6 +53,7 @@ class FinishOperator(SparkAttemptOperator):
             for name, where in published.items():
                 self.log.info("output %s published to %s", name, where)
             if self.scheduled:
+                schedule, generation = self.generation
                 schedule.complete(generation)
                 result.update(batch_date=generation.date, generation=generation.job_id,
                               started_from=generation.started_from)

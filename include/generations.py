@@ -1,0 +1,237 @@
+"""Generations of a job: recomputing it from an epoch (``rewind_to``).
+
+A checkpoint log only grows: a committed checkpoint id is never written again, and what was
+published from it stays true of it. To recompute a job from epoch k (a body fixed, a parameter
+changed, an input corrected), a run asks for ``rewind_to=k``. A new **generation** of the job, a
+checkpoint log of its own, starts from a copy of checkpoint k-1 of the newest generation (its
+objects copied, every byte verified against its SHA-256, before its first epoch: ``seed``),
+computes epochs k.., and when it terminates its publication replaces the outputs in one step
+(include.outputs). The generation it rewinds stays as it is, readable (its checkpoints, the
+Iterations view) until it is deleted; it can no longer publish. ``rewind_to=0`` starts the new
+generation from nothing (a scheduled batch: from the checkpoint the batch warm-starts from).
+
+Names: job J's first generation is its log ``J`` itself, then ``J.r1``, ``J.r2``...; the batch of
+date D of a scheduled job is ``J.D``, ``J.D.r1``... (include.schedule keeps those records the
+same way, under ``schedules/J/``). Records, under the checkpoint root::
+
+    lineages/J/generations/<G>.json   {"rewound_from": {"job_id", "epoch"} | null, "at"}
+    lineages/J/runs/<run>.json        {"run", "generation"}: fixed by the run's first task
+
+So every task, retry and cleared task of a DAG run finds the generation its first task chose,
+and a later run (a continuation, a new trigger) works on the newest. A job that was never
+rewound has no records beyond its runs'.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from typing import TYPE_CHECKING, Any, Mapping
+
+from include.checkpoint import CheckpointLog
+from include.errors import CheckpointCorrupted, CheckpointError, ConfigError, ObjectNotFound
+from include.layout import check_job_id
+from include.manifest import DatasetRef, Manifest, verify_bytes
+from include.ownership import JobOwner, OwnershipError, read_owner
+from include.records import now_iso
+from include.store import ObjectStore
+
+if TYPE_CHECKING:
+    from include.runtime import IterationJob
+
+log = logging.getLogger("iterations")
+
+
+def generation_number(name: str, base: str) -> int | None:
+    """0 for ``base``, n for ``base.r<n>``, None for a name of another job or shape."""
+    if name == base:
+        return 0
+    rest = name[len(base):] if name.startswith(base + ".r") else ""
+    return int(rest[2:]) if rest[2:].isdigit() and not rest[2:].startswith("0") else None
+
+
+def check_rewind_to(value: Any) -> int | None:
+    """``rewind_to`` as a run gives it: None, or an epoch number (an int >= 0)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"rewind_to must be an epoch number (an integer >= 0), got {value!r}")
+    return value
+
+
+class Lineage:
+    """The generations of log ``base`` (a job, or a scheduled job's batch of one date), with
+    their records under ``root``."""
+
+    def __init__(self, store: ObjectStore, root: str, base: str):
+        self.store = store
+        self.root = root
+        self.base = check_job_id(base)
+
+    @classmethod
+    def of_job(cls, store: ObjectStore, job_id: str) -> "Lineage":
+        return cls(store, f"lineages/{check_job_id(job_id)}", job_id)
+
+    def _read(self, key: str) -> dict[str, Any] | None:
+        try:
+            record = json.loads(self.store.get(key))
+        except ObjectNotFound:
+            return None
+        except ValueError:
+            raise CheckpointCorrupted(f"the record {self.store.location(key)} is not JSON") from None
+        if not isinstance(record, dict):
+            raise CheckpointCorrupted(f"the record {self.store.location(key)} is not a JSON object")
+        return record
+
+    def generations(self) -> list[str]:
+        """The recorded generations, oldest first (``base``, ``base.r1``, ...)."""
+        prefix = f"{self.root}/generations/"
+        names = [o.key[len(prefix):-len(".json")] for o in self.store.list(prefix) if o.key.endswith(".json")]
+        return sorted((n for n in names if generation_number(n, self.base) is not None),
+                      key=lambda n: generation_number(n, self.base))
+
+    def record(self, log_id: str) -> dict[str, Any] | None:
+        return self._read(f"{self.root}/generations/{check_job_id(log_id)}.json")
+
+    def new(self, body: Mapping[str, Any], *, first: int = 0) -> str:
+        """Record a new generation (the next free name from ``first``); its log id."""
+        n = first
+        while True:
+            log_id = check_job_id(self.base + (f".r{n}" if n else ""))
+            if self.store.put_if_absent(f"{self.root}/generations/{log_id}.json",
+                                        json.dumps({**body, "at": now_iso()}, sort_keys=True).encode()):
+                return log_id
+            n += 1
+
+    def run_generation(self, run: str) -> str | None:
+        """The generation DAG run ``run`` works on, if its first task fixed it."""
+        known = self._read(f"{self.root}/runs/{run}.json")
+        if known is None:
+            return None
+        try:
+            return check_job_id(known["generation"])
+        except (KeyError, ConfigError):
+            raise CheckpointCorrupted(f"the record of run {run} under {self.store.location(self.root)} "
+                                      "names no valid generation") from None
+
+    def fix_run(self, run: str, log_id: str) -> str:
+        """Make ``log_id`` the generation of run ``run`` unless a task of it was first; the one it has."""
+        key = f"{self.root}/runs/{run}.json"
+        if self.store.put_if_absent(key, json.dumps({"run": run, "generation": log_id}).encode()):
+            return log_id
+        return self.run_generation(run) or log_id
+
+    def superseded_by(self, log_id: str) -> str | None:
+        """The newest generation, if it is newer than ``log_id``: only the newest may publish."""
+        newest = self.generations()
+        return newest[-1] if newest and newest[-1] != log_id and log_id in [self.base, *newest] else None
+
+    def check_may_publish(self, log_id: str) -> None:
+        """CheckpointError if a newer generation exists: an older generation's run (cleared, or
+        still running when the rewind started) never publishes over the newer one."""
+        newer = self.superseded_by(log_id)
+        if newer is not None:
+            raise CheckpointError(
+                f"generation {log_id} was superseded by {newer} (a recompute or rewind): its outputs are "
+                "not published")
+
+    def family(self, log_id: str) -> list[str]:
+        """The other generations: their versions in the outputs are the newest one's to replace."""
+        return [g for g in dict.fromkeys([self.base, *self.generations()]) if g != log_id]
+
+    # --- a rewind -----------------------------------------------------------------------------
+
+    def rewind(self, source: str, epoch: int, owner: JobOwner, body: Mapping[str, Any] | None = None) -> str:
+        """A new generation that recomputes ``source`` from ``epoch`` (``check_rewind``), recorded
+        with ``body`` besides; its log id."""
+        rewound_from = check_rewind(self.store, source, epoch, owner)
+        if not self.generations() and self.base == source:  # the job itself is generation 0
+            self.store.put_if_absent(f"{self.root}/generations/{source}.json",
+                                     json.dumps({"rewound_from": None, "at": now_iso()}).encode())
+        log_id = self.new({**(body or {}), "rewound_from": rewound_from}, first=1)
+        log.info("job %s: generation %s recomputes it from epoch %d of %s", self.base, log_id, epoch, source)
+        return log_id
+
+
+def check_rewind(store: ObjectStore, source: str, epoch: int, owner: JobOwner) -> dict[str, Any]:
+    """What a generation rewinding log ``source`` to ``epoch`` records, checked before anything is
+    written: the run owns ``source`` (OwnershipError otherwise: nobody recomputes another's job
+    into their own), and ``source`` keeps epoch checkpoint ``epoch - 1`` to start from."""
+    epoch = check_rewind_to(epoch)
+    current = read_owner(store, source)
+    if current is not None and current.differences(owner):
+        raise OwnershipError(f"job {source} belongs to {current.describe()}; this run differs: "
+                             f"{'; '.join(current.differences(owner))}: it cannot rewind the job")
+    src = CheckpointLog(store, source)
+    if epoch > 0:
+        kept = src.checkpoint_ids()
+        try:
+            start = src.load(epoch - 1, verify="none")
+        except CheckpointError:
+            raise ConfigError(f"rewind_to={epoch}: job {source} has no kept checkpoint {epoch - 1} to recompute "
+                              f"epoch {epoch} from (kept: {kept})") from None
+        if start.kind != "epoch":
+            raise ConfigError(f"rewind_to={epoch}: checkpoint {epoch - 1} of job {source} is its {start.kind} "
+                              f"checkpoint; rewind to an epoch up to {epoch - 1}")
+    return {"job_id": source, "epoch": epoch}
+
+
+def attach(store: ObjectStore, job_id: str, run: str | None, *, rewind_to: int | None,
+           owner: JobOwner) -> tuple[str, Lineage]:
+    """The generation (log id) of job ``job_id`` that a run works on: the one the run's first
+    task fixed (``run``: a DAG run's batch id; None: a library run, not fixed), else a new one
+    if ``rewind_to`` is given, else the newest."""
+    lineage = Lineage.of_job(store, job_id)
+    if run is not None:
+        known = lineage.run_generation(run)
+        if known is not None:
+            return known, lineage
+    newest = ([job_id, *lineage.generations()])[-1]
+    log_id = newest if rewind_to is None else lineage.rewind(newest, rewind_to, owner)
+    return (lineage.fix_run(run, log_id) if run is not None else log_id), lineage
+
+
+def job_options(lineage: Lineage, log_id: str) -> dict[str, Any]:
+    """What ``IterationJob`` needs of generation ``log_id``: where it starts from, the other
+    generations (their output versions are its to replace) and its publication gate."""
+    rewound_from = (lineage.record(log_id) or {}).get("rewound_from")
+    return {"rewound_from": rewound_from, "publication_family": lineage.family(log_id),
+            "may_publish": lambda: lineage.check_may_publish(log_id)}
+
+
+def seed(job: "IterationJob") -> Manifest | None:
+    """Before a rewound generation's first epoch: its first checkpoint, ``epoch - 1``, a copy of
+    the one it rewinds, whose objects are copied into its own log (each verified against its
+    SHA-256 as it is read: a damaged source is refused). Idempotent: a seeded log is left alone,
+    a copy that died half way is made again. The staged outputs of that epoch are not copied:
+    they were published by the generation that made them."""
+    rewound = job.rewound_from
+    if not rewound or int(rewound["epoch"]) == 0 or job.log.latest_id() is not None:
+        return None
+    source = CheckpointLog(job.store, check_job_id(rewound["job_id"]))
+    start = source.load(int(rewound["epoch"]) - 1, verify="sizes")
+    src_root, own_root = source.layout.root + "/", job.log.layout.root + "/"
+
+    def copied(ref):
+        if not ref.key.startswith(src_root):
+            raise CheckpointCorrupted(f"checkpoint {start.checkpoint_id} of job {source.job_id} names object "
+                                      f"{ref.key!r} outside its job")
+        data = job.store.get(ref.key)
+        verify_bytes(data, ref, job.store.location(ref.key))
+        key = own_root + ref.key[len(src_root):]
+        job.store.put(key, data)
+        return dataclasses.replace(ref, key=key)
+
+    def dataset(ds: DatasetRef) -> DatasetRef:
+        return DatasetRef(ds.schema, tuple(tuple(copied(f) for f in part) for part in ds.partitions))
+
+    manifest = dataclasses.replace(
+        start, job_id=job.config.job_id, variables={k: dataset(v) for k, v in start.variables.items()},
+        outputs={}, extra_objects=tuple(copied(f) for f in start.extra_objects), committed_at="")
+    job.log.seed(manifest)
+    log.info("job %s: starts from checkpoint %d of %s (copied, verified): epoch %d is next",
+             job.config.job_id, start.checkpoint_id, source.job_id, start.checkpoint_id + 1)
+    return manifest
+
+__all__ = ["Lineage", "attach", "check_rewind", "check_rewind_to", "generation_number", "job_options", "seed"]

@@ -1,0 +1,106 @@
+"""Recomputing a job from an epoch (``rewind_to``, include.generations) through the library
+runner: a new generation starts from a verified copy of checkpoint k-1, computes epochs k..,
+and replaces the outputs when it ends; the rewound generation stays readable and can no longer
+publish."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from include.checkpoint import CheckpointLog
+from include.errors import CheckpointCorrupted, CheckpointError, ConfigError
+from include.generations import Lineage, job_options
+from include.outputs import published
+from include.ownership import OwnershipError
+from include.store import open_store
+from spark_jobs.runner import IterationRunner
+from tests.helpers import graph_with_dangling, pagerank_config, read_published, write_edges
+
+pytestmark = pytest.mark.spark
+
+
+def ranks(out):
+    frame = read_published(out, "ranks")
+    return dict(zip(frame["node"], frame["rank"]))
+
+
+def test_a_rewound_job_recomputes_from_the_epoch_and_replaces_its_outputs(spark, tmp_path):
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(30, 0.12, seed=11))
+    out = tmp_path / "out"
+
+    def config(damping, max_epochs=5):
+        return pagerank_config(tmp_path, edges, max_epochs=max_epochs, tolerance=0.0, output_path=str(out),
+                               body_params={"damping": damping}, retain_last=10)
+
+    first = IterationRunner(config(0.85), spark).run()
+    assert first.job_id == "pr" and first.checkpoint_id == 5
+    store = open_store(str(tmp_path / "store"))
+    old = CheckpointLog(store, "pr")
+    before = ranks(out)
+
+    # the same parameters from epoch 3: the epochs recomputed exactly, the outputs replaced
+    same = IterationRunner(config(0.85), spark, rewind_to=3)
+    assert same.config.job_id == "pr.r1"
+    result = same.run()
+    assert result.restored_from == 2 and result.epochs_computed == [3, 4]
+    assert [d.metrics for d in result.decisions] == [old.load(e).decision.metrics for e in (3, 4)]
+    seeded, original = CheckpointLog(store, "pr.r1").load(2, verify="full"), old.load(2)
+    assert [f.sha256 for v in seeded.variables.values() for f in v.files] == \
+        [f.sha256 for v in original.variables.values() for f in v.files]
+    assert all(f.key.startswith("jobs/pr.r1/") for f in seeded.objects), "copied into the new generation"
+    assert published(str(out), "ranks").job_id == "pr.r1"
+    assert ranks(out) == before
+
+    # a fix from epoch 3 (two epochs more): equal to a job that ran 7 epochs from the start
+    fixed = IterationRunner(config(0.85, max_epochs=7), spark, rewind_to=3).run()
+    assert fixed.job_id == "pr.r2" and fixed.epochs_computed == [3, 4, 5, 6]
+    reference = pagerank_config(tmp_path, edges, job_id="ref", checkpoint_root=str(tmp_path / "ref"),
+                                max_epochs=7, tolerance=0.0, output_path=str(tmp_path / "ref-out"))
+    IterationRunner(reference, spark).run()
+    assert ranks(out) == ranks(tmp_path / "ref-out") != before
+    assert published(str(out), "ranks").job_id == "pr.r2"
+
+    # a later run works on the newest generation: it is done
+    again = IterationRunner(config(0.85, max_epochs=7), spark).run()
+    assert again.job_id == "pr.r2" and again.epochs_computed == []
+
+    # the rewound generations stay readable; they can no longer publish
+    lineage = Lineage.of_job(store, "pr")
+    assert lineage.generations() == ["pr", "pr.r1", "pr.r2"]
+    assert old.latest_id() == 5 and old.load(4, verify="full").decision is not None
+    for stale in ("pr", "pr.r1"):
+        with pytest.raises(CheckpointError, match=f"generation {stale} was superseded by pr.r2"):
+            job_options(lineage, stale)["may_publish"]()
+    assert lineage.record("pr.r2")["rewound_from"] == {"job_id": "pr.r1", "epoch": 3}
+
+
+def test_a_rewind_is_refused_before_anything_is_written(spark, tmp_path):
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(12, 0.2, seed=3))
+    config = pagerank_config(tmp_path, edges, max_epochs=2, tolerance=0.0, retain_last=5)
+    IterationRunner(config, spark).run()
+    store = open_store(str(tmp_path / "store"))
+
+    def refused(error, match, cfg=config, **kw):
+        with pytest.raises(error, match=match):
+            IterationRunner(cfg, spark, **kw)
+        assert not store.list("lineages/"), "nothing recorded"
+
+    refused(ConfigError, r"rewind_to=3: checkpoint 2 of job pr is its final checkpoint; rewind to an epoch up to 2",
+            rewind_to=3)
+    refused(ConfigError, r"rewind_to=7: job pr has no kept checkpoint 6 .*\(kept: \[0, 1, 2\]\)", rewind_to=7)
+    for bad in (-1, True, 1.5, "2"):
+        refused(ConfigError, r"rewind_to must be an epoch number \(an integer >= 0\), got", rewind_to=bad)
+    other = pagerank_config(tmp_path, str(tmp_path / "other.csv"), max_epochs=2, tolerance=0.0)
+    refused(OwnershipError, r"job pr belongs to .* it cannot rewind the job", cfg=other, rewind_to=1)
+
+    # a damaged source checkpoint is refused when the copy reads it; nothing is committed
+    rewound = IterationRunner(config, spark, rewind_to=2)
+    victim = CheckpointLog(store, "pr").load(1).variables["ranks"].files[0]
+    path = tmp_path / "store" / victim.key
+    path.write_bytes(path.read_bytes()[::-1])
+    with pytest.raises(CheckpointCorrupted, match="fails its checksum"):
+        rewound.run()
+    assert CheckpointLog(store, "pr.r1").latest_id() is None
+    assert json.loads(store.get("lineages/pr/generations/pr.r1.json"))["rewound_from"] == {"job_id": "pr", "epoch": 2}
