@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 from typing import TYPE_CHECKING, Any, Mapping
 
 from include.checkpoint import CheckpointLog
@@ -154,6 +155,25 @@ class Lineage:
         return log_id
 
 
+_REWOUND = re.compile(r"^(?P<base>.+)\.r[1-9][0-9]*$")
+_BATCH = re.compile(r"^(?P<job>.+)\.(?P<date>[0-9]{8}T[0-9]{6}Z)$")
+
+
+def lineage_of(store: ObjectStore, log_id: str) -> Lineage | None:
+    """The lineage log ``log_id`` is a generation of (a rewound job's, or a scheduled batch's),
+    None if it is the only generation of its job."""
+    match = _REWOUND.match(log_id)
+    base = match["base"] if match else log_id
+    candidates = [Lineage.of_job(store, base)]
+    if (batch := _BATCH.match(base)) is not None:
+        candidates.append(Lineage(store, f"schedules/{batch['job']}", base))
+    for lineage in candidates:
+        names = lineage.generations()
+        if log_id in names and len(names) > 1:
+            return lineage
+    return None
+
+
 def check_rewind(store: ObjectStore, source: str, epoch: int, owner: JobOwner) -> dict[str, Any]:
     """What a generation rewinding log ``source`` to ``epoch`` records, checked before anything is
     written: the run owns ``source`` (OwnershipError otherwise: nobody recomputes another's job
@@ -234,4 +254,5 @@ def seed(job: "IterationJob") -> Manifest | None:
              job.config.job_id, start.checkpoint_id, source.job_id, start.checkpoint_id + 1)
     return manifest
 
-__all__ = ["Lineage", "attach", "check_rewind", "check_rewind_to", "generation_number", "job_options", "seed"]
+__all__ = ["Lineage", "attach", "check_rewind", "check_rewind_to", "generation_number", "job_options",
+           "lineage_of", "seed"]

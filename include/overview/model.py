@@ -119,6 +119,15 @@ class FinishView:
 
 
 @dataclass
+class GenerationView:
+    """One generation of the job (include.generations): a checkpoint log of its own."""
+
+    job_id: str
+    rewound_from: dict[str, Any] | None  # {"job_id", "epoch"}: recomputes that log from that epoch
+    newest: bool  # the one that publishes; the others are superseded
+
+
+@dataclass
 class JobOverview:
     job_id: str
     store: str
@@ -135,6 +144,7 @@ class JobOverview:
     batches: list[BatchView]
     finish: FinishView | None
     rejected: list[int]
+    generations: list[GenerationView] = field(default_factory=list)  # none: the job was never rewound
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -7,7 +7,8 @@ from typing import Any
 
 from include.checkpoint import CheckpointLog
 from include.errors import CheckpointError, ConfigError, ObjectNotFound
-from include.layout import JobLayout, check_job_id
+from include.generations import lineage_of
+from include.layout import JOB_ID_PATTERN, JobLayout, check_job_id
 from include.manifest import Manifest
 from include.overview.model import (
     AttemptView,
@@ -16,6 +17,7 @@ from include.overview.model import (
     EpochView,
     EventsView,
     FinishView,
+    GenerationView,
     JobOverview,
     OutputView,
     job_not_found,
@@ -146,7 +148,25 @@ class _Reader:
             stop_request=stop.value if stop else None, epochs=epochs, batches=batches,
             finish=self._finish(final, sizes, checks) if final is not None else None,
             rejected=sorted(i for k in self._keys("rejected") if (i := JobLayout.parse_id(k)) is not None),
+            generations=self._generations(),
         )
+
+    def _generations(self) -> list[GenerationView]:
+        lineage = lineage_of(self.store, self.job_id)
+        if lineage is None:
+            return []
+        names = lineage.generations()
+        views = []
+        for name in names:
+            try:
+                rewound = (lineage.record(name) or {}).get("rewound_from")
+            except CheckpointError:  # a damaged record is shown as unknown
+                rewound = None
+            ok = isinstance(rewound, dict) and isinstance(rewound.get("epoch"), int) and JOB_ID_PATTERN.fullmatch(
+                str(rewound.get("job_id")))
+            views.append(GenerationView(name, {"job_id": rewound["job_id"], "epoch": rewound["epoch"]} if ok else None,
+                                        name == names[-1]))
+        return views
 
     def _attempts(self) -> dict[int, dict[str, AttemptView]]:
         out: dict[int, dict[str, AttemptView]] = {}

@@ -3,6 +3,7 @@ Connect session, local checkpoint store), and their outputs equal the references
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -25,6 +26,12 @@ from tests.helpers import StatsdListener, graph_with_dangling, ranks_of, read_pu
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
+def published_job(output_path, name) -> str:
+    from include.outputs import published
+
+    return published(str(output_path), name).job_id
+
+
 def dags_test(env, dag_id, conf):
     done = airflow(env, "dags", "test", dag_id, "--conf", json.dumps(conf))
     assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
@@ -38,7 +45,7 @@ def test_iterate_pagerank(airflow_env, spark, tmp_path):
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(30, 0.12, seed=5))
     conf = {"job_id": "pr-dag", "input_path": edges, "checkpoint_root": str(tmp_path / "store"),
             "output_path": str(tmp_path / "out"), "max_epochs": 5, "tolerance": 0, "num_partitions": 3,
-            "damping": 0.85}
+            "damping": 0.85, "retain_last": 10}
     statsd = StatsdListener()
     try:
         log = dags_test({**airflow_env, **statsd.env()}, "iterate_pagerank", conf)
@@ -69,6 +76,17 @@ def test_iterate_pagerank(airflow_env, spark, tmp_path):
     assert "job pr-dag is TERMINATED: epoch 5 is not needed" in again, "a finished job computes nothing"
     assert job.log.latest_id() == final_id, "a second run commits nothing"
     assert dict(zip(*read_published(tmp_path / "out", "ranks")[["node", "rank"]].T.values)) == ours
+
+    # recompute from epoch 3 with two epochs more: a new generation, the outputs replaced
+    rewound = dags_test(airflow_env, "iterate_pagerank", {**conf, "rewind_to": 3, "max_epochs": 7})
+    assert "generation pr-dag.r1 recomputes it from epoch 3 of pr-dag" in rewound
+    assert "job pr-dag.r1: starts from checkpoint 2 of pr-dag (copied, verified): epoch 3 is next" in rewound
+    assert [e for e in range(8) if f"epoch {e} committed" in rewound] == [3, 4, 5, 6]
+    assert published_job(tmp_path / "out", "ranks") == "pr-dag.r1"
+    longer = IterationRunner(dataclasses.replace(reference, job_id="pr-lib7", max_epochs=7), spark).run()
+    assert dict(zip(*read_published(tmp_path / "out", "ranks")[["node", "rank"]].T.values)) == \
+        ranks_of(longer.outputs["ranks"])
+    assert job.log.latest_id() == final_id, "the rewound generation is left as it was"
 
 
 def test_iterate_kmeans_on_digits_in_connect_mode(airflow_env, spark, tmp_path):

@@ -189,6 +189,20 @@ def _check_cell(checks: Iterable[CheckView], link) -> str:
     return "<br>".join(out)
 
 
+def _generations(view: JobOverview, base: str, q: str) -> str:
+    """The job's generations (include.generations), each linked, the newest marked."""
+    if not view.generations:
+        return ""
+    items = []
+    for g in view.generations:
+        name = g.job_id if g.job_id == view.job_id else \
+            f'<a href="{_e(f"{base}jobs/{quote(g.job_id)}?{q}")}">{_e(g.job_id)}</a>'
+        src = g.rewound_from
+        how = f" from epoch {_int(src['epoch'])} of {_e(src['job_id'])}" if src else ""
+        items.append(f"<li><code>{name}</code>{how}{' · <b>newest</b>' if g.newest else ' · superseded'}</li>")
+    return f'<p class="meta">generations (a rewind recomputes the job as a new one):</p><ul id="generations">{"".join(items)}</ul>'
+
+
 def job_page(view: JobOverview, root: str, base: str, batch: str | None = None) -> str:
     """``batch``: the batch (DAG run) the page was opened for; its rows are highlighted."""
     q = _q(root=root)
@@ -207,7 +221,7 @@ def job_page(view: JobOverview, root: str, base: str, batch: str | None = None) 
 {f'· stop requested: <b>{_e(view.stop_request)}</b>' if view.stop_request else ''}</p>
 <p class="meta">retention: kept checkpoints {_e(', '.join(map(str, view.kept_checkpoints)) or '-')};
 retired {len(view.retired_checkpoints)}{f'; savepoints {_e(view.savepoints)}' if view.savepoints else ''}
-{f'; rejected by a rewind {_e(view.rejected)}' if view.rejected else ''}</p>"""
+{f'; rejected by a rewind {_e(view.rejected)}' if view.rejected else ''}</p>{_generations(view, base, q)}"""
     others = [m for m in view.metric_names if m != metric]
     switch = " ".join(f'<a href="{_e(f"{base}jobs/{quote(view.job_id)}?{_q(root=root, metric=m)}")}">{_e(m)}</a>'
                       for m in others)
