@@ -108,3 +108,37 @@ def test_an_older_generation_never_publishes_over_a_newer_one(sched):
     sched.complete(newer)
     assert sched.date_record(D1)["current"] == newer.job_id
     assert sched.generations_of(D2) == []
+
+
+def test_a_rewound_batch_is_a_new_generation_of_its_date(sched):
+    """``rewind_to`` on a scheduled batch: a new generation of the date, recorded with where it
+    rewinds from and where the batch started; every task of the run finds it, the older one can
+    no longer publish, and nothing is recorded for a date that never ran or a run of another owner."""
+    from include.generations import Lineage, job_options
+    from include.ownership import JobOwner, OwnershipError, claim
+
+    owner = JobOwner(dag_id="daily_dag", body="pagerank", input={"path": "in.csv"}, output_path=None)
+    with pytest.raises(ConfigError, match="batch 20260101T000000Z of daily has not run: nothing to rewind"):
+        sched.attach(D1, "run-0", rewind_to=1, owner=owner)
+    g1 = sched.attach(D1, "run-1")
+    claim(sched.store, g1.job_id, owner)
+    finish(sched.store, g1.job_id)
+    sched.complete(g1)
+    other = dataclasses.replace(owner, dag_id="someone_else")
+    with pytest.raises(OwnershipError, match="it cannot rewind the job"):
+        sched.attach(D1, "run-x", rewind_to=1, owner=other)
+    with pytest.raises(ConfigError, match="checkpoint 1 of job daily.20260101T000000Z is its final checkpoint"):
+        sched.attach(D1, "run-x", rewind_to=2, owner=owner)
+    assert sched.generations_of(D1) == [g1.job_id]
+
+    g = sched.attach(D1, "run-2", rewind_to=1, owner=owner)
+    assert g.job_id == f"{g1.job_id}.r1" and g.recompute and g.started_from == g1.started_from
+    assert g.rewound_from == {"job_id": g1.job_id, "epoch": 1}
+    assert sched.attach(D1, "run-2") == g, "every task of the run finds the same generation"
+    assert sched.date_record(D1)["pending"] == g.job_id
+    lineage = sched.lineage(D1)
+    assert isinstance(lineage, Lineage) and lineage.family(g.job_id) == [g1.job_id]
+    with pytest.raises(CheckpointError, match=f"superseded by {g.job_id}"):
+        sched.check_may_publish(g1)
+    with pytest.raises(CheckpointError, match=f"superseded by {g.job_id}"):
+        job_options(lineage, g1.job_id)["may_publish"]()
