@@ -169,8 +169,7 @@ def _no_run(dag_id: str, run_id: str) -> str:
 
 def job_of_run(dag_id: str, run_id: str) -> tuple[str, str, Any, str]:
     """(checkpoint log id, checkpoint root, its store, batch id) of a DAG run of an iteration DAG:
-    its conf over its DAG's params; a scheduled job's run works on the generation its first task
-    chose."""
+    its conf over its DAG's params; the run works on the generation its first task chose."""
     from airflow.models.dagrun import DagRun
     from airflow.models.serialized_dag import SerializedDagModel
     from airflow.utils.session import create_session
@@ -191,14 +190,14 @@ def job_of_run(dag_id: str, run_id: str) -> tuple[str, str, Any, str]:
     batch = batch_id_of_run(run_id)
     root, store = open_root(str(params["checkpoint_root"]))
     job_id = check_job_id(str(params["job_id"]))  # a run's conf is untrusted: no other key is read
-    key = f"schedules/{job_id}/runs/{batch}.json"
-    try:
-        job_id = check_job_id(json.loads(store.get(key))["generation"])
-    except ObjectNotFound:
-        pass  # not a scheduled job's run (or its first task has not run yet)
-    except (ValueError, KeyError, TypeError, ConfigError):
-        raise ViewError(502, f"the record {store.location(key)} of run {run_id!r} of DAG {dag_id!r} is damaged") \
-            from None
+    for key in (f"schedules/{job_id}/runs/{batch}.json", f"lineages/{job_id}/runs/{batch}.json"):
+        try:  # the generation the run's first task chose (include.schedule, include.generations)
+            return check_job_id(json.loads(store.get(key))["generation"]), root, store, batch
+        except ObjectNotFound:
+            continue  # not a scheduled (or rewound) job's run, or its first task has not run yet
+        except (ValueError, KeyError, TypeError, ConfigError):
+            raise ViewError(502, f"the record {store.location(key)} of run {run_id!r} of DAG {dag_id!r} is damaged") \
+                from None
     return job_id, root, store, batch
 
 
