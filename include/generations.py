@@ -34,7 +34,7 @@ from include.checkpoint import CheckpointLog
 from include.errors import CheckpointCorrupted, CheckpointError, ConfigError, ObjectNotFound
 from include.layout import check_job_id
 from include.manifest import DatasetRef, Manifest, verify_bytes
-from include.ownership import JobOwner, OwnershipError, read_owner
+from include.ownership import JobOwner, OwnershipError, owner_key, read_owner
 from include.records import now_iso
 from include.store import ObjectStore
 
@@ -96,10 +96,14 @@ class Lineage:
         return self._read(f"{self.root}/generations/{check_job_id(log_id)}.json")
 
     def new(self, body: Mapping[str, Any], *, first: int = 0) -> str:
-        """Record a new generation (the next free name from ``first``); its log id."""
+        """Record a new generation (the next free name from ``first``, skipping the name of a job
+        that exists outside this lineage: a generation never continues another's log); its log id."""
         n = first
         while True:
             log_id = check_job_id(self.base + (f".r{n}" if n else ""))
+            if self.store.exists(owner_key(log_id)) and self.record(log_id) is None:
+                n += 1
+                continue
             if self.store.put_if_absent(f"{self.root}/generations/{log_id}.json",
                                         json.dumps({**body, "at": now_iso()}, sort_keys=True).encode()):
                 return log_id

@@ -14,7 +14,7 @@ from include.errors import CheckpointCorrupted, CheckpointError, ConfigError
 from include.generations import Lineage, job_options
 from include.outputs import published
 from include.overview import job_overview
-from include.ownership import OwnershipError
+from include.ownership import JobOwner, OwnershipError, claim
 from include.store import open_store
 from spark_jobs.runner import IterationRunner
 from tests.helpers import graph_with_dangling, pagerank_config, read_published, write_edges
@@ -100,12 +100,15 @@ def test_a_rewind_is_refused_before_anything_is_written(spark, tmp_path):
     other = pagerank_config(tmp_path, str(tmp_path / "other.csv"), max_epochs=2, tolerance=0.0)
     refused(OwnershipError, r"job pr belongs to .* it cannot rewind the job", cfg=other, rewind_to=1)
 
+    # a job already named like the next generation (another's) is skipped, never continued
+    claim(store, "pr.r1", JobOwner(dag_id="someone_else", body="pagerank", input={"path": "x"}, output_path=None))
     # a damaged source checkpoint is refused when the copy reads it; nothing is committed
     rewound = IterationRunner(config, spark, rewind_to=2)
+    assert rewound.config.job_id == "pr.r2"
     victim = CheckpointLog(store, "pr").load(1).variables["ranks"].files[0]
     path = tmp_path / "store" / victim.key
     path.write_bytes(path.read_bytes()[::-1])
     with pytest.raises(CheckpointCorrupted, match="fails its checksum"):
         rewound.run()
-    assert CheckpointLog(store, "pr.r1").latest_id() is None
-    assert json.loads(store.get("lineages/pr/generations/pr.r1.json"))["rewound_from"] == {"job_id": "pr", "epoch": 2}
+    assert CheckpointLog(store, "pr.r2").latest_id() is None
+    assert json.loads(store.get("lineages/pr/generations/pr.r2.json"))["rewound_from"] == {"job_id": "pr", "epoch": 2}
