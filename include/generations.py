@@ -92,6 +92,10 @@ class Lineage:
         return sorted((n for n in names if generation_number(n, self.base) is not None),
                       key=lambda n: generation_number(n, self.base))
 
+    def newest(self) -> str:
+        """The generation later runs work on: the newest recorded, else ``base`` itself."""
+        return ([self.base, *self.generations()])[-1]
+
     def record(self, log_id: str) -> dict[str, Any] | None:
         return self._read(f"{self.root}/generations/{check_job_id(log_id)}.json")
 
@@ -141,9 +145,11 @@ class Lineage:
                 f"generation {log_id} was superseded by {newer} (a recompute or rewind): its outputs are "
                 "not published")
 
-    def family(self, log_id: str) -> list[str]:
-        """The other generations: their versions in the outputs are the newest one's to replace."""
-        return [g for g in dict.fromkeys([self.base, *self.generations()]) if g != log_id]
+    def family(self, log_id: str, names: list[str] | None = None) -> list[str]:
+        """The other generations (of ``names``, the recorded ones if already listed): their
+        versions in the outputs are the newest one's to replace."""
+        names = self.generations() if names is None else names
+        return [g for g in dict.fromkeys([self.base, *names]) if g != log_id]
 
     # --- a rewind -----------------------------------------------------------------------------
 
@@ -163,9 +169,9 @@ _REWOUND = re.compile(r"^(?P<base>.+)\.r[1-9][0-9]*$")
 _BATCH = re.compile(r"^(?P<job>.+)\.(?P<date>[0-9]{8}T[0-9]{6}Z)$")
 
 
-def lineage_of(store: ObjectStore, log_id: str) -> Lineage | None:
-    """The lineage log ``log_id`` is a generation of (a rewound job's, or a scheduled batch's),
-    None if it is the only generation of its job."""
+def lineage_of(store: ObjectStore, log_id: str) -> tuple[Lineage, list[str]] | None:
+    """The lineage log ``log_id`` is a generation of (a rewound job's, or a scheduled batch's)
+    and its generations, oldest first; None if it is the only generation of its job."""
     match = _REWOUND.match(log_id)
     base = match["base"] if match else log_id
     candidates = [Lineage.of_job(store, base)]
@@ -174,7 +180,7 @@ def lineage_of(store: ObjectStore, log_id: str) -> Lineage | None:
     for lineage in candidates:
         names = lineage.generations()
         if log_id in names and len(names) > 1:
-            return lineage
+            return lineage, names
     return None
 
 
@@ -184,17 +190,17 @@ def check_rewind(store: ObjectStore, source: str, epoch: int, owner: JobOwner) -
     into their own), and ``source`` keeps epoch checkpoint ``epoch - 1`` to start from."""
     epoch = check_rewind_to(epoch)
     current = read_owner(store, source)
-    if current is not None and current.differences(owner):
+    differences = current.differences(owner) if current is not None else []
+    if differences:
         raise OwnershipError(f"job {source} belongs to {current.describe()}; this run differs: "
-                             f"{'; '.join(current.differences(owner))}: it cannot rewind the job")
+                             f"{'; '.join(differences)}: it cannot rewind the job")
     src = CheckpointLog(store, source)
     if epoch > 0:
-        kept = src.checkpoint_ids()
         try:
             start = src.load(epoch - 1, verify="none")
         except CheckpointError:
             raise ConfigError(f"rewind_to={epoch}: job {source} has no kept checkpoint {epoch - 1} to recompute "
-                              f"epoch {epoch} from (kept: {kept})") from None
+                              f"epoch {epoch} from (kept: {src.checkpoint_ids()})") from None
         if start.kind != "epoch":
             raise ConfigError(f"rewind_to={epoch}: checkpoint {epoch - 1} of job {source} is its {start.kind} "
                               f"checkpoint; rewind to an epoch up to {epoch - 1}")
@@ -211,16 +217,18 @@ def attach(store: ObjectStore, job_id: str, run: str | None, *, rewind_to: int |
         known = lineage.run_generation(run)
         if known is not None:
             return known, lineage
-    newest = ([job_id, *lineage.generations()])[-1]
+    newest = lineage.newest()
     log_id = newest if rewind_to is None else lineage.rewind(newest, rewind_to, owner)
     return (lineage.fix_run(run, log_id) if run is not None else log_id), lineage
 
 
 def job_options(lineage: Lineage, log_id: str) -> dict[str, Any]:
     """What ``IterationJob`` needs of generation ``log_id``: where it starts from, the other
-    generations (their output versions are its to replace) and its publication gate."""
-    rewound_from = (lineage.record(log_id) or {}).get("rewound_from")
-    return {"rewound_from": rewound_from, "publication_family": lineage.family(log_id),
+    generations (their output versions are its to replace) and its publication gate. One
+    listing; a generation's record is read only when it has one (a never-rewound job has none)."""
+    names = lineage.generations()
+    rewound_from = (lineage.record(log_id) or {}).get("rewound_from") if log_id in names else None
+    return {"rewound_from": rewound_from, "publication_family": lineage.family(log_id, names),
             "may_publish": lambda: lineage.check_may_publish(log_id)}
 
 

@@ -144,8 +144,9 @@ class Schedule:
             gen = self.generation(base)  # continue the pending one, or find the current one done
         else:
             gen = self._new_generation(date, self.start_of(date), recompute=False)
-        if lineage.fix_run(run, gen.job_id) != gen.job_id:
-            return self.generation(lineage.run_generation(run))  # another task of the run was first
+        fixed = lineage.fix_run(run, gen.job_id)
+        if fixed != gen.job_id:
+            return self.generation(fixed)  # another task of the run was first
         if gen.job_id != record["current"] and record["pending"] != gen.job_id:
             self._write_date({**record, "pending": gen.job_id})
         return gen

@@ -152,10 +152,10 @@ class _Reader:
         )
 
     def _generations(self) -> list[GenerationView]:
-        lineage = lineage_of(self.store, self.job_id)
-        if lineage is None:
+        found = lineage_of(self.store, self.job_id)
+        if found is None:
             return []
-        names = lineage.generations()
+        lineage, names = found
         views = []
         for name in names:
             try:

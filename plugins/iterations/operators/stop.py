@@ -36,11 +36,11 @@ class StopRequestOperator(IterationOperator):
         PathPolicy.for_dag(self.allowed_roots).check("checkpoint_root", root)  # the same rule as every run
         # an existing store only: a request never creates directories elsewhere
         store = open_store(root, create=False, **IterationStoreHook(self.aws_conn_id).store_options(root))
-        newest = Lineage.of_job(store, settings["job_id"]).generations()
-        if newest and newest[-1] != settings["job_id"]:  # a rewound job: its newest generation runs
+        newest = Lineage.of_job(store, settings["job_id"]).newest()
+        if newest != settings["job_id"]:  # a rewound job: its newest generation runs
             self.log.info("job %s was rewound: the request goes to its newest generation %s", settings["job_id"],
-                          newest[-1])
-            settings["job_id"] = newest[-1]
+                          newest)
+            settings["job_id"] = newest
         log = CheckpointLog(store, settings["job_id"])
         owner = read_owner(store, settings["job_id"])
         if owner is None and log.latest_id() is None and not log.has_started():
