@@ -62,6 +62,9 @@ def dag_run(server, work: str, job_id: str, path: str, epochs: int, partitions: 
             durations.setdefault(kind, []).append(_t(ti["end_date"]) - _t(ti["start_date"]))
     first = _t(tis["epoch_0.run"]["start_date"])
     last = _t(tis[f"epoch_{epochs - 1}.commit"]["end_date"])
+    # from epoch 2 on: epoch 0 starts the batch's Spark Connect session (its Python workers) and
+    # loads the input, epoch 1 is the first to restore variables
+    steady = (last - _t(tis["epoch_2.run"]["start_date"])) / (epochs - 2) if epochs > 2 else float("nan")
     logs = glob.glob(os.path.join(server.home, "logs", "dag_id=iterate_pagerank", f"run_id={run_id}",
                                   "task_id=epoch_*.commit", "*.log"))
     own = sum(1 for f in logs if "imported by this process" in open(f, errors="replace").read())
@@ -77,7 +80,7 @@ def dag_run(server, work: str, job_id: str, path: str, epochs: int, partitions: 
             if ti.get("queued_when"):
                 queued.append(_t(ti["queued_when"]) - ended)
                 started.append(_t(ti["start_date"]) - _t(ti["queued_when"]))
-    return {"wall": wall, "epochs": (last - first) / epochs, "tasks": durations, "own_gx": own, "commits": len(logs),
+    return {"wall": wall, "epochs": (last - first) / epochs, "steady": steady, "tasks": durations, "own_gx": own, "commits": len(logs),
             "to_queued": statistics.mean(queued), "to_started": statistics.mean(started)}
 
 
@@ -88,23 +91,62 @@ def library(spark, path: str, epochs: int, partitions: int, root: str) -> float:
     cfg = JobConfig(job_id="lib", body="pagerank", input=path, checkpoint_root=os.path.join(root, "store"),
                     output_path=os.path.join(root, "out"), max_epochs=epochs, tolerance=0.0,
                     num_partitions=partitions)
-    started = time.perf_counter()
-    IterationRunner(cfg, spark).run()
-    return time.perf_counter() - started
+    import logging
+
+    seconds: dict[int, float] = {}
+
+    class Epochs(logging.Handler):  # the runner's line per epoch: "job lib epoch 3: ... 2.31s committed"
+        def emit(self, record):
+            m = re.match(r"job lib epoch (\d+): .* (\d+\.\d+)s committed", record.getMessage())
+            if m:
+                seconds[int(m.group(1))] = float(m.group(2))
+
+    handler = Epochs()
+    logger = logging.getLogger("iterations")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        started = time.perf_counter()
+        IterationRunner(cfg, spark).run()
+        total = time.perf_counter() - started
+    finally:
+        logger.removeHandler(handler)
+    later = [v for e, v in seconds.items() if e >= 2]
+    return total, (sum(later) / len(later) if later else float("nan"))
 
 
-def scheduler_rss(server) -> int:
-    """Resident bytes of the ``airflow scheduler`` process (not its workers)."""
+def _scheduler_dir(server) -> str | None:
+    """/proc/<pid> of the ``airflow scheduler`` process (not its workers)."""
     for pid_dir in glob.glob("/proc/[0-9]*"):
         try:
             cmd = open(os.path.join(pid_dir, "cmdline"), "rb").read().replace(b"\0", b" ").decode(errors="replace")
             if re.search(r"airflow scheduler\b", cmd) and os.getpgid(int(os.path.basename(pid_dir))) == server.proc.pid:
-                for line in open(os.path.join(pid_dir, "status")):
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) * 1024
+                return pid_dir
         except (OSError, ValueError):
             continue
+    return None
+
+
+def scheduler_rss(server) -> int:
+    """Resident bytes of the ``airflow scheduler`` process (not its workers)."""
+    pid_dir = _scheduler_dir(server)
+    try:
+        for line in open(os.path.join(pid_dir, "status")) if pid_dir else ():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return 0
+
+
+def scheduler_cpu(server) -> float:
+    """CPU seconds (user and system) the scheduler process has used so far (not its workers')."""
+    pid_dir = _scheduler_dir(server)
+    try:
+        fields = open(os.path.join(pid_dir, "stat")).read().rsplit(")", 1)[1].split() if pid_dir else []
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") if fields else float("nan")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,7 +154,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--edges", type=int, default=250_000)
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--executors", nargs="+", choices=sorted(EXECUTORS), default=list(EXECUTORS),
+                   help="the executors to run (default: both)")
+    p.add_argument("--setting", action="append", default=[], metavar="AIRFLOW__SECTION__KEY=VALUE",
+                   help="an Airflow setting for the runs (repeatable), e.g. AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME=0.2")
+    p.add_argument("--keep", action="store_true", help="keep the Airflow homes (task logs) and print where")
     args = p.parse_args(argv)
+    settings = dict(s.split("=", 1) for s in args.setting)
+    bad = [k for k in settings if not k.startswith("AIRFLOW__")]
+    if bad:
+        p.error(f"--setting takes AIRFLOW__SECTION__KEY=VALUE, not {bad}")
 
     from tests.dags.airflow_server import AirflowServer
 
@@ -121,19 +172,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine()}; PageRank {exact:,} edges, {args.partitions} partitions, {args.epochs} epochs, "
           f"airflow standalone (LocalExecutor workers, SQLite)", flush=True)
     results: dict[str, dict] = {}
-    lib_seconds = None
-    for name, executor in EXECUTORS.items():
+    lib_seconds = lib_steady = None
+    for name in args.executors:
+        executor = EXECUTORS[name]
         home = tempfile.mkdtemp(prefix="airflow-sched-", dir=DATA)
         work = tempfile.mkdtemp(prefix="bench-sched-", dir=DATA)
         server = AirflowServer(home, os.path.join(home, "spark-connect"))
         server.env["AIRFLOW__CORE__EXECUTOR"] = executor
+        server.env.update(settings)
         server.env["ITERATIONS_ALLOWED_ROOTS"] = ",".join(filter(None, [server.env.get("ITERATIONS_ALLOWED_ROOTS"), DATA]))
         try:
             server.start()
             server.unpause("iterate_pagerank")
             dag_run(server, work, "warm", warm, 2, args.partitions)  # starts the Spark Connect server
+            cpu = scheduler_cpu(server)
             results[name] = dag_run(server, work, "measured", path, args.epochs, args.partitions)
             results[name]["rss"] = scheduler_rss(server)
+            results[name]["cpu"] = (scheduler_cpu(server) - cpu) / results[name]["wall"]
             r = results[name]
             print(f"  {name}: DAG run {r['wall']:.1f} s, {r['epochs']:.2f} s per epoch; commits importing "
                   f"Great Expectations themselves: {r['own_gx']} of {r['commits']}", flush=True)
@@ -146,33 +201,43 @@ def main(argv: list[str] | None = None) -> int:
                                                               "ITERATIONS_SPARK_CONNECT_DIR")})
                 spark = SparkSession.builder.remote(connect_server.ensure()).create()
                 library(spark, warm, 2, args.partitions, os.path.join(work, "lib-warm"))
-                lib_seconds = library(spark, path, args.epochs, args.partitions, os.path.join(work, "lib"))
+                lib_seconds, lib_steady = library(spark, path, args.epochs, args.partitions, os.path.join(work, "lib"))
                 spark.stop()
                 print(f"  library runner on the same Spark Connect server: {lib_seconds:.1f} s", flush=True)
         finally:
             server.stop()
-            shutil.rmtree(work, ignore_errors=True)
-            shutil.rmtree(home, ignore_errors=True)
+            if args.keep:
+                print(f"  kept: Airflow home {home}, job files {work}", flush=True)
+            else:
+                shutil.rmtree(work, ignore_errors=True)
+                shutil.rmtree(home, ignore_errors=True)
 
     print(f"\nPageRank {exact:,} edges, {args.epochs} epochs, {machine()}")
     kinds = ("run", "align", "commit")
-    print("| executor | s per epoch | " + " | ".join(f"{k} task, mean s" for k in kinds)
-          + " | upstream end -> queued | queued -> running | commits importing GX | scheduler RSS |")
-    print("|---|---|" + "---|" * len(kinds) + "---|---|---|---|")
+    print("| executor | s per epoch | from epoch 2 | " + " | ".join(f"{k} task, mean s" for k in kinds)
+          + " | upstream end -> queued | queued -> running | commits importing GX | scheduler RSS | scheduler CPU |")
+    print("|---|---|---|" + "---|" * len(kinds) + "---|---|---|---|---|")
     for name, r in results.items():
         cells = " | ".join(f"{statistics.mean(r['tasks'][k]):.2f}" if k in r["tasks"] else "-" for k in kinds)
-        print(f"| {name} | {r['epochs']:.2f} | {cells} | {r['to_queued']:.2f} | {r['to_started']:.2f} | "
-              f"{r['own_gx']} of {r['commits']} | {r['rss'] / 2**20:.0f} MiB |")
+        print(f"| {name} | {r['epochs']:.2f} | {r['steady']:.2f} | {cells} | {r['to_queued']:.2f} | "
+              f"{r['to_started']:.2f} | {r['own_gx']} of {r['commits']} | {r['rss'] / 2**20:.0f} MiB | "
+              f"{r['cpu']:.0%} of a core |")
     for name, r in results.items():
         parts = sum(statistics.mean(r["tasks"][k]) for k in kinds) + len(kinds) * (r["to_queued"] + r["to_started"])
         print(f"{name}: the three tasks' mean durations plus three latencies make {parts:.2f} s of the "
               f"{r['epochs']:.2f} s per epoch")
-    a, b = results["LocalExecutor"]["epochs"], results["PreloadingLocalExecutor"]["epochs"]
-    print(f"preloading: {b - a:+.2f} s per epoch ({b / a:.2f}x)")
+    if len(results) == 2:
+        a, b = results["LocalExecutor"]["epochs"], results["PreloadingLocalExecutor"]["epochs"]
+        print(f"preloading: {b - a:+.2f} s per epoch ({b / a:.2f}x)")
+    if settings:
+        print("settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
     if lib_seconds is not None:
         lib = lib_seconds / args.epochs
         print(f"library runner: {lib:.2f} s per epoch (load included); above it per epoch: "
-              + ", ".join(f"{n} {r['epochs'] - lib:+.2f} s" for n, r in results.items()))
+              + ", ".join(f"{n} {r['epochs'] - lib:+.2f} s ({r['epochs'] / lib:.2f}x)" for n, r in results.items()))
+        print(f"library runner from epoch 2: {lib_steady:.2f} s per epoch; above it: "
+              + ", ".join(f"{n} {r['steady'] - lib_steady:+.2f} s ({r['steady'] / lib_steady:.2f}x)"
+                          for n, r in results.items()))
     return 0
 
 

@@ -12,6 +12,7 @@ else. Committing is not its business.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import re
@@ -41,10 +42,14 @@ class EpochExecutor:
     crash) reads the store. For an executor that runs epoch after epoch of a job on one session
     (the library runner); one that runs a single attempt gains nothing from it."""
 
-    def __init__(self, spark, store_options: Mapping[str, Any] | None = None, *, handoff: bool = False):
+    def __init__(self, spark, store_options: Mapping[str, Any] | None = None, *, handoff: bool = False,
+                 shared: bool = False):
         self.spark = spark
         self.store_options = dict(store_options or {})
         self.handoff = handoff
+        # a Spark Connect session that later processes attach to (an Airflow batch's): what the
+        # tail kept is also named in the session, for the next process to take over
+        self.shared = shared and handoff and type(spark).__module__.startswith("pyspark.sql.connect")
         self._data: dict[str, tuple[dict, list]] = {}
         # job id -> head -> (object keys the tail wrote, schema, (records, checkpointed frame))
         self._kept: dict[str, dict[str, tuple[frozenset[str], str, Any]]] = {}
@@ -79,11 +84,101 @@ class EpochExecutor:
             old = self._kept.pop(job_id, {})
             if keep:
                 self._kept[job_id] = dict(keep)
+        if self.shared:
+            for head in set(old) - set(keep or {}):
+                self._unname(job_id, head)
+            for head, (keys, schema, (_records, checkpointed)) in (keep or {}).items():
+                self._name(job_id, head, keys, schema, checkpointed)
         if old:
             from spark_jobs.storeio import release_kept
 
             for _keys, _schema, (_records, checkpointed) in old.values():
                 release_kept(checkpointed)
+
+    # --- kept variables named in a shared Spark Connect session ------------------------------
+    # A local checkpoint of a Spark Connect session is a relation the server holds for the
+    # session, by id, until a client releases it or the session ends. A process that kept one
+    # names it in the session's configuration (a key per job and head: the relation's id and
+    # the digest of the object keys the tail wrote with it); the next process on the session
+    # takes it over when its plan restores exactly those objects (the committed checkpoint), and
+    # frees a named relation its plan does not restore (an aborted attempt's). Best effort: a
+    # relation or a session that is gone means reading the checkpoint.
+
+    @staticmethod
+    def _conf_key(job_id: str, head: str) -> str:
+        digest = hashlib.sha256(json.dumps([job_id, head]).encode()).hexdigest()[:32]
+        return f"iterations.kept.{digest}"
+
+    @staticmethod
+    def _keys_digest(keys: frozenset[str]) -> str:
+        return hashlib.sha256("\n".join(sorted(keys)).encode()).hexdigest()
+
+    def _name(self, job_id: str, head: str, keys: frozenset[str], schema: str, checkpointed) -> None:
+        relation = getattr(getattr(checkpointed, "_plan", None), "_relation_id", None)
+        if relation is None:  # a local frame (rows the driver held): nothing on the server
+            self._unname(job_id, head)
+            return
+        value = json.dumps({"job": job_id, "head": head, "keys": self._keys_digest(keys), "schema": schema,
+                            "relation": relation})
+        try:
+            self.spark.conf.set(self._conf_key(job_id, head), value)
+        except Exception as e:  # the session is gone: nothing to hand on
+            log.info("job %s: could not name the kept %r in the session (%s)", job_id, head, type(e).__name__)
+
+    def _unname(self, job_id: str, head: str) -> None:
+        try:
+            self.spark.conf.unset(self._conf_key(job_id, head))
+        except Exception:
+            pass
+
+    def _named(self, plan: EpochPlan, head: str, ds) -> Any | None:
+        """Take over the relation an earlier process named for this job and head, if it holds
+        exactly the objects ``ds`` (the checkpoint the plan restores): the records, or None."""
+        keys = frozenset(f.key for part in ds.partitions for f in part)
+        if not keys:
+            return None
+        key = self._conf_key(plan.job_id, head)
+        try:
+            text = self.spark.conf.get(key, None)
+        except Exception:
+            return None
+        if not text:
+            return None
+        try:
+            named = json.loads(text)
+            relation = str(named["relation"])
+            matches = (named.get("job") == plan.job_id and named.get("head") == head and named.get("schema") == ds.schema
+                       and named.get("keys") == self._keys_digest(keys))
+        except (ValueError, KeyError, TypeError):
+            self._unname(plan.job_id, head)
+            return None
+        from pyspark.sql.connect.dataframe import DataFrame
+        from pyspark.sql.connect.plan import CachedRemoteRelation
+
+        frame = DataFrame(CachedRemoteRelation(relation, self.spark), self.spark)
+        if not matches:  # kept by an attempt that never committed: freed (when ``frame`` goes)
+            log.info("job %s %s %d: the %r kept in the session is not checkpoint %s's: freed", plan.job_id,
+                     plan.kind, plan.checkpoint_id, head, plan.parent_id)
+            self._unname(plan.job_id, head)
+            return None
+        try:
+            from pyspark.sql.types import StructType
+
+            from spark_jobs.storeio import sized_for_joins
+
+            columns = [f.name for f in StructType.fromJson(json.loads(ds.schema)).fields]
+            records = sized_for_joins(frame.select(*columns), ds.size)
+            records.schema  # one round trip: the server still holds the relation
+        except Exception as e:
+            log.info("job %s %s %d: the %r kept in the session is gone (%s)", plan.job_id, plan.kind,
+                     plan.checkpoint_id, head, _first_line(e))
+            self._unname(plan.job_id, head)
+            return None
+        with self._lock:
+            self._kept.setdefault(plan.job_id, {})[head] = (keys, ds.schema, (records, frame))
+        log.info("job %s %s %d: %r taken over from the Spark Connect session (kept by the attempt that wrote "
+                 "checkpoint %s)", plan.job_id, plan.kind, plan.checkpoint_id, head, plan.parent_id)
+        return records
 
     @staticmethod
     def _release(kept: dict[str, Any] | None) -> None:
@@ -122,6 +217,8 @@ class EpochExecutor:
         variables, read = {}, []
         for name, ds in plan.restore_datasets().items():
             kept = self._kept_for(plan, ds) if self.handoff and len(ds.partitions) == plan.num_partitions else None
+            if kept is None and self.shared and len(ds.partitions) == plan.num_partitions:
+                kept = self._named(plan, name, ds)
             if kept is not None:
                 variables[name] = kept
                 continue
@@ -279,14 +376,16 @@ class EpochExecutor:
 def lost_kept_block(error: BaseException) -> bool:
     """Whether a Spark job failed because a block of a local checkpoint is gone (its executor
     was lost, or the frame released): Spark's CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND, on a classic
-    session (Py4J) or through Spark Connect."""
+    session (Py4J) or through Spark Connect; or because the Spark Connect session no longer
+    holds the kept relation (DATAFRAME_NOT_FOUND: released by another client of the session)."""
     text = str(error)
-    return "CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND" in text or re.search(r"Checkpoint block rdd_\d+_\d+ not found", text) is not None
+    return any(s in text for s in ("CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND", "DATAFRAME_NOT_FOUND")) \
+        or re.search(r"Checkpoint block rdd_\d+_\d+ not found", text) is not None
 
 
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
-    match = re.search(r"\[CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND\][^\n]*", text)
+    match = re.search(r"\[(CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND|CONNECT_INVALID_PLAN\.DATAFRAME_NOT_FOUND)\][^\n]*", text)
     return (match.group(0) if match else text.splitlines()[0] if text else type(error).__name__)[:300]
 
 

@@ -41,6 +41,17 @@ def airflow_env(tmp_path_factory):
                    capture_output=True, timeout=120)
 
 
+@pytest.fixture
+def connect_url(airflow_env):
+    """The embedded Spark Connect server's URL (started unless it runs for the DAG tests)."""
+    started = subprocess.run([sys.executable, "-m", "spark_jobs.connect_server", "start"], env=airflow_env, cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert started.returncode == 0, started.stderr[-3000:]
+    url = started.stdout.strip().splitlines()[-1]
+    assert url.startswith("sc://127.0.0.1:")
+    return url
+
+
 def airflow(env, *args, timeout=900) -> subprocess.CompletedProcess:
     return subprocess.run([AIRFLOW, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 

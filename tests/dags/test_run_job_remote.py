@@ -22,17 +22,6 @@ def run_job(env, *args):
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.fixture
-def connect_url(airflow_env):
-    """The embedded Spark Connect server's URL (started unless it runs for the DAG tests)."""
-    started = subprocess.run([sys.executable, "-m", "spark_jobs.connect_server", "start"], env=airflow_env, cwd=ROOT,
-                             capture_output=True, text=True, timeout=300)
-    assert started.returncode == 0, started.stderr[-3000:]
-    url = started.stdout.strip().splitlines()[-1]
-    assert url.startswith("sc://127.0.0.1:")
-    return url
-
-
 def test_run_job_on_a_spark_connect_server(airflow_env, connect_url, spark, tmp_path):
     url = connect_url
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(30, 0.12, seed=11))

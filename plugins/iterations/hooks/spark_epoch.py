@@ -89,7 +89,7 @@ def _executor_for(url: str, session_id: str, spark, store_options: dict[str, Any
         if entry is None or entry[1].store_options != dict(store_options):
             if entry is not None:
                 released.append(entry[1])
-            entry = (spark, EpochExecutor(spark, store_options, handoff=True))
+            entry = (spark, EpochExecutor(spark, store_options, handoff=True, shared=True))
             _EXECUTORS[key] = entry
         _EXECUTORS.move_to_end(key)
         while len(_EXECUTORS) > _MAX_EXECUTORS:
