@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         t = dags_test(env, conf(warm, 2)).seconds  # starts the warm Spark Connect server too
         print(f"  warm-up DAG run (20k edges, 2 epochs, starts the Spark Connect server): {t:.1f} s", flush=True)
-        url = connect_server.ensure()
+        url = connect_server.ensure(int(env["ITERATIONS_SPARK_CONNECT_PORT"]))  # the DAG runs' server
         spark = SparkSession.builder.remote(url).create()
         library(spark, warm, 2, args.partitions, *lib_root())
         run_job(env, url, warm, 2, args.partitions, *lib_root())

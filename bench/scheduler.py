@@ -127,6 +127,41 @@ def _scheduler_dir(server) -> str | None:
     return None
 
 
+_GROUPS = (("task processes", ("task supervisor", "task runner", "airflow worker", "executor", "LocalExecutor")),
+           ("scheduler", ("airflow scheduler",)),
+           ("api-server", ("api-server", "api_server", "uvicorn", "gunicorn")),
+           ("dag-processor", ("dag-processor", "dag_processor", "DagFileProcessor")),
+           ("triggerer", ("triggerer",)),
+           ("Spark JVM", ("SparkConnectServer", "org.apache.spark")),
+           ("Spark Python workers", ("pyspark.daemon",)))
+
+
+def cpu_snapshot() -> dict[int, tuple[str, float]]:
+    """Per live process: its group (``_GROUPS`` by command line, else "other") and the CPU
+    seconds it and its reaped children used. A task process's seconds reach its worker when
+    the worker reaps it: summed over groups, the deltas between two snapshots are what ran."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[str, float]] = {}
+    for pid_dir in glob.glob("/proc/[0-9]*"):
+        try:
+            cmd = open(os.path.join(pid_dir, "cmdline"), "rb").read().replace(b"\0", b" ").decode(errors="replace")
+            fields = open(os.path.join(pid_dir, "stat")).read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if not cmd:
+            continue
+        group = next((g for g, marks in _GROUPS if any(m in cmd for m in marks)), "other")
+        out[int(os.path.basename(pid_dir))] = (group, sum(int(f) for f in fields[11:15]) / tick)
+    return out
+
+
+def cpu_by_group(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict[str, float]:
+    used: dict[str, float] = {}
+    for pid, (group, seconds) in after.items():
+        used[group] = used.get(group, 0.0) + seconds - (before[pid][1] if pid in before else 0.0)
+    return used
+
+
 def scheduler_rss(server) -> int:
     """Resident bytes of the ``airflow scheduler`` process (not its workers)."""
     pid_dir = _scheduler_dir(server)
@@ -173,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
           f"airflow standalone (LocalExecutor workers, SQLite)", flush=True)
     results: dict[str, dict] = {}
     lib_seconds = lib_steady = None
+    lib_groups: dict[str, float] = {}
     for name in args.executors:
         executor = EXECUTORS[name]
         home = tempfile.mkdtemp(prefix="airflow-sched-", dir=DATA)
@@ -185,8 +221,9 @@ def main(argv: list[str] | None = None) -> int:
             server.start()
             server.unpause("iterate_pagerank")
             dag_run(server, work, "warm", warm, 2, args.partitions)  # starts the Spark Connect server
-            cpu = scheduler_cpu(server)
+            cpu, snapshot = scheduler_cpu(server), cpu_snapshot()
             results[name] = dag_run(server, work, "measured", path, args.epochs, args.partitions)
+            results[name]["groups"] = cpu_by_group(snapshot, cpu_snapshot())
             results[name]["rss"] = scheduler_rss(server)
             results[name]["cpu"] = (scheduler_cpu(server) - cpu) / results[name]["wall"]
             r = results[name]
@@ -199,9 +236,13 @@ def main(argv: list[str] | None = None) -> int:
 
                 os.environ.update({k: server.env[k] for k in ("ITERATIONS_SPARK_CONNECT_PORT",
                                                               "ITERATIONS_SPARK_CONNECT_DIR")})
-                spark = SparkSession.builder.remote(connect_server.ensure()).create()
+                # the DAG runs' server (the warm-up started it): its port, not the module's default
+                url = connect_server.ensure(int(server.env["ITERATIONS_SPARK_CONNECT_PORT"]))
+                spark = SparkSession.builder.remote(url).create()
                 library(spark, warm, 2, args.partitions, os.path.join(work, "lib-warm"))
+                snapshot = cpu_snapshot()
                 lib_seconds, lib_steady = library(spark, path, args.epochs, args.partitions, os.path.join(work, "lib"))
+                lib_groups = cpu_by_group(snapshot, cpu_snapshot())
                 spark.stop()
                 print(f"  library runner on the same Spark Connect server: {lib_seconds:.1f} s", flush=True)
         finally:
@@ -223,6 +264,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['to_started']:.2f} | {r['own_gx']} of {r['commits']} | {r['rss'] / 2**20:.0f} MiB | "
               f"{r['cpu']:.0%} of a core |")
     for name, r in results.items():
+        groups = sorted(r["groups"].items(), key=lambda kv: -kv[1])
+        print(f"{name}: CPU seconds per epoch during the DAG run (this machine: {os.cpu_count()} cores, "
+              f"{r['epochs']:.2f} s per epoch): " + ", ".join(f"{g} {v / args.epochs:.2f}" for g, v in groups if v > 0.005)
+              + f"; all {sum(v for _g, v in groups) / args.epochs:.2f}")
+    for name, r in results.items():
         parts = sum(statistics.mean(r["tasks"][k]) for k in kinds) + len(kinds) * (r["to_queued"] + r["to_started"])
         print(f"{name}: the three tasks' mean durations plus three latencies make {parts:.2f} s of the "
               f"{r['epochs']:.2f} s per epoch")
@@ -235,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
         lib = lib_seconds / args.epochs
         print(f"library runner: {lib:.2f} s per epoch (load included); above it per epoch: "
               + ", ".join(f"{n} {r['epochs'] - lib:+.2f} s ({r['epochs'] / lib:.2f}x)" for n, r in results.items()))
+        groups = sorted(lib_groups.items(), key=lambda kv: -kv[1])
+        print("library runner: CPU seconds per epoch (this process is 'other'): "
+              + ", ".join(f"{g} {v / args.epochs:.2f}" for g, v in groups if v > 0.005)
+              + f"; all {sum(v for _g, v in groups) / args.epochs:.2f}")
         print(f"library runner from epoch 2: {lib_steady:.2f} s per epoch; above it: "
               + ", ".join(f"{n} {r['steady'] - lib_steady:+.2f} s ({r['steady'] / lib_steady:.2f}x)"
                           for n, r in results.items()))
