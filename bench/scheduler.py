@@ -8,10 +8,17 @@ PageRank DAG run under ``airflow standalone`` (LocalExecutor, SQLite, the warm S
 server) with each executor, after an uncounted warm-up DAG run each, and prints per epoch: the
 wall time from the first epoch's start to the last commit's end, the mean duration of each
 kind of task (from the task instances' start and end), and how many commit tasks imported
-Great Expectations themselves (their "Great Expectations ready" log line). The library runner
-on a session of the same server gives the Spark time the epochs cannot go below. Run::
+Great Expectations themselves (their "Great Expectations ready" log line), the same from epoch 2
+on (epoch 0 starts the batch's session and loads the input, epoch 1 is the first to restore),
+and the CPU seconds each component used per epoch (Spark, the task processes, the scheduler,
+the api-server...). The library runner on a session of the same server gives the Spark time
+the epochs cannot go below. The Airflow is the tests' (``tests.dags.airflow_server``, with its
+settings: ``[scheduler] scheduler_idle_sleep_time`` 0.25 s as in docker-compose.yaml);
+``--setting`` changes any of them. Run::
 
     .venv/bin/python -m bench.scheduler --edges 250000 --epochs 10
+    .venv/bin/python -m bench.scheduler --executors PreloadingLocalExecutor \
+        --setting AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME=1   # Airflow's default
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ class AirflowServer:
             "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
             "AIRFLOW__CORE__EXECUTOR": "iterations.executors.PreloadingLocalExecutor",  # as docker-compose.yaml
             "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.25",  # as docker-compose.yaml
             "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",  # tests unpause what they run
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",

@@ -94,6 +94,13 @@ def test_worker_killed_mid_epoch_run_finishes_correctly(server, spark, tmp_path)
     got = read_published(tmp_path / "out", "ranks")
     assert dict(zip(got["node"], got["rank"])) == expected, "bit for bit the failure-free result"
 
+    # Each run task is a process of its own: epochs 1.. (the killed one's retry too) and the
+    # finish took over the variables the previous epoch's process kept in the batch's session
+    for task_id in [f"epoch_{e}.run" for e in range(1, 5)] + ["finish"]:
+        text = "".join(open(p, errors="replace").read() for p in glob.glob(os.path.join(
+            server.home, "logs", "dag_id=iterate_pagerank", f"run_id={run_id}", f"task_id={task_id}", "*.log")))
+        assert "'ranks' taken over from the Spark Connect session" in text, (task_id, text[-3000:])
+
     # PreloadingLocalExecutor: the scheduler imported Great Expectations before forking its
     # workers, so no commit task (the killed worker's replacement's included) imports it again
     assert "Preloaded for the task processes in" in open(server.log_path).read(), server.log_tail()
