@@ -7,7 +7,7 @@ checkpoint log of its own, starts from a copy of checkpoint k-1 of the newest ge
 objects copied, every byte verified against its SHA-256, before its first epoch: ``seed``),
 computes epochs k.., and when it terminates its publication replaces the outputs in one step
 (include.outputs). The generation it rewinds stays as it is, readable (its checkpoints, the
-Iterations view) until it is deleted; it can no longer publish. ``rewind_to=0`` starts the new
+Iterations view) until it is retired (``retire``: its log deleted); it can no longer publish. ``rewind_to=0`` starts the new
 generation from nothing (a scheduled batch: from the checkpoint the batch warm-starts from).
 
 Names: job J's first generation is its log ``J`` itself, then ``J.r1``, ``J.r2``...; the batch of
@@ -16,6 +16,7 @@ same way, under ``schedules/J/``). Records, under the checkpoint root::
 
     lineages/J/generations/<G>.json   {"rewound_from": {"job_id", "epoch"} | null, "at"}
     lineages/J/runs/<run>.json        {"run", "generation"}: fixed by the run's first task
+    lineages/J/retired/<G>.json       {"at", "objects", "bytes"}: G's log was deleted
 
 So every task, retry and cleared task of a DAG run finds the generation its first task chose,
 and a later run (a continuation, a new trigger) works on the newest. A job that was never
@@ -34,7 +35,7 @@ from include.checkpoint import CheckpointLog
 from include.errors import CheckpointCorrupted, CheckpointError, ConfigError, ObjectNotFound
 from include.layout import check_job_id
 from include.manifest import DatasetRef, Manifest, verify_bytes
-from include.ownership import JobOwner, OwnershipError, owner_key, read_owner
+from include.ownership import Holder, JobLease, JobOwner, OwnershipError, owner_key, read_owner
 from include.records import now_iso
 from include.store import ObjectStore
 
@@ -112,6 +113,11 @@ class Lineage:
                                         json.dumps({**body, "at": now_iso()}, sort_keys=True).encode()):
                 return log_id
             n += 1
+
+    def retired(self) -> set[str]:
+        """The generations whose logs were deleted (``retire``)."""
+        prefix = f"{self.root}/retired/"
+        return {o.key[len(prefix):-len(".json")] for o in self.store.list(prefix) if o.key.endswith(".json")}
 
     def run_generation(self, run: str) -> str | None:
         """The generation DAG run ``run`` works on, if its first task fixed it."""
@@ -216,10 +222,52 @@ def attach(store: ObjectStore, job_id: str, run: str | None, *, rewind_to: int |
     if run is not None:
         known = lineage.run_generation(run)
         if known is not None:
+            if store.exists(f"{lineage.root}/retired/{known}.json"):
+                raise ConfigError(f"run {run} works on generation {known} of job {job_id}, which was retired (its "
+                                  f"log deleted): trigger a new run, which works on {lineage.newest()}")
             return known, lineage
     newest = lineage.newest()
     log_id = newest if rewind_to is None else lineage.rewind(newest, rewind_to, owner)
     return (lineage.fix_run(run, log_id) if run is not None else log_id), lineage
+
+
+def retire(store: ObjectStore, job_id: str, generation: str, owner: JobOwner,
+           holder: Holder | None = None) -> dict[str, int]:
+    """Delete the log of an older generation of job ``job_id`` (never the newest, which later
+    runs work on): its checkpoints, attempts and records, all but its owner record (the name stays
+    the job's) and its lease records. Refused, before anything is deleted, for a name that is not
+    an older generation of the job (ConfigError naming the generations), for a caller that is not
+    the job's owner (OwnershipError), and while a run holds the generation's lease (JobBusy
+    naming it): the retiring process holds the lease while it deletes. Its outputs are not
+    touched: the newest generation's publication replaces them. Returns the objects and bytes
+    deleted; a second call deletes what a crash left."""
+    lineage = Lineage.of_job(store, job_id)
+    names = lineage.generations()
+    if not isinstance(generation, str) or generation not in names[:-1]:
+        older = names[:-1]
+        raise ConfigError(
+            f"{generation!r} is not an older generation of job {job_id}: "
+            + (f"its newest is {names[-1]} (later runs work on it; it is never retired), the older ones "
+               f"{older or 'none'}" if names else "the job was never rewound (one generation, never retired)"))
+    current = read_owner(store, job_id)
+    differences = current.differences(owner) if current is not None else []
+    if differences:
+        raise OwnershipError(f"job {job_id} belongs to {current.describe()}; this caller differs: "
+                             f"{'; '.join(differences)}: it cannot retire the job's generations")
+    leases = JobLease(store, generation)
+    lease = leases.acquire(holder or Holder.this_process())  # JobBusy while a run works on it
+    try:
+        keep = {owner_key(generation)}
+        lease_prefix = leases.layout.lease_prefix()
+        doomed = [o for o in store.list(f"jobs/{generation}/") if o.key not in keep and not o.key.startswith(lease_prefix)]
+        store.delete([o.key for o in doomed])
+        done = {"objects": len(doomed), "bytes": sum(o.size for o in doomed)}
+        store.put(f"{lineage.root}/retired/{generation}.json", json.dumps({**done, "at": now_iso()}).encode())
+    finally:
+        leases.release(lease)
+    log.info("job %s: generation %s retired: %d objects, %d bytes deleted", job_id, generation, done["objects"],
+             done["bytes"])
+    return done
 
 
 def job_options(lineage: Lineage, log_id: str) -> dict[str, Any]:

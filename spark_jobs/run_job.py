@@ -47,6 +47,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="a damaged latest checkpoint: fail (default), or fall back to the newest intact one")
     p.add_argument("--rewind-to", type=int, default=None, metavar="EPOCH",
                    help="recompute the job from this epoch as a new generation (docs/library.md)")
+    p.add_argument("--retire", default=None, metavar="GENERATION",
+                   help="delete the log of an older generation of the job (e.g. JOB after a rewind made JOB.r1) "
+                        "instead of running it; prints what was deleted (docs/library.md)")
+    p.add_argument("--dag-id", default=None, help="with --retire: the DAG that owns the job (a job a DAG runs)")
     p.add_argument("--take-over", action="store_true",
                    help="continue a job that belongs to another owner (a DAG, another body, input or output path) "
                         "and make it this run's")
@@ -54,7 +58,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="wait up to SECONDS for another run of the job to end (default: fail at once naming it)")
     p.add_argument("--wait-for-input", type=float, default=None, metavar="SECONDS",
                    help="input arriving while the job runs (body sgd): wait up to SECONDS before each epoch")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.retire is not None and args.rewind_to is not None:
+        p.error("--retire deletes an older generation; --rewind-to starts a new one: one at a time")
+    if args.dag_id is not None and args.retire is None:
+        p.error("--dag-id is only for --retire (a run outside Airflow has no DAG)")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,11 +107,12 @@ def main(argv: list[str] | None = None) -> int:
         from spark_jobs.runner import IterationRunner
 
         options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
-        result = IterationRunner(config, spark, store_options=options, wait_for_input=args.wait_for_input,
-                                 take_over=args.take_over, lease_wait=args.lease_wait,
-                                 rewind_to=args.rewind_to).run(
-            batch_id=args.batch_id, max_epochs_in_batch=args.max_epochs_in_batch
-        )
+        runner = IterationRunner(config, spark, store_options=options, wait_for_input=args.wait_for_input,
+                                 take_over=args.take_over, lease_wait=args.lease_wait, rewind_to=args.rewind_to)
+        if args.retire is not None:
+            print(json.dumps({"job_id": args.job_id, "retired": args.retire, **runner.retire(args.retire, dag_id=args.dag_id)}))
+            return 0
+        result = runner.run(batch_id=args.batch_id, max_epochs_in_batch=args.max_epochs_in_batch)
     except IterationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -94,6 +94,7 @@ class IterationRunner:
         store = store or open_store(config.checkpoint_root, **self.store_options)
         log_id, lineage = generations.attach(store, config.job_id, None, rewind_to=check_rewind_to(rewind_to),
                                              owner=owner_of(config, None))
+        self.lineage = lineage
         self.config = config = dataclasses.replace(config, job_id=log_id)
         self.attempt_retries = attempt_retries
         self.handoff = handoff
@@ -122,6 +123,14 @@ class IterationRunner:
 
             self._executor = EpochExecutor(self.spark, self.store_options, handoff=self.handoff)
         return self._executor
+
+    def retire(self, generation: str, *, dag_id: str | None = None) -> dict[str, int]:
+        """Delete the log of an older generation of this job (``include.generations.retire``):
+        the objects and bytes deleted. The runner's own (newest) generation is never retired.
+        ``dag_id``: the DAG that owns the job, for a job a DAG runs (the owner is checked)."""
+        return generations.retire(self.job.store, self.lineage.base, generation,
+                                  owner_of(dataclasses.replace(self.config, job_id=self.lineage.base), dag_id),
+                                  self.holder)
 
     def _execute(self, plan: EpochPlan) -> list:
         """Run the attempt on this process's warm session: the reports its tail wrote."""

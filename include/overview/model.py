@@ -125,6 +125,7 @@ class GenerationView:
     job_id: str
     rewound_from: dict[str, Any] | None  # {"job_id", "epoch"}: recomputes that log from that epoch
     newest: bool  # the one that publishes; the others are superseded
+    retired: bool = False  # its log was deleted (include.generations.retire)
 
 
 @dataclass

@@ -156,6 +156,7 @@ class _Reader:
         if found is None:
             return []
         lineage, names = found
+        retired = lineage.retired()
         views = []
         for name in names:
             try:
@@ -165,7 +166,7 @@ class _Reader:
             ok = isinstance(rewound, dict) and isinstance(rewound.get("epoch"), int) and JOB_ID_PATTERN.fullmatch(
                 str(rewound.get("job_id")))
             views.append(GenerationView(name, {"job_id": rewound["job_id"], "epoch": rewound["epoch"]} if ok else None,
-                                        name == names[-1]))
+                                        name == names[-1], name in retired))
         return views
 
     def _attempts(self) -> dict[int, dict[str, AttemptView]]:

@@ -5,18 +5,22 @@ publish."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import subprocess
+import sys
 
 import pytest
 
 from include.checkpoint import CheckpointLog
 from include.errors import CheckpointCorrupted, CheckpointError, ConfigError
-from include.generations import Lineage, job_options
+from include.generations import Lineage, attach, job_options, retire
 from include.outputs import published
 from include.overview import job_overview
-from include.ownership import JobOwner, OwnershipError, claim
+from include.ownership import Holder, JobBusy, JobLease, JobOwner, OwnershipError, claim, owner_key, read_owner
 from include.store import open_store
 from spark_jobs.runner import IterationRunner
+from tests.conftest import ROOT
 from tests.helpers import graph_with_dangling, pagerank_config, read_published, write_edges
 
 pytestmark = pytest.mark.spark
@@ -79,6 +83,47 @@ def test_a_rewound_job_recomputes_from_the_epoch_and_replaces_its_outputs(spark,
 
     html = job_page(job_overview(store, "pr"), str(tmp_path / "store"), "/iterations/")
     assert 'href="/iterations/jobs/pr.r1?' in html and "from epoch 3 of pr · <b>newest</b>" in html
+
+    # Retiring the old generation deletes its log. Refused first, nothing deleted: the newest,
+    # a name that is no generation, another owner, and while a run holds the old one's lease.
+    def log_objects():  # the lease records change with every acquire
+        return sorted(o.key for o in store.list("jobs/pr/") if not o.key.startswith("jobs/pr/lease/"))
+
+    objects = log_objects()
+    for name, match in (("pr.r1", "its newest is pr.r1"), ("pr.r9", "not an older generation"),
+                        ("jobs/pr", "not an older generation"), (None, "not an older generation")):
+        with pytest.raises(ConfigError, match=match):
+            same.retire(name)
+    with pytest.raises(OwnershipError, match="cannot retire"):
+        same.retire("pr", dag_id="iterate_pagerank")  # the job is the library's, no DAG's
+    owner = read_owner(store, "pr")
+    with pytest.raises(OwnershipError, match="cannot retire"):
+        retire(store, "pr", "pr", dataclasses.replace(owner, output_path=str(tmp_path / "elsewhere")))
+    lease = JobLease(store, "pr").acquire(Holder.dag_run("iterate_pagerank", "old-run"))
+    with pytest.raises(JobBusy, match="old-run"):
+        same.retire("pr")
+    JobLease(store, "pr").release(lease)
+    assert log_objects() == objects
+    lineage.fix_run("old-run", "pr")
+
+    done = subprocess.run([sys.executable, "-m", "spark_jobs.run_job", "--job-id", "pr", "--body", "pagerank",
+                           "--input", edges, "--checkpoint-root", str(tmp_path / "store"), "--output-path", str(out),
+                           "--param", "damping=0.85", "--retire", "pr"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    doomed = [k for k in objects if k != owner_key("pr")]
+    assert summary["retired"] == "pr" and summary["objects"] == len(doomed) > 20 and summary["bytes"] > 0
+    left = {o.key for o in store.list("jobs/pr/")}
+    assert left and all(k == owner_key("pr") or k.startswith("jobs/pr/lease/") for k in left), left
+    assert lineage.retired() == {"pr"} and old.checkpoint_ids() == []
+    assert ranks(out) == before and published(str(out), "ranks").job_id == "pr.r1", "the outputs are untouched"
+    assert IterationRunner(config(0.85), spark).run().epochs_computed == [], "the newest goes on"
+    with pytest.raises(ConfigError, match="run old-run works on generation pr of job pr, which was retired"):
+        attach(store, "pr", "old-run", rewind_to=None, owner=owner)
+    assert [(g.job_id, g.retired) for g in job_overview(store, "pr.r1").generations] == [("pr", True), ("pr.r1", False)]
+    assert "<code>pr</code> · retired (its log deleted)" in job_page(job_overview(store, "pr.r1"),
+                                                                     str(tmp_path / "store"), "/iterations/")
 
 
 def test_a_rewind_is_refused_before_anything_is_written(spark, tmp_path):

@@ -190,16 +190,18 @@ def _check_cell(checks: Iterable[CheckView], link) -> str:
 
 
 def _generations(view: JobOverview, base: str, q: str) -> str:
-    """The job's generations (include.generations), each linked, the newest marked."""
+    """The job's generations (include.generations), each linked (not a retired one: its log is
+    gone), the newest marked."""
     if not view.generations:
         return ""
     items = []
     for g in view.generations:
-        name = g.job_id if g.job_id == view.job_id else \
+        name = _e(g.job_id) if g.job_id == view.job_id or g.retired else \
             f'<a href="{_e(f"{base}jobs/{quote(g.job_id)}?{q}")}">{_e(g.job_id)}</a>'
         src = g.rewound_from
         how = f" from epoch {_int(src['epoch'])} of {_e(src['job_id'])}" if src else ""
-        items.append(f"<li><code>{name}</code>{how}{' · <b>newest</b>' if g.newest else ' · superseded'}</li>")
+        state = " · <b>newest</b>" if g.newest else " · retired (its log deleted)" if g.retired else " · superseded"
+        items.append(f"<li><code>{name}</code>{how}{state}</li>")
     return f'<p class="meta">generations (a rewind recomputes the job as a new one):</p><ul id="generations">{"".join(items)}</ul>'
 
 
