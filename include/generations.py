@@ -190,16 +190,20 @@ def lineage_of(store: ObjectStore, log_id: str) -> tuple[Lineage, list[str]] | N
     return None
 
 
+def _check_owner(store: ObjectStore, job_id: str, owner: JobOwner, who: str, what: str) -> None:
+    """OwnershipError unless ``owner`` is job ``job_id``'s owner (or it has none)."""
+    current = read_owner(store, job_id)
+    differences = current.differences(owner) if current is not None else []
+    if differences:
+        raise OwnershipError(f"job {job_id} belongs to {current.describe()}; {who}: {'; '.join(differences)}: {what}")
+
+
 def check_rewind(store: ObjectStore, source: str, epoch: int, owner: JobOwner) -> dict[str, Any]:
     """What a generation rewinding log ``source`` to ``epoch`` records, checked before anything is
     written: the run owns ``source`` (OwnershipError otherwise: nobody recomputes another's job
     into their own), and ``source`` keeps epoch checkpoint ``epoch - 1`` to start from."""
     epoch = check_rewind_to(epoch)
-    current = read_owner(store, source)
-    differences = current.differences(owner) if current is not None else []
-    if differences:
-        raise OwnershipError(f"job {source} belongs to {current.describe()}; this run differs: "
-                             f"{'; '.join(differences)}: it cannot rewind the job")
+    _check_owner(store, source, owner, "this run differs", "it cannot rewind the job")
     src = CheckpointLog(store, source)
     if epoch > 0:
         try:
@@ -249,11 +253,7 @@ def retire(store: ObjectStore, job_id: str, generation: str, owner: JobOwner,
             f"{generation!r} is not an older generation of job {job_id}: "
             + (f"its newest is {names[-1]} (later runs work on it; it is never retired), the older ones "
                f"{older or 'none'}" if names else "the job was never rewound (one generation, never retired)"))
-    current = read_owner(store, job_id)
-    differences = current.differences(owner) if current is not None else []
-    if differences:
-        raise OwnershipError(f"job {job_id} belongs to {current.describe()}; this caller differs: "
-                             f"{'; '.join(differences)}: it cannot retire the job's generations")
+    _check_owner(store, job_id, owner, "this caller differs", "it cannot retire the job's generations")
     leases = JobLease(store, generation)
     lease = leases.acquire(holder or Holder.this_process())  # JobBusy while a run works on it
     try:
