@@ -60,15 +60,17 @@ ensure_venv() {
   local uv=("$VENV/bin/uv" pip install -q --python "$VENV/bin/python")
   "${uv[@]}" -r requirements.txt -c constraints.txt
   # pyspark-client (required by the spark provider) shares the pyspark package directory:
-  # install pyspark again last so the Python files match its 4.3.0 jars. Uninstall, then install:
-  # `--reinstall` implies `--refresh`, and uv then builds pyspark's sdist again and keeps every
-  # build in its cache (1.4 GB per setup: it filled this machine's disk)
+  # install pyspark again last so the Python files match its 4.3.0 jars. Uninstall, then install
+  # from the build just cached (`--reinstall` implies `--refresh`: a second build of the sdist)
   "$VENV/bin/uv" pip uninstall -q --python "$VENV/bin/python" pyspark
   "${uv[@]}" --no-deps "$(grep -E '^pyspark==' requirements.txt)"
   "$VENV/bin/python" -c 'import pyspark, sys; v = pyspark.__version__; sys.exit(0 if v.startswith("4.3.") else f"pyspark {v} installed, 4.3.x expected")'
   # the project itself, editable (pyproject.toml): include, spark_jobs and the plugin package
   # iterations import from this checkout in every process, Spark's Python workers included
   "${uv[@]}" --no-deps -e .
+  # uv keeps each revision of pyspark's sdist it builds (1.9 GB; the index serves a new revision
+  # to each setup): keep only what is reachable, or every fresh clone grows the cache
+  "$VENV/bin/uv" cache prune -q
   log "installed in $((SECONDS - started)) s"
   echo "$want" > "$stamp"
 }
