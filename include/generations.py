@@ -114,6 +114,10 @@ class Lineage:
                 return log_id
             n += 1
 
+    def retired_key(self, log_id: str) -> str:
+        """The record that generation ``log_id``'s log was deleted (``retire``)."""
+        return f"{self.root}/retired/{check_job_id(log_id)}.json"
+
     def retired(self) -> set[str]:
         """The generations whose logs were deleted (``retire``)."""
         prefix = f"{self.root}/retired/"
@@ -226,7 +230,7 @@ def attach(store: ObjectStore, job_id: str, run: str | None, *, rewind_to: int |
     if run is not None:
         known = lineage.run_generation(run)
         if known is not None:
-            if store.exists(f"{lineage.root}/retired/{known}.json"):
+            if store.exists(lineage.retired_key(known)):
                 raise ConfigError(f"run {run} works on generation {known} of job {job_id}, which was retired (its "
                                   f"log deleted): trigger a new run, which works on {lineage.newest()}")
             return known, lineage
@@ -247,8 +251,8 @@ def retire(store: ObjectStore, job_id: str, generation: str, owner: JobOwner,
     deleted; a second call deletes what a crash left."""
     lineage = Lineage.of_job(store, job_id)
     names = lineage.generations()
-    if not isinstance(generation, str) or generation not in names[:-1]:
-        older = names[:-1]
+    older = names[:-1]
+    if not isinstance(generation, str) or generation not in older:
         raise ConfigError(
             f"{generation!r} is not an older generation of job {job_id}: "
             + (f"its newest is {names[-1]} (later runs work on it; it is never retired), the older ones "
@@ -262,7 +266,7 @@ def retire(store: ObjectStore, job_id: str, generation: str, owner: JobOwner,
         doomed = [o for o in store.list(f"jobs/{generation}/") if o.key not in keep and not o.key.startswith(lease_prefix)]
         store.delete([o.key for o in doomed])
         done = {"objects": len(doomed), "bytes": sum(o.size for o in doomed)}
-        store.put(f"{lineage.root}/retired/{generation}.json", json.dumps({**done, "at": now_iso()}).encode())
+        store.put(lineage.retired_key(generation), json.dumps({**done, "at": now_iso()}).encode())
     finally:
         leases.release(lease)
     log.info("job %s: generation %s retired: %d objects, %d bytes deleted", job_id, generation, done["objects"],

@@ -131,12 +131,10 @@ class EpochExecutor:
         except Exception:
             pass
 
-    def _named(self, plan: EpochPlan, head: str, ds) -> Any | None:
+    def _named(self, plan: EpochPlan, head: str, ds, keys: frozenset[str]) -> Any | None:
         """Take over the relation an earlier process named for this job and head, if it holds
-        exactly the objects ``ds`` (the checkpoint the plan restores): the records, or None."""
-        keys = frozenset(f.key for part in ds.partitions for f in part)
-        if not keys:
-            return None
+        exactly the objects ``keys`` of ``ds`` (the checkpoint the plan restores): the records,
+        or None."""
         key = self._conf_key(plan.job_id, head)
         try:
             text = self.spark.conf.get(key, None)
@@ -191,10 +189,7 @@ class EpochExecutor:
             release_kept(checkpointed)
         kept.clear()
 
-    def _kept_for(self, plan: EpochPlan, ds) -> Any | None:
-        keys = frozenset(f.key for part in ds.partitions for f in part)
-        if not keys:  # nothing written (no records): nothing to match on, and nothing to read
-            return None
+    def _kept_for(self, plan: EpochPlan, ds, keys: frozenset[str]) -> Any | None:
         with self._lock:
             for kept_keys, schema, (records, _checkpointed) in self._kept.get(plan.job_id, {}).values():
                 if kept_keys == keys and schema == ds.schema:
@@ -216,9 +211,13 @@ class EpochExecutor:
             return None, []
         variables, read = {}, []
         for name, ds in plan.restore_datasets().items():
-            kept = self._kept_for(plan, ds) if self.handoff and len(ds.partitions) == plan.num_partitions else None
-            if kept is None and self.shared and len(ds.partitions) == plan.num_partitions:
-                kept = self._named(plan, name, ds)
+            kept = None
+            keys = frozenset(f.key for f in ds.files)
+            # nothing written (no records): nothing to match on, and nothing to read
+            if self.handoff and len(ds.partitions) == plan.num_partitions and keys:
+                kept = self._kept_for(plan, ds, keys)
+                if kept is None and self.shared:
+                    kept = self._named(plan, name, ds, keys)
             if kept is not None:
                 variables[name] = kept
                 continue

@@ -129,7 +129,7 @@ class IterationRunner:
         the objects and bytes deleted. The runner's own (newest) generation is never retired.
         ``dag_id``: the DAG that owns the job, for a job a DAG runs (the owner is checked)."""
         return generations.retire(self.job.store, self.lineage.base, generation,
-                                  owner_of(dataclasses.replace(self.config, job_id=self.lineage.base), dag_id),
+                                  owner_of(self.config, dag_id),
                                   self.holder)
 
     def _execute(self, plan: EpochPlan) -> list:
