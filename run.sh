@@ -3,6 +3,8 @@
 #   ./run.sh demo   set up everything, then run PageRank end to end on the embedded default
 #                   (local Spark, local checkpoint store under .local/)
 #   ./run.sh test   set up everything, then run the test suite
+#   ./run.sh stack  set up, then start the production stack natively (PostgreSQL, Redis, Celery,
+#                   Spark standalone, moto_server): `./run.sh stack stop` stops it (docs/cluster.md)
 #   ./run.sh setup  only set up (.venv with pinned requirements, Java 17 and chromium if missing)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -41,6 +43,18 @@ ensure_chromium() {
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq chromium chromium-driver >/dev/null
+}
+
+# The native production stack (./run.sh stack, and its tests) runs Debian's PostgreSQL and Redis.
+ensure_stack_services() {
+  if compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null && command -v redis-server >/dev/null 2>&1; then
+    return 0
+  fi
+  log "installing postgresql and redis-server with apt-get (the native stack)"
+  local sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql redis-server >/dev/null
 }
 
 ensure_venv() {
@@ -94,12 +108,18 @@ case "$cmd" in
     setup
     exec "$VENV/bin/python" -m spark_jobs.demo "$@"
     ;;
+  stack)
+    setup
+    ensure_stack_services
+    exec "$VENV/bin/python" -m stack "$@"
+    ;;
   test)
     setup
+    ensure_stack_services
     exec "$VENV/bin/python" -m pytest "$@"
     ;;
   *)
-    echo "usage: ./run.sh demo|test|setup [args...]" >&2
+    echo "usage: ./run.sh demo|test|stack|setup [args...]" >&2
     exit 2
     ;;
 esac

@@ -18,6 +18,8 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
+from stack.procs import free_port  # noqa: E402  (tests import it from here)
+
 # py4j logs from __del__ at interpreter exit, after pytest closed its streams.
 logging.getLogger("py4j").setLevel(logging.WARNING)
 # Airflow imported by a test must never write into the user's ~/airflow.
@@ -31,12 +33,6 @@ S3_ENV = {
     "AWS_SECRET_ACCESS_KEY": "testing-secret-key",
     "AWS_DEFAULT_REGION": "us-east-1",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

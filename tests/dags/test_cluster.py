@@ -23,7 +23,7 @@ from include.failpoints import DIR_ENV
 from spark_jobs.runner import IterationRunner
 from tests.conftest import ROOT
 from tests.dags.conftest import AIRFLOW, airflow
-from tests.dags.standalone import StandaloneCluster
+from stack.spark import StandaloneCluster
 from tests.helpers import graph_with_dangling, ranks_of, write_edges
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
 # Where the fault tests stop a task (once) so the test can act while it is in the middle of
 # its work. The workers carry them to every executor; each names its test's job only.
 WORKER_LOST_AT = "tail.partition_written@job=pr-worker-lost@epoch=2@partition=1"
-DRIVER_KILLED_AT = "tail.partition_written@job=pr-driver-killed@epoch=1@partition=1"
+DRIVER_KILLED_AT = "tail.partition_written@job=pr-driver-killed@epoch=0@partition=1"
 CONNECT_RESTART_AT = "commit.after_release@job=pr-connect-restart@epoch=1"
 
 
@@ -226,13 +226,13 @@ def driver_processes(job: str) -> list[int]:
 
 
 def test_the_driver_of_an_epoch_killed(cluster, holds, airflow_env, spark, moto_endpoint, bucket, tmp_path):
-    job, epochs, log_path = "pr-driver-killed", 2, tmp_path / "dags_test.log"
+    job, epochs, log_path = "pr-driver-killed", 1, tmp_path / "dags_test.log"
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(40, 0.1, seed=23))
     before = {a["id"] for a in cluster.status()["completedapps"]}
     proc = start_dags_test(cluster_env(airflow_env, cluster, moto_endpoint, "submit"),
                            fault_conf(job, edges, bucket, epochs), log_path)
     try:
-        held(holds, DRIVER_KILLED_AT, proc, log_path)  # epoch 1's tail is running on the cluster
+        held(holds, DRIVER_KILLED_AT, proc, log_path)  # epoch 0's tail is running on the cluster
         drivers = driver_processes(job)
         assert drivers, "no driver process found"
         for pid in drivers:
@@ -241,12 +241,12 @@ def test_the_driver_of_an_epoch_killed(cluster, holds, airflow_env, spark, moto_
         release(holds, DRIVER_KILLED_AT)  # the killed attempt's task may write on: it is fenced
     log = finished(proc, log_path)
 
-    first, second = attempts_of(log, 1)  # the Airflow retry of epoch_1.run made a new attempt
-    assert log.count("[DAG TEST] starting task_id=epoch_1.run ") == 2
-    assert committed_attempt(moto_endpoint, bucket, job, 1) == second != first
+    first, second = attempts_of(log, 0)  # the Airflow retry of epoch_0.run made a new attempt
+    assert log.count("[DAG TEST] starting task_id=epoch_0.run ") == 2
+    assert committed_attempt(moto_endpoint, bucket, job, 0) == second != first
     assert committed_ids(moto_endpoint, bucket, job) == list(range(epochs + 1)), "each checkpoint committed once"
     ran = [a["name"] for a in cluster.status()["completedapps"] if a["id"] not in before]
-    assert sorted(ran) == [f"iterations-{job}-{i}" for i in (0, 1, 1, 2)], ran  # epoch 1 twice, each an application
+    assert sorted(ran) == [f"iterations-{job}-{i}" for i in (0, 0, 1)], ran  # epoch 0 twice, the finish
     assert cluster.alive_workers() == 2
     assert published_ranks(moto_endpoint, f"s3://{bucket}/out-{job}") == failure_free(spark, edges, epochs, tmp_path)
 

@@ -9,32 +9,20 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from dataclasses import dataclass, field
+from typing import Callable
 
-from spark_jobs.connect_server import listening as _listening
 from spark_jobs.connect_server import spark_home
-from tests.conftest import ROOT, free_port
+from stack.procs import ROOT, free_port
+from stack.procs import listening as _listening
+from stack.procs import spawn, wait_until
 
 
 def _parent_and_group(pid: int) -> tuple[int, int]:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return int(fields[1]), int(fields[2])
-
-
-def _wait(what: str, predicate, timeout: float, log: str | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    tail = ""
-    if log and os.path.exists(log):
-        with open(log, errors="replace") as f:
-            tail = f.read()[-3000:]
-    raise TimeoutError(f"{what} not ready within {timeout:.0f}s\n{tail}")
 
 
 @dataclass
@@ -45,6 +33,9 @@ class StandaloneCluster:
     connect_port: int = field(default_factory=free_port)
     worker_env: dict[str, str] = field(default_factory=dict)  # the workers' (so their executors')
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    # called with (service name, session id) as each process starts: the stack records them
+    on_start: Callable[[str, int], None] | None = None
+    connect_conf: dict[str, str] = field(default_factory=dict)  # more --conf of the Connect server
 
     @property
     def master_url(self) -> str:
@@ -58,10 +49,11 @@ class StandaloneCluster:
         return env
 
     def _start(self, name: str, argv: list[str], extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-        log = open(os.path.join(self.workdir, f"{name}.log"), "ab")
-        proc = subprocess.Popen(argv, env={**self.env(), **(extra_env or {})}, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, cwd=self.workdir)
+        proc = spawn(argv, {**self.env(), **(extra_env or {})}, os.path.join(self.workdir, f"{name}.log"),
+                     cwd=self.workdir)
         self.procs[name] = proc
+        if self.on_start is not None:
+            self.on_start(f"spark-{name}", proc.pid)
         return proc
 
     def status(self) -> dict:
@@ -79,7 +71,7 @@ class StandaloneCluster:
         spark_class = os.path.join(spark_home(), "bin", "spark-class")
         self._start("master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                "--port", str(self.master_port), "--webui-port", str(self.master_ui)])
-        _wait("the standalone master", lambda: _listening(self.master_port) and _listening(self.master_ui), 120,
+        wait_until("the standalone master", lambda: _listening(self.master_port) and _listening(self.master_ui), 120,
               os.path.join(self.workdir, "master.log"))
         for i in (1, 2):
             self.start_worker(i)
@@ -122,7 +114,7 @@ class StandaloneCluster:
         self.stop_process(name, signal.SIGKILL)
 
     def wait_workers(self, count: int, timeout: float = 120) -> None:
-        _wait(f"{count} alive workers", lambda: self.alive_workers() == count, timeout,
+        wait_until(f"{count} alive workers", lambda: self.alive_workers() == count, timeout,
               os.path.join(self.workdir, "master.log"))
 
     def start_connect(self) -> None:
@@ -133,9 +125,10 @@ class StandaloneCluster:
                                 "--conf", f"spark.executorEnv.PYTHONPATH={ROOT}",
                                 "--conf", f"spark.executorEnv.PYSPARK_PYTHON={sys.executable}",
                                 "--conf", "spark.cores.max=2", "--conf", "spark.executor.memory=768m",
-                                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4"],
+                                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
+                                *[a for k, v in self.connect_conf.items() for a in ("--conf", f"{k}={v}")]],
                     {"SPARK_NO_DAEMONIZE": "1"})
-        _wait("the Spark Connect server", lambda: _listening(self.connect_port), 180,
+        wait_until("the Spark Connect server", lambda: _listening(self.connect_port), 180,
               os.path.join(self.workdir, "connect.log"))
 
     def stop_process(self, name: str, sig: int = signal.SIGTERM, timeout: float = 60) -> None:
@@ -154,7 +147,7 @@ class StandaloneCluster:
 
     def restart_connect(self) -> None:
         self.stop_process("connect")
-        _wait("the old Spark Connect server to go", lambda: not _listening(self.connect_port), 60)
+        wait_until("the old Spark Connect server to go", lambda: not _listening(self.connect_port), 60)
         self.start_connect()
 
     def stop(self) -> None:

@@ -1,0 +1,125 @@
+"""Processes of the stack: each service starts in a session of its own (``setsid``), so that
+stopping it reaches every process it made (Spark's executor JVMs and Python daemons, Celery's
+pool, Airflow's task supervisors and task processes, PostgreSQL's backends) without knowing
+them, even from another process than the one that started it (``./run.sh stack stop``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from typing import Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:port."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def spawn(argv: list[str], env: dict[str, str], log_path: str, cwd: str = ROOT,
+          user: str | None = None) -> subprocess.Popen:
+    """``argv`` in a new session (its pid is the session's id), output appended to ``log_path``;
+    run as ``user`` when given (PostgreSQL refuses to run as root)."""
+    log = open(log_path, "ab")
+    try:
+        return subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, user=user, group=user,
+                                extra_groups=[] if user else None)
+    finally:
+        log.close()
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, session, ...)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass  # not ours: its parent reaps it
+
+
+def session_members(sid: int) -> list[int]:
+    """The live processes of session ``sid`` (zombies left out; this process's are reaped)."""
+    _reap(sid)
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat(int(entry))
+            if fields and fields[3] == str(sid) and fields[0] != "Z":
+                members.append(int(entry))
+    return members
+
+
+def stop_session(sid: int, grace: float = 30, sig: int = signal.SIGTERM, leader_only: bool = False) -> list[int]:
+    """Send ``sig`` to every process of session ``sid`` (to its leader alone with
+    ``leader_only``: a server that stops its own children, as PostgreSQL does on SIGINT), then
+    SIGKILL what is left after ``grace`` seconds; the pids that had to be killed."""
+    for pid in [sid] if leader_only else session_members(sid):
+        _signal(pid, sig)
+    if _wait_gone(sid, grace):
+        return []
+    killed = session_members(sid)
+    for pid in killed:
+        _signal(pid, signal.SIGKILL)
+    if not _wait_gone(sid, 15):
+        raise RuntimeError(f"processes {session_members(sid)} of session {sid} survived SIGKILL")
+    return killed
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _wait_gone(sid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while session_members(sid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def wait_until(what: str, ready: Callable[[], bool], timeout: float, log: str | None = None,
+               proc: subprocess.Popen | None = None) -> None:
+    """Poll ``ready`` until true; TimeoutError naming ``what`` (with the tail of ``log``), or
+    RuntimeError at once when ``proc`` exits first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if ready():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{what}: the process exited with status {proc.returncode}\n{tail(log)}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: not ready within {timeout:.0f} s\n{tail(log)}")
+        time.sleep(0.5)
+
+
+def tail(path: str | None, n: int = 3000) -> str:
+    if not path or not os.path.exists(path):
+        return ""
+    with open(path, errors="replace") as f:
+        return f.read()[-n:]
