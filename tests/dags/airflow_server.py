@@ -19,7 +19,77 @@ from tests.conftest import ROOT, free_port
 AIRFLOW = os.path.join(os.path.dirname(sys.executable), "airflow")
 
 
-class AirflowServer:
+class AirflowApi:
+    """A client of a running Airflow: its REST API as the admin, and its CLI with ``env``."""
+
+    url: str
+    env: dict[str, str]
+    home: str
+    log_path: str
+    _token: str | None = None
+
+    def log_tail(self, n: int = 4000) -> str:
+        try:
+            return open(self.log_path).read()[-n:]
+        except OSError:
+            return ""
+
+    # --- REST API ---------------------------------------------------------------------------
+
+    def _request(self, method: str, path: str, body: Any = None) -> Any:
+        headers = {"Content-Type": "application/json"}
+        if not path.startswith("/auth/"):
+            headers["Authorization"] = f"Bearer {self.token()}"
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            raw = resp.read()
+        return json.loads(raw) if raw else None
+
+    def token(self) -> str:
+        if self._token is None:
+            self._token = self._request("GET", "/auth/token")["access_token"]
+        return self._token
+
+    def get(self, path: str) -> Any:
+        return self._request("GET", path)
+
+    def post(self, path: str, body: Any) -> Any:
+        return self._request("POST", path, body)
+
+    def unpause(self, dag_id: str) -> None:
+        self._request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+
+    def trigger(self, dag_id: str, conf: dict[str, Any], logical_date: str | None = None) -> str:
+        run = self.post(f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": logical_date, "conf": conf})
+        return run["dag_run_id"]
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.request.quote(run_id, safe='')}")["state"]
+
+    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
+        got = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.request.quote(run_id, safe='')}/taskInstances?limit=1000")
+        return {ti["task_id"]: ti for ti in got["task_instances"]}
+
+    def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        return self.get(f"/api/v2/dags/{dag_id}/dagRuns?limit=100&order_by=run_after")["dag_runs"]
+
+    def wait_run(self, dag_id: str, run_id: str, timeout: float = 600) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.run_state(dag_id, run_id)
+            if state in ("success", "failed"):
+                return state
+            time.sleep(2)
+        raise TimeoutError(f"run {run_id} of {dag_id} not done in {timeout}s: "
+                           f"{ {k: v['state'] for k, v in self.task_instances(dag_id, run_id).items()} }")
+
+    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run([AIRFLOW, *args], env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+
+class AirflowServer(AirflowApi):
     def __init__(self, home: str, connect_dir: str):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -96,64 +166,24 @@ class AirflowServer:
         subprocess.run([sys.executable, "-m", "spark_jobs.connect_server", "stop"], env=self.env, cwd=ROOT,
                        capture_output=True, timeout=120)
 
-    def log_tail(self, n: int = 4000) -> str:
-        try:
-            return open(self.log_path).read()[-n:]
-        except OSError:
-            return ""
 
-    # --- REST API ---------------------------------------------------------------------------
+class StackApi(AirflowApi):
+    """A client of the native production stack's Airflow (stack.services.Stack: PostgreSQL,
+    Celery workers), logged in as its admin."""
 
-    def _request(self, method: str, path: str, body: Any = None) -> Any:
-        headers = {"Content-Type": "application/json"}
-        if not path.startswith("/auth/"):
-            headers["Authorization"] = f"Bearer {self.token()}"
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            raw = resp.read()
-        return json.loads(raw) if raw else None
+    def __init__(self, stack):
+        self.stack, self.url, self.env = stack, stack.url, stack.airflow_env()
+        self.home = self.env["AIRFLOW_HOME"]
+        self.log_path = stack.log("airflow-scheduler")
+        self.scheduler_session = stack.state["sessions"]["airflow-scheduler"]
 
     def token(self) -> str:
         if self._token is None:
-            self._token = self._request("GET", "/auth/token")["access_token"]
+            self._token = self.stack.token()
         return self._token
 
-    def get(self, path: str) -> Any:
-        return self._request("GET", path)
-
-    def post(self, path: str, body: Any) -> Any:
-        return self._request("POST", path, body)
-
-    def unpause(self, dag_id: str) -> None:
-        self._request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
-
-    def trigger(self, dag_id: str, conf: dict[str, Any], logical_date: str | None = None) -> str:
-        run = self.post(f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": logical_date, "conf": conf})
-        return run["dag_run_id"]
-
-    def run_state(self, dag_id: str, run_id: str) -> str:
-        return self.get(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.request.quote(run_id, safe='')}")["state"]
-
-    def task_instances(self, dag_id: str, run_id: str) -> dict[str, dict[str, Any]]:
-        got = self.get(f"/api/v2/dags/{dag_id}/dagRuns/{urllib.request.quote(run_id, safe='')}/taskInstances?limit=1000")
-        return {ti["task_id"]: ti for ti in got["task_instances"]}
-
-    def runs(self, dag_id: str) -> list[dict[str, Any]]:
-        return self.get(f"/api/v2/dags/{dag_id}/dagRuns?limit=100&order_by=run_after")["dag_runs"]
-
-    def wait_run(self, dag_id: str, run_id: str, timeout: float = 600) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            state = self.run_state(dag_id, run_id)
-            if state in ("success", "failed"):
-                return state
-            time.sleep(2)
-        raise TimeoutError(f"run {run_id} of {dag_id} not done in {timeout}s: "
-                           f"{ {k: v['state'] for k, v in self.task_instances(dag_id, run_id).items()} }")
-
-    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([AIRFLOW, *args], env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    def stop(self) -> None:
+        self.stack.stop()
 
 
 def processes_titled(fragment: str) -> list[int]:

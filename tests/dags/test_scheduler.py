@@ -7,7 +7,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import signal
 import time
 import urllib.parse
 from datetime import datetime, timezone
@@ -25,8 +24,6 @@ from tests.helpers import graph_with_dangling, ranks_of, read_published, write_e
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-KILLED_EPOCH = 2
-
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
@@ -40,76 +37,6 @@ def server(tmp_path_factory):
         yield srv.start()
     finally:
         srv.stop()
-
-
-def _kill_task_processes(ti_id: str) -> list[int]:
-    """SIGKILL the worker running a task instance: the LocalExecutor worker that supervises it
-    and the task process (both carry the task instance id in their title). A crashed worker
-    reports nothing; the scheduler finds out through the missing heartbeat."""
-    victims = processes_titled(ti_id)
-    for pid in victims:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return sorted(victims)
-
-
-def test_worker_killed_mid_epoch_run_finishes_correctly(server, spark, tmp_path):
-    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(300, 0.02, seed=9))
-    store = str(tmp_path / "store")
-    conf = {"job_id": "pr-killed", "input_path": edges, "checkpoint_root": store,
-            "output_path": str(tmp_path / "out"), "max_epochs": 5, "tolerance": 0, "num_partitions": 2}
-    server.unpause("iterate_pagerank")
-    run_id = server.trigger("iterate_pagerank", conf)
-
-    task = f"epoch_{KILLED_EPOCH}.run"
-    attempts = os.path.join(store, "jobs", "pr-killed", "attempts", f"{KILLED_EPOCH:010d}")
-    deadline = time.monotonic() + 300
-    killed: list[int] = []
-    while not killed:
-        assert time.monotonic() < deadline, f"{task} never ran: {server.log_tail()}"
-        ti = server.task_instances("iterate_pagerank", run_id).get(task, {})
-        assert ti.get("state") not in ("success", "failed"), f"{task} ended before it could be killed"
-        # kill once the attempt is recorded: its Spark job is starting or running
-        if ti.get("state") == "running" and glob.glob(os.path.join(attempts, "*", "_PLAN.json")):
-            killed = _kill_task_processes(ti["id"])
-        time.sleep(0.05)
-
-    assert server.wait_run("iterate_pagerank", run_id, timeout=600) == "success", server.log_tail()
-    tis = server.task_instances("iterate_pagerank", run_id)
-    assert tis[task]["try_number"] >= 2, "the killed task ran again"
-
-    # Checkpoint ids are epoch numbers, each written once by a create-if-absent: an epoch
-    # committed twice would have shifted the final checkpoint past 5.
-    log = CheckpointLog(LocalStore(store), "pr-killed")
-    ids = sorted(int(os.path.basename(p)[:-5]) for p in glob.glob(os.path.join(store, "jobs", "pr-killed", "checkpoints", "*.json")))
-    assert ids == list(range(6)), "epochs 0..4 and the final checkpoint, no gap, none twice"
-    final = log.load(5, verify="full")
-    assert final.kind == "final" and final.epoch == 4 and final.parent_id == 4
-
-    reference = JobConfig(job_id="pr-ref", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "ref"),
-                          max_epochs=5, tolerance=0.0, num_partitions=2)
-    expected = ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
-    got = read_published(tmp_path / "out", "ranks")
-    assert dict(zip(got["node"], got["rank"])) == expected, "bit for bit the failure-free result"
-
-    # Each run task is a process of its own: epochs 1.. (the killed one's retry too) and the
-    # finish took over the variables the previous epoch's process kept in the batch's session
-    for task_id in [f"epoch_{e}.run" for e in range(1, 5)] + ["finish"]:
-        text = "".join(open(p, errors="replace").read() for p in glob.glob(os.path.join(
-            server.home, "logs", "dag_id=iterate_pagerank", f"run_id={run_id}", f"task_id={task_id}", "*.log")))
-        assert "'ranks' taken over from the Spark Connect session" in text, (task_id, text[-3000:])
-
-    # PreloadingLocalExecutor: the scheduler imported Great Expectations before forking its
-    # workers, so no commit task (the killed worker's replacement's included) imports it again
-    assert "Preloaded for the task processes in" in open(server.log_path).read(), server.log_tail()
-    commits = glob.glob(os.path.join(server.home, "logs", "dag_id=iterate_pagerank", f"run_id={run_id}",
-                                     "task_id=epoch_*.commit", "*.log"))
-    assert len({os.path.dirname(p) for p in commits}) == 5, commits
-    for path in commits:
-        text = open(path, errors="replace").read()
-        assert "its modules were preloaded" in text and "imported by this process" not in text, (path, text[-3000:])
 
 
 def test_a_run_task_marked_failed_stops_its_spark_job_then_the_next_run_resumes_deferred(server, spark, tmp_path):
@@ -272,6 +199,17 @@ def test_backfill_three_dates_twice_then_recompute_one(server, tmp_path):
     cold = CheckpointLog(LocalStore(tmp_path / "store"), f"daily.{dates[0]}").latest_id()
     warm = CheckpointLog(LocalStore(tmp_path / "store"), f"daily.{dates[1]}").latest_id()
     assert warm < cold, f"a warm start converges sooner: {warm} vs {cold} checkpoints"
+
+    # PreloadingLocalExecutor: the scheduler imported Great Expectations before forking its
+    # workers, so no commit task imports it again (a LocalExecutor-only speed-up: on the Celery
+    # stack each commit task imports it, tests/dags/test_stack.py)
+    assert "Preloaded for the task processes in" in open(server.log_path).read(), server.log_tail()
+    commits = glob.glob(os.path.join(server.home, "logs", "dag_id=iterate_pagerank_daily", "run_id=*",
+                                     "task_id=epoch_*.commit", "*.log"))
+    assert commits
+    for path in commits:
+        text = open(path, errors="replace").read()
+        assert "its modules were preloaded" in text and "imported by this process" not in text, (path, text[-3000:])
 
     again = run_backfill("--reprocess-behavior", "completed")
     assert [r["state"] for r in again] == ["success"] * 3, server.log_tail()
