@@ -161,7 +161,7 @@ def test_every_service_the_dags_need_is_there(compose):
     assert set(compose["services"]) >= {
         "postgres", "airflow-init", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
         "airflow-triggerer", "spark-master", "spark-worker-1", "spark-worker-2", "spark-connect",
-        "minio", "minio-init"}
+        "minio", "minio-init", "redis", "airflow-worker-1", "airflow-worker-2"}
     commands = {name: " ".join(s.get("command") or []) for name, s in compose["services"].items()}
     for name, command in [("airflow-apiserver", "airflow api-server"), ("airflow-scheduler", "airflow scheduler"),
                           ("airflow-dag-processor", "airflow dag-processor"),
@@ -226,26 +226,44 @@ def test_the_connection_ids_are_the_ones_the_code_uses():
         assert 'aws_conn_id: str | None = "aws_default"' in f.read()
 
 
-def test_the_scheduler_executor_is_a_local_executor_of_the_plugins(compose):
-    """The executor class named in the file exists where the image puts the plugins (on
-    PYTHONPATH), runs tasks locally as LocalExecutor does (``airflow standalone`` and the single
-    scheduler container rely on it) and preloads by default."""
-    import importlib
-    import sys
+def test_celery_workers_run_the_tasks_with_redis_as_the_broker(compose):
+    """The CeleryExecutor, as on the native stack the tests run (stack/services.py): two workers
+    with host names of their own, Redis (with its password) as the broker, the metadata
+    database as the result backend; the scheduler, the workers and the native stack agree."""
+    services = compose["services"]
+    airflow = env(services["airflow-scheduler"])
+    assert airflow["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+    assert re.fullmatch(r"redis://:[^@]+@redis:6379/0", airflow["AIRFLOW__CELERY__BROKER_URL"])
+    password = airflow["AIRFLOW__CELERY__BROKER_URL"].split(":")[2].split("@")[0]
+    assert password == env(services["redis"])["REDIS_PASSWORD"]
+    assert airflow["AIRFLOW__CELERY__RESULT_BACKEND"] == "db+" + airflow["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"].replace(
+        "postgresql+psycopg2://", "postgresql://")
+    workers = sorted(n for n in services if n.startswith("airflow-worker-"))
+    assert workers == ["airflow-worker-1", "airflow-worker-2"]
+    names = set()
+    for name in workers:
+        command = services[name]["command"]
+        assert command[:3] == ["airflow", "celery", "worker"], command
+        names.add(command[command.index("--celery-hostname") + 1])
+        assert env(services[name]) == airflow, f"{name} has the scheduler's settings"
+        assert {"redis", "postgres"} <= set(services[name]["depends_on"])
+    assert len(names) == 2, "each worker has a Celery host name of its own"
+    local = airflow["ITERATIONS_LOCAL_DIR"]  # the default store: seen alike by every worker and Spark process
+    for name in (*workers, "spark-worker-1", "spark-worker-2", "spark-connect"):
+        assert f"iterations-local:{local}" in services[name]["volumes"], name
+    assert "iterations-local" in compose["volumes"]
 
-    from airflow.executors.local_executor import LocalExecutor
+    from stack.services import BUCKETS, Stack
 
-    name = env(compose["services"]["airflow-scheduler"])["AIRFLOW__CORE__EXECUTOR"]
-    module, _, cls = name.rpartition(".")
-    sys.path.insert(0, os.path.join(ROOT, "plugins"))
-    try:
-        executor = getattr(importlib.import_module(module), cls)
-    finally:
-        sys.path.remove(os.path.join(ROOT, "plugins"))
-    assert issubclass(executor, LocalExecutor) and executor.is_local
-    assert "AIRFLOW__ITERATIONS__PRELOAD_MODULES" not in env(compose["services"]["airflow-scheduler"])
-    with open(DOCKERFILE) as f:
-        assert "PYTHONPATH=/opt/airflow:/opt/airflow/plugins" in f.read()
+    native = Stack("/nonexistent", state={"ports": {k: 1 for k in (
+        "postgres", "redis", "moto", "spark_master", "spark_connect", "airflow", "triggerer_logs")},
+        "secrets": {k: "x" for k in ("postgres_password", "redis_password", "s3_secret", "jwt_secret",
+                                     "api_secret_key", "fernet_key")}}).airflow_env()
+    for key in ("AIRFLOW__CORE__EXECUTOR", "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", "ITERATIONS_SPARK_MODE"):
+        assert native[key] == airflow[key], key
+    assert set(native["ITERATIONS_ALLOWED_ROOTS"].split(",")) >= set(airflow["ITERATIONS_ALLOWED_ROOTS"].split(","))
+    assert {f"s3://{b}" for b in BUCKETS} == set(airflow["ITERATIONS_ALLOWED_ROOTS"].split(","))
+    assert set(json.loads(native["AIRFLOW_CONN_AWS_DEFAULT"])) == set(json.loads(airflow["AIRFLOW_CONN_AWS_DEFAULT"]))
 
 
 def test_the_buckets_are_created_at_start_up(compose):
