@@ -12,6 +12,8 @@ import subprocess
 import time
 from typing import Callable
 
+from spark_jobs.connect_server import listening  # noqa: F401  (the stack's services import it from here)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -19,15 +21,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def listening(port: int) -> bool:
-    """Whether something accepts connections on 127.0.0.1:port."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def spawn(argv: list[str], env: dict[str, str], log_path: str, cwd: str = ROOT,
