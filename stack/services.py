@@ -247,7 +247,8 @@ class Stack:
             os.chown(pg_dir, owner.pw_uid, owner.pw_gid)
         else:
             pg_dir = os.path.join(self.home, "postgres")
-            os.makedirs(pg_dir, exist_ok=True)
+            shutil.rmtree(pg_dir, ignore_errors=True)  # a throwaway cluster: a new one at every start
+            os.makedirs(pg_dir)
         self.state["postgres_dir"] = pg_dir
         self._save()
         data, pwfile = os.path.join(pg_dir, "data"), os.path.join(pg_dir, "pwfile")
@@ -414,8 +415,9 @@ class Stack:
                 killed[name] = hard
         for proc in self.procs.values():
             proc.poll()
-        pg_dir = self.state.get("postgres_dir")
-        if pg_dir and pg_dir.startswith(os.path.join(tempfile.gettempdir(), "iterations-stack-postgres-")):
+        pg_dir = self.state.get("postgres_dir")  # the throwaway cluster's files
+        if pg_dir and (pg_dir == os.path.join(self.home, "postgres") or
+                       pg_dir.startswith(os.path.join(tempfile.gettempdir(), "iterations-stack-postgres-"))):
             shutil.rmtree(pg_dir, ignore_errors=True)
         if self.state:
             self.state["sessions"] = {}

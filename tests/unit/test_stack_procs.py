@@ -1,0 +1,49 @@
+"""The native stack's process handling and command line, without starting a service
+(tests/dags/test_stack.py runs the stack itself)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from stack.__main__ import main
+from stack.procs import session_members, spawn, stop_session
+from tests.conftest import ROOT
+
+
+def test_stop_session_reaches_a_process_that_left_the_group(tmp_path):
+    """A service's children may lead process groups of their own (PySpark's daemon does, and
+    Airflow's task processes): stopping by session still reaches them, and a child that ignores
+    SIGTERM is killed after the grace period."""
+    script = ("import os, signal, subprocess, sys, time\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import os, signal, time; os.setpgid(0, 0); "
+              "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(300)'])\n"
+              "time.sleep(300)\n")
+    proc = spawn([sys.executable, "-c", script], dict(os.environ), str(tmp_path / "log"))
+    deadline = time.monotonic() + 20
+    while len({os.getpgid(pid) for pid in session_members(proc.pid)}) < 2:  # the child's setpgid done
+        assert time.monotonic() < deadline, "the child did not start, or lead a group of its own"
+        time.sleep(0.05)
+    killed = stop_session(proc.pid, grace=1)
+    assert session_members(proc.pid) == []
+    assert len(killed) == 1 and killed[0] != proc.pid, "only the child ignoring SIGTERM needed SIGKILL"
+
+
+def test_the_command_line_refuses_bad_settings_naming_them(capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        main(["start", "--home", str(tmp_path), "--setting", "no-equals-sign"])
+    assert "'no-equals-sign'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["stop", "--home", str(tmp_path), "--setting", "A=1"])
+    assert "go with start only" in capsys.readouterr().err
+
+
+def test_status_and_stop_of_a_folder_with_no_stack(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "stack", "status", "--home", str(tmp_path)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and f"no stack recorded in {tmp_path}" in done.stdout, done.stdout + done.stderr
+    assert main(["stop", "--home", str(tmp_path)]) == 0
