@@ -1,4 +1,4 @@
-"""Epochs under the real scheduler: LocalExecutor against ``PreloadingLocalExecutor``, in one run.
+"""Epochs under the real scheduler: LocalExecutor, ``PreloadingLocalExecutor`` and Celery, in one run.
 
 Under a scheduler every task is a process of its own, forked from a LocalExecutor worker. With
 plain LocalExecutor each such process imports what its epoch needs for itself: Great
@@ -12,11 +12,15 @@ Great Expectations themselves (their "Great Expectations ready" log line), the s
 on (epoch 0 starts the batch's session and loads the input, epoch 1 is the first to restore),
 and the CPU seconds each component used per epoch (Spark, the task processes, the scheduler,
 the api-server...). The library runner on a session of the same server gives the Spark time
-the epochs cannot go below. The Airflow is the tests' (``tests.dags.airflow_server``, with its
+the epochs cannot go below. ``Celery`` runs the same on the native production stack
+(``stack.services.Stack``, ``./run.sh stack``: PostgreSQL, Redis, two Celery workers, a Spark
+standalone cluster with its Spark Connect server), against the library runner on that cluster's
+Spark Connect server. The Airflow is the tests' (``tests.dags.airflow_server``, with its
 settings: ``[scheduler] scheduler_idle_sleep_time`` 0.25 s as in docker-compose.yaml);
 ``--setting`` changes any of them. Run::
 
     .venv/bin/python -m bench.scheduler --edges 250000 --epochs 10
+    .venv/bin/python -m bench.scheduler --executors PreloadingLocalExecutor Celery --edges 1000000
     .venv/bin/python -m bench.scheduler --executors PreloadingLocalExecutor \
         --setting AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME=1   # Airflow's default
 """
@@ -39,7 +43,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.common import DATA, graph, machine  # noqa: E402
 
 EXECUTORS = {"LocalExecutor": "LocalExecutor",
-             "PreloadingLocalExecutor": "iterations.executors.PreloadingLocalExecutor"}
+             "PreloadingLocalExecutor": "iterations.executors.PreloadingLocalExecutor",
+             # the native production stack (./run.sh stack): PostgreSQL, Redis, two Celery
+             # workers, a Spark standalone cluster with its Spark Connect server, moto_server
+             "Celery": "CeleryExecutor"}
 
 
 def _t(stamp: str) -> float:
@@ -127,19 +134,25 @@ def _scheduler_dir(server) -> str | None:
     for pid_dir in glob.glob("/proc/[0-9]*"):
         try:
             cmd = open(os.path.join(pid_dir, "cmdline"), "rb").read().replace(b"\0", b" ").decode(errors="replace")
-            if re.search(r"airflow scheduler\b", cmd) and os.getpgid(int(os.path.basename(pid_dir))) == server.proc.pid:
+            pid = int(os.path.basename(pid_dir))
+            ours = (os.getsid(pid) == server.scheduler_session if hasattr(server, "scheduler_session")
+                    else os.getpgid(pid) == server.proc.pid)
+            if re.search(r"airflow scheduler\b", cmd) and ours:
                 return pid_dir
         except (OSError, ValueError):
             continue
     return None
 
 
-_GROUPS = (("task processes", ("task supervisor", "task runner", "airflow worker", "executor", "LocalExecutor")),
+# first match wins: the Spark JVMs' command lines name executors too (spark.executor.memory)
+_GROUPS = (("Spark JVM", ("SparkConnectServer", "org.apache.spark")),
+           ("task processes", ("task supervisor", "task runner", "airflow worker", "executor", "LocalExecutor",
+                               "celery", "execute_workload")),
+           ("PostgreSQL and Redis", ("postgres", "redis-server")),
            ("scheduler", ("airflow scheduler",)),
            ("api-server", ("api-server", "api_server", "uvicorn", "gunicorn")),
            ("dag-processor", ("dag-processor", "dag_processor", "DagFileProcessor")),
            ("triggerer", ("triggerer",)),
-           ("Spark JVM", ("SparkConnectServer", "org.apache.spark")),
            ("Spark Python workers", ("pyspark.daemon",)))
 
 
@@ -197,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--executors", nargs="+", choices=sorted(EXECUTORS), default=list(EXECUTORS),
-                   help="the executors to run (default: both)")
+                   help="the executors to run (default: all three; Celery is the native production stack)")
     p.add_argument("--setting", action="append", default=[], metavar="AIRFLOW__SECTION__KEY=VALUE",
                    help="an Airflow setting for the runs (repeatable), e.g. AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME=0.2")
     p.add_argument("--keep", action="store_true", help="keep the Airflow homes (task logs) and print where")
@@ -207,25 +220,35 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         p.error(f"--setting takes AIRFLOW__SECTION__KEY=VALUE, not {bad}")
 
-    from tests.dags.airflow_server import AirflowServer
+    from stack.services import Stack
+    from tests.dags.airflow_server import AirflowServer, StackApi
 
     path, exact = graph(args.edges)
     warm, _ = graph(20_000)
     print(f"machine: {machine()}; PageRank {exact:,} edges, {args.partitions} partitions, {args.epochs} epochs, "
-          f"airflow standalone (LocalExecutor workers, SQLite)", flush=True)
+          f"airflow standalone (LocalExecutor workers, SQLite) and the native stack (Celery, PostgreSQL)", flush=True)
     results: dict[str, dict] = {}
     lib_seconds = lib_steady = None
     lib_groups: dict[str, float] = {}
+    stack_lib: tuple[float, float] | None = None
     for name in args.executors:
         executor = EXECUTORS[name]
         home = tempfile.mkdtemp(prefix="airflow-sched-", dir=DATA)
         work = tempfile.mkdtemp(prefix="bench-sched-", dir=DATA)
-        server = AirflowServer(home, os.path.join(home, "spark-connect"))
-        server.env["AIRFLOW__CORE__EXECUTOR"] = executor
-        server.env.update(settings)
-        server.env["ITERATIONS_ALLOWED_ROOTS"] = ",".join(filter(None, [server.env.get("ITERATIONS_ALLOWED_ROOTS"), DATA]))
+        if name == "Celery":
+            stack = Stack(os.path.join(home, "stack"), extra_env={
+                **settings, "ITERATIONS_ALLOWED_ROOTS": DATA, "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True"})
+        else:
+            server = AirflowServer(home, os.path.join(home, "spark-connect"))
+            server.env["AIRFLOW__CORE__EXECUTOR"] = executor
+            server.env.update(settings)
+            server.env["ITERATIONS_ALLOWED_ROOTS"] = ",".join(filter(None, [server.env.get("ITERATIONS_ALLOWED_ROOTS"),
+                                                                            DATA]))
         try:
-            server.start()
+            if name == "Celery":
+                server = StackApi(stack.start())
+            else:
+                server.start()
             server.unpause("iterate_pagerank")
             dag_run(server, work, "warm", warm, 2, args.partitions)  # starts the Spark Connect server
             cpu, snapshot = scheduler_cpu(server), cpu_snapshot()
@@ -236,7 +259,15 @@ def main(argv: list[str] | None = None) -> int:
             r = results[name]
             print(f"  {name}: DAG run {r['wall']:.1f} s, {r['epochs']:.2f} s per epoch; commits importing "
                   f"Great Expectations themselves: {r['own_gx']} of {r['commits']}", flush=True)
-            if lib_seconds is None:
+            if name == "Celery":  # the library runner on the stack's Spark (a standalone cluster)
+                from pyspark.sql import SparkSession
+
+                spark = SparkSession.builder.remote(f"sc://127.0.0.1:{stack.ports['spark_connect']}").create()
+                library(spark, warm, 2, args.partitions, os.path.join(work, "lib-warm"))
+                stack_lib = library(spark, path, args.epochs, args.partitions, os.path.join(work, "lib"))
+                spark.stop()
+                print(f"  library runner on the stack's Spark Connect server: {stack_lib[0]:.1f} s", flush=True)
+            elif lib_seconds is None:
                 from pyspark.sql import SparkSession
 
                 from spark_jobs import connect_server
@@ -253,7 +284,10 @@ def main(argv: list[str] | None = None) -> int:
                 spark.stop()
                 print(f"  library runner on the same Spark Connect server: {lib_seconds:.1f} s", flush=True)
         finally:
-            server.stop()
+            if name == "Celery":
+                stack.stop()
+            else:
+                server.stop()
             if args.keep:
                 print(f"  kept: Airflow home {home}, job files {work}", flush=True)
             else:
@@ -279,22 +313,28 @@ def main(argv: list[str] | None = None) -> int:
         parts = sum(statistics.mean(r["tasks"][k]) for k in kinds) + len(kinds) * (r["to_queued"] + r["to_started"])
         print(f"{name}: the three tasks' mean durations plus three latencies make {parts:.2f} s of the "
               f"{r['epochs']:.2f} s per epoch")
-    if len(results) == 2:
+    if "LocalExecutor" in results and "PreloadingLocalExecutor" in results:
         a, b = results["LocalExecutor"]["epochs"], results["PreloadingLocalExecutor"]["epochs"]
         print(f"preloading: {b - a:+.2f} s per epoch ({b / a:.2f}x)")
+    local = {n: r for n, r in results.items() if n != "Celery"}
     if settings:
         print("settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
     if lib_seconds is not None:
         lib = lib_seconds / args.epochs
         print(f"library runner: {lib:.2f} s per epoch (load included); above it per epoch: "
-              + ", ".join(f"{n} {r['epochs'] - lib:+.2f} s ({r['epochs'] / lib:.2f}x)" for n, r in results.items()))
+              + ", ".join(f"{n} {r['epochs'] - lib:+.2f} s ({r['epochs'] / lib:.2f}x)" for n, r in local.items()))
         groups = sorted(lib_groups.items(), key=lambda kv: -kv[1])
         print("library runner: CPU seconds per epoch (this process is 'other'): "
               + ", ".join(f"{g} {v / args.epochs:.2f}" for g, v in groups if v > 0.005)
               + f"; all {sum(v for _g, v in groups) / args.epochs:.2f}")
         print(f"library runner from epoch 2: {lib_steady:.2f} s per epoch; above it: "
               + ", ".join(f"{n} {r['steady'] - lib_steady:+.2f} s ({r['steady'] / lib_steady:.2f}x)"
-                          for n, r in results.items()))
+                          for n, r in local.items()))
+    if stack_lib is not None:
+        r, lib = results["Celery"], stack_lib[0] / args.epochs
+        print(f"Celery stack: library runner on its Spark cluster {lib:.2f} s per epoch ({stack_lib[1]:.2f} from epoch 2); "
+              f"the DAG run {r['epochs']:.2f} s ({r['epochs'] / lib:.2f}x), from epoch 2 {r['steady']:.2f} s "
+              f"({r['steady'] / stack_lib[1]:.2f}x)")
     return 0
 
 
