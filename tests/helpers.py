@@ -46,6 +46,41 @@ def pagerank_config(tmp_path, edges_path, **kw) -> JobConfig:
     return JobConfig(**defaults)
 
 
+def failure_free_ranks(spark, edges, epochs: int, tmp_path, partitions: int) -> dict:
+    """PageRank's ranks from the library runner with no fault: what a DAG run's must equal."""
+    from spark_jobs.runner import IterationRunner
+
+    reference = JobConfig(job_id="pr-ref", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "ref"),
+                          max_epochs=epochs, tolerance=0.0, num_partitions=partitions)
+    return ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
+
+
+def s3_checkpoint_ids(endpoint: str, bucket: str, job: str) -> list[int]:
+    """The committed checkpoint ids of ``job`` in a store at ``s3://<bucket>/ckpt``."""
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Prefix=f"ckpt/jobs/{job}/checkpoints/") for o in page.get("Contents", [])]
+    return sorted(int(k.rsplit("/", 1)[1][:-5]) for k in keys)
+
+
+def s3_published_ranks(endpoint: str, prefix: str) -> dict:
+    """The published ``ranks`` output under an S3 ``prefix``, node -> rank."""
+    import io
+
+    import boto3
+    import pandas as pd
+
+    from include.outputs import published
+
+    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+    current = published(prefix, "ranks", endpoint_url=endpoint)
+    got = pd.concat([pd.read_parquet(io.BytesIO(s3.get_object(Bucket=loc.split("/")[2], Key=loc.split("/", 3)[3])
+                                                ["Body"].read())) for loc in current.locations])
+    return dict(zip(got["node"], got["rank"]))
+
+
 def read_published(output_path, name, **store_options):
     """The current published version of an output as one pandas DataFrame (local store)."""
     import pandas as pd

@@ -7,7 +7,6 @@ Connect server restarted between epochs, each ending with the failure-free run's
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -15,16 +14,14 @@ import signal
 import subprocess
 import time
 
-import pandas as pd
 import pytest
 
-from include.config import JobConfig
 from include.failpoints import DIR_ENV
-from spark_jobs.runner import IterationRunner
 from tests.conftest import ROOT
 from tests.dags.conftest import AIRFLOW, airflow
 from stack.spark import StandaloneCluster
-from tests.helpers import graph_with_dangling, ranks_of, write_edges
+from tests.helpers import (failure_free_ranks, graph_with_dangling, s3_checkpoint_ids, s3_published_ranks,
+                           write_edges)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
 
@@ -73,18 +70,6 @@ def dags_test(env, conf) -> str:
     return out
 
 
-def published_ranks(moto_endpoint, prefix) -> dict:
-    import boto3
-
-    from include.outputs import published
-
-    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
-    current = published(prefix, "ranks", endpoint_url=moto_endpoint)
-    got = pd.concat([pd.read_parquet(io.BytesIO(s3.get_object(Bucket=loc.split("/")[2], Key=loc.split("/", 3)[3])["Body"].read()))
-                     for loc in current.locations])
-    return dict(zip(got["node"], got["rank"]))
-
-
 # Submit mode (a driver and executor JVMs per epoch, about a minute each here) runs in
 # test_the_driver_of_an_epoch_killed, which checks the same and more.
 @pytest.mark.parametrize("mode, epochs", [("connect", 4)])
@@ -110,10 +95,8 @@ def test_pagerank_dag_on_a_standalone_cluster(mode, epochs, cluster, airflow_env
             [f"iterations-{job}-{i}" for i in range(epochs + 1)], ran  # the epochs and the finish, each an application
     assert len([w for w in status["workers"] if w["state"] == "ALIVE"]) == 2
 
-    reference = JobConfig(job_id="pr-ref", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "ref"),
-                          max_epochs=epochs, tolerance=0.0, num_partitions=4)
-    expected = ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
-    assert published_ranks(moto_endpoint, f"s3://{bucket}/out") == expected
+    assert s3_published_ranks(moto_endpoint, f"s3://{bucket}/out") == \
+        failure_free_ranks(spark, edges, epochs, tmp_path, 4)
 
 
 # --- faults ------------------------------------------------------------------------------------
@@ -151,21 +134,6 @@ def release(holds: str, spec: str) -> None:
     open(os.path.join(holds, f"{spec}.release"), "w").close()
 
 
-def committed_ids(moto_endpoint, bucket, job) -> list[int]:
-    import boto3
-
-    s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
-    keys = [o["Key"] for page in s3.get_paginator("list_objects_v2").paginate(
-        Bucket=bucket, Prefix=f"ckpt/jobs/{job}/checkpoints/") for o in page.get("Contents", [])]
-    return sorted(int(k.rsplit("/", 1)[1][:-5]) for k in keys)
-
-
-def failure_free(spark, edges, epochs, tmp_path) -> dict:
-    reference = JobConfig(job_id="pr-ref", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "ref"),
-                          max_epochs=epochs, tolerance=0.0, num_partitions=4)
-    return ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
-
-
 def fault_conf(job, edges, bucket, epochs) -> dict:
     return {"job_id": job, "input_path": edges, "checkpoint_root": f"s3://{bucket}/ckpt",
             "output_path": f"s3://{bucket}/out-{job}", "max_epochs": epochs, "tolerance": 0, "num_partitions": 4}
@@ -194,9 +162,9 @@ def test_a_worker_lost_in_the_middle_of_an_epoch(cluster, holds, airflow_env, sp
     assert log.count("[DAG TEST] starting task_id=epoch_2.run ") == 1
     for epoch in range(epochs):
         assert len(attempts_of(log, epoch)) == 1, f"epoch {epoch} ran once"
-    assert committed_ids(moto_endpoint, bucket, "pr-worker-lost") == list(range(epochs + 1))
-    assert published_ranks(moto_endpoint, f"s3://{bucket}/out-pr-worker-lost") == \
-        failure_free(spark, edges, epochs, tmp_path)
+    assert s3_checkpoint_ids(moto_endpoint, bucket, "pr-worker-lost") == list(range(epochs + 1))
+    assert s3_published_ranks(moto_endpoint, f"s3://{bucket}/out-pr-worker-lost") == \
+        failure_free_ranks(spark, edges, epochs, tmp_path, 4)
 
 
 def attempts_of(log: str, epoch: int) -> list[str]:
@@ -244,11 +212,12 @@ def test_the_driver_of_an_epoch_killed(cluster, holds, airflow_env, spark, moto_
     first, second = attempts_of(log, 0)  # the Airflow retry of epoch_0.run made a new attempt
     assert log.count("[DAG TEST] starting task_id=epoch_0.run ") == 2
     assert committed_attempt(moto_endpoint, bucket, job, 0) == second != first
-    assert committed_ids(moto_endpoint, bucket, job) == list(range(epochs + 1)), "each checkpoint committed once"
+    assert s3_checkpoint_ids(moto_endpoint, bucket, job) == list(range(epochs + 1)), "each checkpoint committed once"
     ran = [a["name"] for a in cluster.status()["completedapps"] if a["id"] not in before]
     assert sorted(ran) == [f"iterations-{job}-{i}" for i in (0, 0, 1)], ran  # epoch 0 twice, the finish
     assert cluster.alive_workers() == 2
-    assert published_ranks(moto_endpoint, f"s3://{bucket}/out-{job}") == failure_free(spark, edges, epochs, tmp_path)
+    assert s3_published_ranks(moto_endpoint, f"s3://{bucket}/out-{job}") == \
+        failure_free_ranks(spark, edges, epochs, tmp_path, 4)
 
 
 def test_the_spark_connect_server_restarted_between_epochs(cluster, holds, airflow_env, spark, moto_endpoint,
@@ -270,5 +239,6 @@ def test_the_spark_connect_server_restarted_between_epochs(cluster, holds, airfl
     assert len(apps) == len(now) == 1 and apps != now, "a new Spark Connect application"
     for epoch in range(epochs):
         assert len(attempts_of(log, epoch)) == 1, f"epoch {epoch} ran once"
-    assert committed_ids(moto_endpoint, bucket, job) == list(range(epochs + 1))
-    assert published_ranks(moto_endpoint, f"s3://{bucket}/out-{job}") == failure_free(spark, edges, epochs, tmp_path)
+    assert s3_checkpoint_ids(moto_endpoint, bucket, job) == list(range(epochs + 1))
+    assert s3_published_ranks(moto_endpoint, f"s3://{bucket}/out-{job}") == \
+        failure_free_ranks(spark, edges, epochs, tmp_path, 4)

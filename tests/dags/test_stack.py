@@ -19,13 +19,12 @@ import time
 import pytest
 
 from include import failpoints
-from include.config import JobConfig
-from spark_jobs.runner import IterationRunner
 from stack.procs import listening, session_members
 from stack.services import Stack
 from tests.conftest import ROOT
 from tests.dags.airflow_server import StackApi
-from tests.helpers import graph_with_dangling, ranks_of, write_edges
+from tests.helpers import (failure_free_ranks, graph_with_dangling, s3_checkpoint_ids, s3_published_ranks,
+                           write_edges)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
 
@@ -84,25 +83,6 @@ def _keys(stack: Stack, bucket: str, prefix: str) -> list[str]:
     return [o["Key"] for page in pages for o in page.get("Contents", [])]
 
 
-def _checkpoint_ids(stack: Stack, job: str) -> list[int]:
-    keys = _keys(stack, "iterations-checkpoints", f"ckpt/jobs/{job}/checkpoints/")
-    return sorted(int(k.rsplit("/", 1)[1][:-5]) for k in keys if k.endswith(".json"))
-
-
-def _published_ranks(stack: Stack, job: str) -> dict:
-    import io
-
-    import pandas as pd
-
-    from include.outputs import published
-
-    current = published(f"{OUTPUTS}/{job}", "ranks", endpoint_url=stack.s3_endpoint)
-    s3 = _s3(stack)
-    got = pd.concat([pd.read_parquet(io.BytesIO(s3.get_object(Bucket=loc.split("/")[2], Key=loc.split("/", 3)[3])
-                                                ["Body"].read())) for loc in current.locations])
-    return dict(zip(got["node"], got["rank"]))
-
-
 def _job(stack: Stack, job: str, seed: int, epochs: int = 5) -> tuple[dict, str]:
     edges = write_edges(os.path.join(stack.home, "inputs", f"{job}.csv"), graph_with_dangling(120, 0.04, seed=seed))
     return {"job_id": job, "input_path": edges, "checkpoint_root": CHECKPOINTS, "output_path": f"{OUTPUTS}/{job}",
@@ -124,12 +104,6 @@ def _wait_job(api: StackApi, job: str, batches: int, timeout: float = 900) -> li
             return runs
         assert time.monotonic() < deadline, f"{job} not done in {timeout:.0f}s: {[(r['dag_run_id'], r['state']) for r in runs]}"
         time.sleep(2)
-
-
-def _failure_free(spark, edges: str, epochs: int, tmp_path) -> dict:
-    reference = JobConfig(job_id="pr-ref", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "ref"),
-                          max_epochs=epochs, tolerance=0.0, num_partitions=2)
-    return ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
 
 
 def test_a_job_of_two_batches_with_a_celery_worker_killed_mid_epoch(stack, api, spark, tmp_path):
@@ -168,10 +142,12 @@ def test_a_job_of_two_batches_with_a_celery_worker_killed_mid_epoch(stack, api, 
              if ti["state"] == "success"}
     assert hosts == {"worker-1", "worker-2"}, hosts
 
-    assert _checkpoint_ids(stack, job) == list(range(4)), "epochs 0..2 and the final checkpoint, each once"
+    assert s3_checkpoint_ids(stack.s3_endpoint, "iterations-checkpoints", job) == list(range(4)), \
+        "epochs 0..2 and the final checkpoint, each once"
     body = _s3(stack).get_object(Bucket="iterations-checkpoints", Key=f"ckpt/jobs/{job}/checkpoints/{1:010d}.json")
     assert json.loads(body["Body"].read())["attempt_id"] != killed_attempt, "the killed attempt is fenced"
-    assert _published_ranks(stack, job) == _failure_free(spark, edges, 3, tmp_path), "bit for bit"
+    assert s3_published_ranks(stack.s3_endpoint, f"{OUTPUTS}/{job}") == \
+        failure_free_ranks(spark, edges, 3, tmp_path, 2), "bit for bit"
 
     # The variables kept in the batch's Spark Connect session reach the next task on whichever
     # worker it lands: epoch 1's run task (its retry or the killed try) and the last batch's
@@ -197,7 +173,7 @@ def test_postgresql_then_the_triggerer_restarted_in_the_middle_of_a_batch(stack,
     try:
         run_id = api.trigger("iterate_pagerank", conf)
         deadline = time.monotonic() + 400
-        while 0 not in _checkpoint_ids(stack, job):
+        while 0 not in s3_checkpoint_ids(stack.s3_endpoint, "iterations-checkpoints", job):
             assert time.monotonic() < deadline, f"epoch 0 of {job} not committed: {api.log_tail()}"
             time.sleep(0.2)
         stack.restart("postgres")
@@ -229,8 +205,9 @@ def test_postgresql_then_the_triggerer_restarted_in_the_middle_of_a_batch(stack,
     runs = _wait_job(api, job, batches=1)
     assert len(runs) == 1, [r["dag_run_id"] for r in runs]
     assert all(stack.running().values()), stack.running()
-    assert _checkpoint_ids(stack, job) == list(range(3))
-    assert _published_ranks(stack, job) == _failure_free(spark, edges, 2, tmp_path)
+    assert s3_checkpoint_ids(stack.s3_endpoint, "iterations-checkpoints", job) == list(range(3))
+    assert s3_published_ranks(stack.s3_endpoint, f"{OUTPUTS}/{job}") == \
+        failure_free_ranks(spark, edges, 2, tmp_path, 2)
     # only a triggerer resumes a deferred task: the one started after the report was held back did
 
 
