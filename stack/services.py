@@ -74,6 +74,15 @@ def _postgres_bin(name: str) -> str:
     raise StackError(f"PostgreSQL's {name} not found: install the postgresql package (./run.sh stack does)")
 
 
+def _postgres_user() -> str | None:
+    """Whom PostgreSQL runs as: it refuses root, so as root the postgres user; else this one."""
+    return "postgres" if os.geteuid() == 0 else None
+
+
+def _postgres_env() -> dict[str, str]:
+    return {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
+
+
 @dataclass
 class Stack:
     home: str
@@ -235,9 +244,8 @@ class Stack:
     def _start_postgres(self, timeout: float) -> None:
         # PostgreSQL refuses to run as root: as root, its files go to a folder of the postgres
         # user's (this folder's parents may be closed to it)
-        user = None
-        if os.geteuid() == 0:
-            user = "postgres"
+        user = _postgres_user()
+        if user:
             try:
                 owner = pwd.getpwnam(user)
             except KeyError as e:
@@ -256,10 +264,9 @@ class Stack:
             f.write(self.state["secrets"]["postgres_password"])
         if user:
             shutil.chown(pwfile, user, user)
-        env = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
         done = subprocess.run([_postgres_bin("initdb"), "-D", data, "-U", "airflow", f"--pwfile={pwfile}",
                                "--auth=scram-sha-256", "--encoding=UTF8", "--no-sync"],
-                              env=env, cwd=pg_dir, user=user, group=user, extra_groups=[] if user else None,
+                              env=_postgres_env(), cwd=pg_dir, user=user, group=user, extra_groups=[] if user else None,
                               capture_output=True, text=True, timeout=timeout)
         os.unlink(pwfile)
         if done.returncode != 0:
@@ -269,10 +276,10 @@ class Stack:
     def _run_postgres(self, user: str | None, timeout: float) -> None:
         """The server on the cluster initdb made (throwaway: no fsync), loopback only."""
         pg_dir, port = self.state["postgres_dir"], self.ports["postgres"]
-        env = {**os.environ, "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
         proc = self._spawn("postgres", [_postgres_bin("postgres"), "-D", os.path.join(pg_dir, "data"),
                                         "-p", str(port), "-k", pg_dir, "-c", "listen_addresses=127.0.0.1",
-                                        "-c", "fsync=off", "-c", "max_connections=200"], env, user=user, cwd=pg_dir)
+                                        "-c", "fsync=off", "-c", "max_connections=200"], _postgres_env(), user=user,
+                           cwd=pg_dir)
         wait_until("PostgreSQL", lambda: listening(port), timeout, self.log("postgres"), proc)
         self._psql_until_ready(timeout)
 
@@ -413,8 +420,6 @@ class Stack:
             hard = self._stop_service(name)
             if hard:
                 killed[name] = hard
-        for proc in self.procs.values():
-            proc.poll()
         pg_dir = self.state.get("postgres_dir")  # the throwaway cluster's files
         if pg_dir and (pg_dir == os.path.join(self.home, "postgres") or
                        pg_dir.startswith(os.path.join(tempfile.gettempdir(), "iterations-stack-postgres-"))):
@@ -437,7 +442,7 @@ class Stack:
         (PostgreSQL on its data, an Airflow component, a Celery worker)."""
         self._stop_service(name)
         if name == "postgres":
-            self._run_postgres("postgres" if os.geteuid() == 0 else None, timeout)
+            self._run_postgres(_postgres_user(), timeout)
         elif name.startswith("airflow-"):
             component = name[len("airflow-"):]
             airflow = _bin("airflow")
