@@ -98,7 +98,7 @@ def dag_run(server, work: str, job_id: str, path: str, epochs: int, partitions: 
             "to_queued": statistics.mean(queued), "to_started": statistics.mean(started)}
 
 
-def library(spark, path: str, epochs: int, partitions: int, root: str) -> float:
+def library(spark, path: str, epochs: int, partitions: int, root: str) -> tuple[float, float]:
     from include.config import JobConfig
     from spark_jobs.runner import IterationRunner
 
@@ -127,6 +127,21 @@ def library(spark, path: str, epochs: int, partitions: int, root: str) -> float:
         logger.removeHandler(handler)
     later = [v for e, v in seconds.items() if e >= 2]
     return total, (sum(later) / len(later) if later else float("nan"))
+
+
+def library_on(url: str, warm: str, path: str, args, work: str) -> tuple[tuple[float, float], dict[str, float]]:
+    """The library runner on the Spark Connect server at ``url``, after an uncounted warm-up
+    job: (its seconds, its mean from epoch 2), and the CPU seconds by component meanwhile."""
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.builder.remote(url).create()
+    try:
+        library(spark, warm, 2, args.partitions, os.path.join(work, "lib-warm"))
+        snapshot = cpu_snapshot()
+        measured = library(spark, path, args.epochs, args.partitions, os.path.join(work, "lib"))
+        return measured, cpu_by_group(snapshot, cpu_snapshot())
+    finally:
+        spark.stop()
 
 
 def _scheduler_dir(server) -> str | None:
@@ -260,28 +275,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {name}: DAG run {r['wall']:.1f} s, {r['epochs']:.2f} s per epoch; commits importing "
                   f"Great Expectations themselves: {r['own_gx']} of {r['commits']}", flush=True)
             if name == "Celery":  # the library runner on the stack's Spark (a standalone cluster)
-                from pyspark.sql import SparkSession
-
-                spark = SparkSession.builder.remote(f"sc://127.0.0.1:{stack.ports['spark_connect']}").create()
-                library(spark, warm, 2, args.partitions, os.path.join(work, "lib-warm"))
-                stack_lib = library(spark, path, args.epochs, args.partitions, os.path.join(work, "lib"))
-                spark.stop()
+                stack_lib, _ = library_on(f"sc://127.0.0.1:{stack.ports['spark_connect']}", warm, path, args, work)
                 print(f"  library runner on the stack's Spark Connect server: {stack_lib[0]:.1f} s", flush=True)
             elif lib_seconds is None:
-                from pyspark.sql import SparkSession
-
                 from spark_jobs import connect_server
 
                 os.environ.update({k: server.env[k] for k in ("ITERATIONS_SPARK_CONNECT_PORT",
                                                               "ITERATIONS_SPARK_CONNECT_DIR")})
                 # the DAG runs' server (the warm-up started it): its port, not the module's default
                 url = connect_server.ensure(int(server.env["ITERATIONS_SPARK_CONNECT_PORT"]))
-                spark = SparkSession.builder.remote(url).create()
-                library(spark, warm, 2, args.partitions, os.path.join(work, "lib-warm"))
-                snapshot = cpu_snapshot()
-                lib_seconds, lib_steady = library(spark, path, args.epochs, args.partitions, os.path.join(work, "lib"))
-                lib_groups = cpu_by_group(snapshot, cpu_snapshot())
-                spark.stop()
+                (lib_seconds, lib_steady), lib_groups = library_on(url, warm, path, args, work)
                 print(f"  library runner on the same Spark Connect server: {lib_seconds:.1f} s", flush=True)
         finally:
             if name == "Celery":
