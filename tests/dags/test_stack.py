@@ -140,7 +140,9 @@ def test_a_job_of_two_batches_with_a_celery_worker_killed_mid_epoch(stack, api, 
     assert tis[task]["hostname"] != victim, "the retry ran on the other worker"
     hosts = {ti["hostname"] for run in runs for ti in api.task_instances("iterate_pagerank", run["dag_run_id"]).values()
              if ti["state"] == "success"}
-    assert hosts == {"worker-1", "worker-2"}, hosts
+    # where Celery places the other tasks is its own choice: the victim may have run none of them
+    # (seen in CI); the killed try on one worker and its retry on the other is what the job needs
+    assert hosts <= {"worker-1", "worker-2"}, hosts
 
     assert s3_checkpoint_ids(stack.s3_endpoint, "iterations-checkpoints", job) == list(range(4)), \
         "epochs 0..2 and the final checkpoint, each once"
