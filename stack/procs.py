@@ -10,7 +10,8 @@ import signal
 import socket
 import subprocess
 import time
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from spark_jobs.connect_server import listening  # noqa: F401  (the stack's services import it from here)
 
@@ -62,6 +63,62 @@ def session_members(sid: int) -> list[int]:
             if fields and fields[3] == str(sid) and fields[0] != "Z":
                 members.append(int(entry))
     return members
+
+
+def boot_id() -> str:
+    """This boot of the machine (a reboot gives every pid out again)."""
+    with open("/proc/sys/kernel/random/boot_id") as f:
+        return f.read().strip()
+
+
+def started_at(pid: int) -> int | None:
+    """When process ``pid`` started, in clock ticks since boot; None when there is no such process."""
+    fields = _stat(pid)
+    return int(fields[19]) if fields else None
+
+
+@dataclass(frozen=True)
+class Session:
+    """A service's session as recorded in ``stack.json``: its id (the leader's pid), when the
+    leader started, and in which boot. The kernel gives a pid out again once every process of
+    the session is gone (or after a reboot), and the new process may lead a session of its own:
+    a record whose leader is alive with another start time, or that comes from another boot,
+    names somebody else's processes, and nothing is signalled through it."""
+
+    sid: int
+    start: int | None  # None: recorded without it (an older stack.json): never trusted
+    boot: str | None
+
+    @classmethod
+    def of(cls, pid: int) -> "Session":
+        """The session process ``pid`` (just started with ``spawn``) leads."""
+        return cls(pid, started_at(pid), boot_id())
+
+    @classmethod
+    def from_json(cls, value: Any) -> "Session":
+        if isinstance(value, dict):
+            return cls(int(value["sid"]), value.get("start"), value.get("boot"))
+        return cls(int(value), None, None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"sid": self.sid, "start": self.start, "boot": self.boot}
+
+    def ours(self) -> bool:
+        """Whether the processes of session ``sid`` are still the ones recorded. While any of
+        them lives the id is not given out again, so a leader that is gone does not make them
+        somebody else's."""
+        if self.start is None or self.boot != boot_id():
+            return False
+        now = started_at(self.sid)
+        return now is None or now == self.start
+
+    def members(self) -> list[int]:
+        """The live processes of the recorded session; none when the id is somebody else's now."""
+        return session_members(self.sid) if self.ours() else []
+
+    def stop(self, grace: float = 30, sig: int = signal.SIGTERM, leader_only: bool = False) -> list[int]:
+        """:func:`stop_session` of the recorded session, when it is still ours; else nothing."""
+        return stop_session(self.sid, grace, sig, leader_only) if self.ours() else []
 
 
 def stop_session(sid: int, grace: float = 30, sig: int = signal.SIGTERM, leader_only: bool = False) -> list[int]:

@@ -33,7 +33,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from stack.procs import ROOT, free_port, listening, session_members, spawn, stop_session, tail, wait_until
+from stack.procs import ROOT, Session, free_port, listening, spawn, tail, wait_until
 from stack.spark import StandaloneCluster
 
 BUCKETS = ("iterations-checkpoints", "iterations-outputs", "iterations-inputs")  # as minio-init
@@ -110,12 +110,17 @@ class Stack:
         os.replace(tmp, self.state_path)
 
     def _record(self, name: str, sid: int) -> None:
-        self.state.setdefault("sessions", {})[name] = sid
+        self.state.setdefault("sessions", {})[name] = Session.of(sid).to_json()
         self._save()
 
+    def sessions(self) -> dict[str, Session]:
+        """Each recorded service's session."""
+        return {name: Session.from_json(v) for name, v in self.state.get("sessions", {}).items()}
+
     def running(self) -> dict[str, bool]:
-        """Each recorded service, and whether any process of its session is alive."""
-        return {name: bool(session_members(sid)) for name, sid in self.state.get("sessions", {}).items()}
+        """Each recorded service, and whether any process of its session is alive (a session id
+        that the kernel has given out again since, or that comes from another boot, is stopped)."""
+        return {name: bool(session.members()) for name, session in self.sessions().items()}
 
     @property
     def ports(self) -> dict[str, int]:
@@ -430,10 +435,10 @@ class Stack:
         return killed
 
     def _stop_service(self, name: str) -> list[int]:
-        sid = self.state["sessions"][name]
+        session = self.sessions()[name]
         if name == "postgres":  # SIGINT: PostgreSQL's fast shutdown (SIGTERM waits for every client to leave)
-            return stop_session(sid, sig=signal.SIGINT, leader_only=True)
-        return stop_session(sid)
+            return session.stop(sig=signal.SIGINT, leader_only=True)
+        return session.stop()
 
     # --- one service ------------------------------------------------------------------------------
 
@@ -457,13 +462,14 @@ class Stack:
 
     def kill(self, name: str) -> list[int]:
         """A machine dies: SIGKILL every process of service ``name`` at once, no goodbye."""
-        victims = session_members(self.state["sessions"][name])
+        session = self.sessions()[name]
+        victims = session.members()
         for pid in victims:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        stop_session(self.state["sessions"][name], grace=15)
+        session.stop(grace=15)
         return victims
 
     def env_script(self) -> str:

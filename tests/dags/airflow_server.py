@@ -175,7 +175,7 @@ class StackApi(AirflowApi):
         self.stack, self.url, self.env = stack, stack.url, stack.airflow_env()
         self.home = self.env["AIRFLOW_HOME"]
         self.log_path = stack.log("airflow-scheduler")
-        self.scheduler_session = stack.state["sessions"]["airflow-scheduler"]
+        self.scheduler_session = stack.sessions()["airflow-scheduler"].sid
 
     def token(self) -> str:
         if self._token is None:

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from stack.__main__ import main
-from stack.procs import session_members, spawn, stop_session
+from stack.services import Stack
+from stack.procs import Session, session_members, spawn, stop_session
 from tests.conftest import ROOT
 
 
@@ -47,3 +48,26 @@ def test_status_and_stop_of_a_folder_with_no_stack(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 1 and f"no stack recorded in {tmp_path}" in done.stdout, done.stdout + done.stderr
     assert main(["stop", "--home", str(tmp_path)]) == 0
+
+
+def test_a_session_id_given_out_again_or_from_another_boot_is_not_signalled(tmp_path):
+    """A recorded session whose id now leads another process (its start time differs), comes
+    from another boot, or was recorded without a start time (an older stack.json) is stopped
+    for ``status`` and is never signalled by ``stop`` or ``kill``: the live process stays."""
+    proc = spawn([sys.executable, "-c", "import time; time.sleep(300)"], dict(os.environ), str(tmp_path / "log"))
+    try:
+        real = Session.of(proc.pid)
+        assert real.ours() and real.members() == [proc.pid]
+        for stale in (Session(proc.pid, real.start - 1, real.boot), Session(proc.pid, real.start, "another-boot"),
+                      Session.from_json(proc.pid)):
+            assert not stale.ours() and stale.members() == [] and stale.stop(grace=1) == []
+            stack = Stack(str(tmp_path), state={"sessions": {"airflow-scheduler": stale.to_json()}})
+            assert stack.running() == {"airflow-scheduler": False}
+            assert stack.kill("airflow-scheduler") == [] and stack.stop() == {}
+            assert proc.poll() is None, f"{stale} signalled a process that is not the stack's"
+        assert Session.from_json(real.to_json()) == real
+        assert real.stop(grace=5) == [] and proc.wait(timeout=10) is not None
+        assert real.ours() and real.members() == [], "a session whose processes are all gone is stopped"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
