@@ -162,6 +162,8 @@ class Stack:
             "AIRFLOW__CELERY__BROKER_URL": f"redis://:{s['redis_password']}@127.0.0.1:{p['redis']}/0",
             "AIRFLOW__CELERY__RESULT_BACKEND": f"db+postgresql://{db}",
             "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+            # the workers import the runtime's heavy modules before their pools fork (as compose)
+            "AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS": "iterations.celery_preload.CELERY_CONFIG",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(p["airflow"]),

@@ -259,7 +259,8 @@ def test_celery_workers_run_the_tasks_with_redis_as_the_broker(compose):
         "postgres", "redis", "moto", "spark_master", "spark_connect", "airflow", "triggerer_logs")},
         "secrets": {k: "x" for k in ("postgres_password", "redis_password", "s3_secret", "jwt_secret",
                                      "api_secret_key", "fernet_key")}}).airflow_env()
-    for key in ("AIRFLOW__CORE__EXECUTOR", "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", "ITERATIONS_SPARK_MODE"):
+    for key in ("AIRFLOW__CORE__EXECUTOR", "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME", "ITERATIONS_SPARK_MODE",
+                "AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS"):
         assert native[key] == airflow[key], key
     assert set(native["ITERATIONS_ALLOWED_ROOTS"].split(",")) >= set(airflow["ITERATIONS_ALLOWED_ROOTS"].split(","))
     assert {f"s3://{b}" for b in BUCKETS} == set(airflow["ITERATIONS_ALLOWED_ROOTS"].split(","))

@@ -66,3 +66,41 @@ def test_a_forked_process_finds_great_expectations_preloaded():
     assert "imported by this process" not in out, out
     assert "great_expectations" not in out.replace("preloaded great_expectations", ""), \
         f"Great Expectations logged while preloading: {out}"
+
+
+@pytest.mark.parametrize("hook", ["executor", "celery"])
+def test_the_executor_and_the_celery_workers_preload_the_configured_modules(hook, tmp_path):
+    """``PreloadingLocalExecutor.start`` imports ``[iterations] preload_modules`` and then starts
+    as LocalExecutor does (its queues made); a Celery worker configured with
+    ``iterations.celery_preload.CELERY_CONFIG`` imports them when Celery sends ``worker_init``,
+    with Airflow's Celery configuration unchanged. A module that does not import stops either."""
+    script = textwrap.dedent(f"""
+        import sys
+        hook = {hook!r}
+        if hook == "executor":
+            from iterations.executors import PreloadingLocalExecutor
+            executor = PreloadingLocalExecutor(parallelism=1)
+            executor.start()
+            try:
+                assert executor.activity_queue is not None  # LocalExecutor's start ran
+            finally:
+                executor.end()  # its workers: forked after the preload
+        else:
+            from airflow.providers.celery.executors.default_celery import DEFAULT_CELERY_CONFIG
+            from celery.signals import worker_init
+            from iterations.celery_preload import CELERY_CONFIG
+            assert CELERY_CONFIG is DEFAULT_CELERY_CONFIG
+            worker_init.send(sender=None)
+        assert "csv" in sys.modules and "xml.dom.minidom" in sys.modules
+    """)
+    env = {**os.environ, "PYTHONPATH": ROOT, "AIRFLOW_HOME": str(tmp_path),
+           "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(ROOT, "plugins"), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "AIRFLOW__ITERATIONS__PRELOAD_MODULES": "csv,xml.dom.minidom"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Preloaded for the task processes in" in done.stdout + done.stderr
+    env["AIRFLOW__ITERATIONS__PRELOAD_MODULES"] = "csv,no_such_module_xyz"
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode != 0 and "cannot import 'no_such_module_xyz'" in done.stderr, done.stdout + done.stderr
