@@ -243,6 +243,8 @@ class Stack:
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str], user: str | None = None,
                cwd: str = ROOT) -> subprocess.Popen:
+        if name.startswith("airflow-"):  # restarted when it exits, as the compose file's `restart: always`
+            argv = [sys.executable, "-m", "stack.supervise", "--", *argv]
         proc = spawn(argv, env, self.log(name), cwd=cwd, user=user)
         self.procs[name] = proc
         self._record(name, proc.pid)

@@ -15,16 +15,20 @@ import os
 import subprocess
 import sys
 import time
+import urllib.parse
+from datetime import datetime
 
 import pytest
 
 from include import failpoints
+from include.checkpoint import CheckpointLog
+from include.store import LocalStore
 from stack.procs import listening, session_members
 from stack.services import Stack
 from tests.conftest import ROOT
-from tests.dags.airflow_server import StackApi
-from tests.helpers import (failure_free_ranks, graph_with_dangling, s3_checkpoint_ids, s3_published_ranks,
-                           write_edges)
+from tests.dags.airflow_server import StackApi, processes_titled
+from tests.helpers import (failure_free_ranks, graph_with_dangling, read_published, s3_checkpoint_ids,
+                           s3_published_ranks, write_edges)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
 
@@ -37,6 +41,8 @@ SETTINGS = {
     "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
     "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "3",
     "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",  # the tests unpause what they run
+    # a task marked failed or success in the UI is stopped at its next heartbeat
+    "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "2",
 }
 
 
@@ -51,9 +57,14 @@ def holds(tmp_path_factory):
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, holds):
     home = str(tmp_path_factory.mktemp("stack"))
-    settings = {**SETTINGS, failpoints.FILE_ENV: os.path.join(holds, "armed"), failpoints.DIR_ENV: holds}
+    # the task processes (every worker) and the Spark Connect server's Python workers (on the
+    # Spark workers' executors) read the same failure points; every task process appends its
+    # commits and publications to one trace (tests/faults/sweep.audit)
+    points = {failpoints.FILE_ENV: os.path.join(holds, "armed"), failpoints.DIR_ENV: holds}
+    settings = {**SETTINGS, **points, failpoints.TRACE_ENV: os.path.join(holds, "trace.jsonl")}
     argv = [sys.executable, "-m", "stack", "start", "--home", home,
-            *[a for k, v in settings.items() for a in ("--setting", f"{k}={v}")]]
+            *[a for k, v in settings.items() for a in ("--setting", f"{k}={v}")],
+            *[a for k, v in points.items() for a in ("--spark-worker-setting", f"{k}={v}")]]
     started = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
     st = Stack(home)
     try:
@@ -89,15 +100,16 @@ def _job(stack: Stack, job: str, seed: int, epochs: int = 5) -> tuple[dict, str]
             "max_epochs": epochs, "tolerance": 0, "num_partitions": 2}, edges
 
 
-def _runs_of(api: StackApi, job: str) -> list[dict]:
-    return [r for r in api.runs("iterate_pagerank") if (r.get("conf") or {}).get("job_id") == job]
+def _runs_of(api: StackApi, job: str, dag_id: str = "iterate_pagerank") -> list[dict]:
+    return [r for r in api.runs(dag_id) if (r.get("conf") or {}).get("job_id") == job]
 
 
-def _wait_job(api: StackApi, job: str, batches: int, timeout: float = 900) -> list[dict]:
+def _wait_job(api: StackApi, job: str, batches: int, timeout: float = 900,
+              dag_id: str = "iterate_pagerank") -> list[dict]:
     """The job's DAG runs once ``batches`` of them succeeded (AssertionError when one fails)."""
     deadline = time.monotonic() + timeout
     while True:
-        runs = _runs_of(api, job)
+        runs = _runs_of(api, job, dag_id)
         failed = [r["dag_run_id"] for r in runs if r["state"] == "failed"]
         assert not failed, f"runs {failed} of {job} failed: {api.log_tail()}"
         if len(runs) >= batches and all(r["state"] == "success" for r in runs):
@@ -163,7 +175,9 @@ def test_a_job_of_two_batches_with_a_celery_worker_killed_mid_epoch(stack, api, 
 
 def test_postgresql_then_the_triggerer_restarted_in_the_middle_of_a_batch(stack, api, holds, spark, tmp_path):
     """Once epoch 0 is committed, PostgreSQL stops (every backend with it) and starts again on
-    its data: the scheduler, the triggerer and the Celery workers reconnect. Then epoch 1's
+    its data: the scheduler, the triggerer and the Celery workers reconnect (a component that
+    exits on the lost connection, as the scheduler may, is started again by its supervisor,
+    the compose file's ``restart: always``). Then epoch 1's
     alignment sensor finds a report missing (held back by the test) and defers: the triggerer is
     restarted while it waits, the new one takes the trigger over, and the epoch commits once the
     report is back. The batch ends as the failure-free run does."""
@@ -202,6 +216,7 @@ def test_postgresql_then_the_triggerer_restarted_in_the_middle_of_a_batch(stack,
     stack.restart("airflow-triggerer")
     time.sleep(3)
     assert api.task_instances("iterate_pagerank", run_id)[sensor]["state"] == "deferred", "still waiting"
+    assert not processes_titled(ti["id"]), "no task process while it waits: the worker slot is free"
     s3.put_object(Bucket="iterations-checkpoints", Key=reports[0], Body=held_back)
 
     runs = _wait_job(api, job, batches=1)
@@ -213,10 +228,194 @@ def test_postgresql_then_the_triggerer_restarted_in_the_middle_of_a_batch(stack,
     # only a triggerer resumes a deferred task: the one started after the report was held back did
 
 
+def _task_log(api: StackApi, dag_id: str, run_id: str, task_id: str) -> str:
+    return "".join(open(p, errors="replace").read() for p in glob.glob(os.path.join(
+        api.home, "logs", f"dag_id={dag_id}", f"run_id={run_id}", f"task_id={task_id}", "*.log")))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead
+        return open(f"/proc/{pid}/stat").read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _hold(holds: str, point: str) -> tuple[str, str]:
+    """Arm failure point ``point`` to hold where it is reached; (its .held file, its .release file)."""
+    with open(os.path.join(holds, "armed"), "w") as f:
+        f.write(f"{point}=hold")
+    return os.path.join(holds, f"{point}.held"), os.path.join(holds, f"{point}.release")
+
+
+def test_a_run_task_marked_failed_stops_its_spark_job_then_the_next_run_resumes(stack, api, holds, spark, tmp_path):
+    """Epoch 1's run task is marked failed from the API while its Spark job runs (its tail held
+    by a failure point in a Python worker of the Spark Connect server's executors): the task's
+    on_kill, run by the Celery worker's task supervisor, interrupts the attempt's Spark job by
+    its tag and aborts the attempt; the held Python worker is gone within 10 s. The next run of
+    the job resumes at epoch 1 and ends equal to the failure-free run."""
+    job = "pr-stack-cancel"
+    work = os.path.join(stack.home, "local", job)
+    edges = write_edges(os.path.join(work, "edges.csv"), graph_with_dangling(40, 0.1, seed=12))
+    store = os.path.join(work, "store")
+    conf = {"job_id": job, "input_path": edges, "checkpoint_root": store, "output_path": os.path.join(work, "out"),
+            "max_epochs": 2, "tolerance": 0, "num_partitions": 2, "continuation": False}
+    held, release = _hold(holds, f"tail.partition_written@job={job}@epoch=1@partition=0")
+    try:
+        run_id = api.trigger("iterate_pagerank", conf)
+        deadline = time.monotonic() + 300
+        while not os.path.exists(held):
+            assert time.monotonic() < deadline, f"epoch 1 never reached its tail: {api.log_tail()}"
+            assert api.run_state("iterate_pagerank", run_id) in ("queued", "running"), api.log_tail()
+            time.sleep(0.2)
+        worker = int(open(held).read())
+        quoted = urllib.parse.quote(run_id, safe="")
+        api._request("PATCH", f"/api/v2/dags/iterate_pagerank/dagRuns/{quoted}/taskInstances/epoch_1.run",
+                     {"new_state": "failed"})
+        marked = time.monotonic()
+        while _alive(worker):
+            assert time.monotonic() - marked < 10, "the Spark job still runs 10 s after its task was marked failed"
+            time.sleep(0.1)
+        stopped = time.monotonic() - marked
+        print(f"the held Spark task's worker was gone {stopped:.1f} s after its task was marked failed")
+    finally:
+        open(os.path.join(holds, "armed"), "w").close()
+        open(release, "w").close()
+    assert api.wait_run("iterate_pagerank", run_id, timeout=300) == "failed"
+    assert "cancelled (task epoch_1.run was stopped)" in _task_log(api, "iterate_pagerank", run_id, "epoch_1.run")
+    aborted = glob.glob(os.path.join(store, "jobs", job, "aborted", f"{1:010d}", "*"))
+    assert len(aborted) == 1 and "cancelled: task epoch_1.run was stopped" in open(aborted[0]).read()
+    assert not os.path.exists(os.path.join(store, "jobs", job, "checkpoints", f"{1:010d}.json"))
+
+    again = api.trigger("iterate_pagerank", conf)
+    assert api.wait_run("iterate_pagerank", again, timeout=600) == "success", api.log_tail()
+    ids = sorted(int(os.path.basename(p)[:-5]) for p in glob.glob(os.path.join(store, "jobs", job, "checkpoints", "*.json")))
+    assert ids == [0, 1, 2], "epochs 0 and 1 and the final checkpoint, each once"
+    got = read_published(os.path.join(work, "out"), "ranks")
+    assert dict(zip(got["node"], got["rank"])) == failure_free_ranks(spark, edges, 2, tmp_path, 2), \
+        f"resumed exactly (the job stopped {stopped:.1f} s after)"
+
+
+def _dates_state(root: str) -> dict[str, bytes]:
+    """Every checkpoint manifest, schedule record and publication manifest, by path."""
+    out = {}
+    for pattern in ("store/jobs/*/checkpoints/*.json", "store/schedules/*/dates/*.json", "out/*/*/_PUBLISHED.json"):
+        for path in sorted(glob.glob(os.path.join(root, pattern))):
+            out[os.path.relpath(path, root)] = open(path, "rb").read()
+    return out
+
+
+def test_backfill_three_dates_twice_then_recompute_one(stack, api):
+    """``airflow backfill create`` of three dates of the daily PageRank on PostgreSQL: each date's
+    batch warm-starts from the previous date's final checkpoint and publishes under its date;
+    the same backfill again (``--reprocess-behavior completed``) changes nothing; a recompute of
+    the middle date replaces its outputs atomically with what the same starting checkpoint gives."""
+    work = os.path.join(stack.home, "local", "daily")
+    edges = write_edges(os.path.join(work, "edges.csv"), graph_with_dangling(60, 0.08, seed=4))
+    dag = "iterate_pagerank_daily"
+    conf = {"job_id": "daily", "input_path": edges, "checkpoint_root": os.path.join(work, "store"),
+            "output_path": os.path.join(work, "out"), "max_epochs": EPOCHS_PER_BATCH, "tolerance": 0,
+            "num_partitions": 2}
+
+    def run_backfill(*extra: str) -> list[dict]:
+        """Create the backfill of the three dates; its runs once every one of them ended."""
+        created = api.cli("backfill", "create", "--dag-id", dag, "--from-date", "2026-01-01", "--to-date", "2026-01-03",
+                          "--max-active-runs", "1", "--dag-run-conf", json.dumps(conf), *extra)
+        assert created.returncode == 0, created.stdout + created.stderr
+        backfill = max(api.get(f"/api/v2/backfills?dag_id={dag}")["backfills"], key=lambda b: b["id"])
+        deadline = time.monotonic() + 600
+        while not api.get(f"/api/v2/backfills/{backfill['id']}")["completed_at"]:
+            assert time.monotonic() < deadline, f"backfill not done in 600 s: {api.log_tail()}"
+            time.sleep(2)
+        created_at = datetime.fromisoformat(backfill["created_at"])  # the dates it (re)ran ended after it was made
+        return [r for r in api.runs(dag) if r["run_type"] == "backfill"
+                and r["end_date"] and datetime.fromisoformat(r["end_date"]) > created_at]
+
+    api.unpause(dag)
+    runs = run_backfill()
+    assert [r["state"] for r in runs] == ["success"] * 3, api.log_tail()
+    first = _dates_state(work)
+    dates = ["20260101T000000Z", "20260102T000000Z", "20260103T000000Z"]
+    assert [k for k in first if k.startswith("out/")] == [f"out/{d}/ranks/_PUBLISHED.json" for d in dates]
+    generations, store = {}, LocalStore(os.path.join(work, "store"))
+    for d in dates:
+        record = json.loads(first[f"store/schedules/daily/dates/{d}.json"])
+        assert record["current"] == f"daily.{d}" and record["pending"] is None
+        generations[d] = json.loads(open(os.path.join(work, "store", "schedules", "daily", "generations",
+                                                      f"daily.{d}.json")).read())
+    assert generations[dates[0]]["started_from"] is None
+    for prev, d in zip(dates, dates[1:]):  # each batch warm-starts from the previous one's final checkpoint
+        final = CheckpointLog(store, f"daily.{prev}").latest_id()
+        assert generations[d]["started_from"] == {"job_id": f"daily.{prev}", "checkpoint_id": final}
+    first_delta = {d: CheckpointLog(store, f"daily.{d}").load(0, verify="none").decision.metrics["l1_delta"]
+                   for d in dates}
+    assert first_delta[dates[1]] < first_delta[dates[0]] / 2, f"a warm start moves the ranks less: {first_delta}"
+
+    # each worker imported Great Expectations before its pool forked (iterations.celery_preload),
+    # so no commit task imported it itself
+    for worker in ("worker-1", "worker-2"):
+        assert "Preloaded for the task processes in" in open(stack.log(f"airflow-{worker}")).read(), worker
+    commits = glob.glob(os.path.join(api.home, "logs", f"dag_id={dag}", "run_id=*", "task_id=epoch_*.commit", "*.log"))
+    assert commits
+    for path in commits:
+        text = open(path, errors="replace").read()
+        assert "its modules were preloaded" in text and "imported by this process" not in text, (path, text[-3000:])
+
+    again = run_backfill("--reprocess-behavior", "completed")
+    assert [r["state"] for r in again] == ["success"] * 3, api.log_tail()
+    assert _dates_state(work) == first, "re-running the batches changes nothing"
+
+    before = read_published(os.path.join(work, "out", dates[1]), "ranks")
+    middle = CheckpointLog(store, f"daily.{dates[1]}").latest_id()
+    run_id = api.trigger(dag, {**conf, "batch_date": "2026-01-02T00:00:00+00:00", "recompute": True})
+    assert api.wait_run(dag, run_id) == "success", api.log_tail()
+    record = json.loads(open(os.path.join(work, "store", "schedules", "daily", "dates", f"{dates[1]}.json")).read())
+    assert record == {"date": dates[1], "current": f"daily.{dates[1]}.r1", "pending": None}
+    manifest = json.loads(open(os.path.join(work, "out", dates[1], "ranks", "_PUBLISHED.json")).read())
+    assert manifest["job_id"] == f"daily.{dates[1]}.r1" and manifest["replaces"] == f"v-daily.{dates[1]}-{middle}"
+    after = read_published(os.path.join(work, "out", dates[1]), "ranks")
+    assert dict(zip(after["node"], after["rank"])) == dict(zip(before["node"], before["rank"])), \
+        "recomputed from the same starting checkpoint: the same ranks"
+
+
+def test_a_commit_task_killed_after_its_commit_landed_is_retried_exactly_once(stack, api, holds, spark, tmp_path):
+    """The fault sweep's lost-reply case on Celery: the commit task of epoch 1 of k-means is
+    SIGKILLed right after its manifest is written (the process dies, not a raised error); the
+    scheduler retries it, the retry finds the checkpoint its attempt committed and publishes the
+    epoch's output, the continuation ends the job, and the job equals the failure-free run with
+    every checkpoint committed once (tests/faults/sweep.audit)."""
+    from pathlib import Path
+
+    from tests.faults.sweep import Outcome, audit, kmeans_workload
+
+    work = Path(stack.home) / "local" / "kmeans-killed"
+    w = kmeans_workload(work, seed=2)
+    cfg = w.config(work, job_id="km-stack-killed")
+    armed, point = os.path.join(holds, "armed"), "commit.after_write@epoch=1"
+    with open(armed, "w") as f:
+        f.write(f"{point}=kill-once")
+    try:
+        api.unpause("iterate_kmeans")
+        run_id = api.trigger("iterate_kmeans", {
+            "job_id": cfg.job_id, "input_path": cfg.input.path, "checkpoint_root": cfg.checkpoint_root,
+            "output_path": cfg.output_path, "max_epochs": cfg.max_epochs, "tolerance": 0,
+            "num_partitions": cfg.num_partitions, **cfg.body_params})
+        _wait_job(api, cfg.job_id, batches=-(-cfg.max_epochs // EPOCHS_PER_BATCH), dag_id="iterate_kmeans")
+    finally:
+        open(armed, "w").close()
+    assert os.path.exists(os.path.join(holds, f"{point}.fired")), "the task was killed"
+    assert api.task_instances("iterate_kmeans", run_id)["epoch_1.commit"]["try_number"] >= 2
+    out = audit(Outcome("killed after its commit", 2), spark, w, cfg, Path(holds) / "trace.jsonl", tmp_path)
+    assert (out.lost, out.duplicated, out.wrong, out.garbage) == (0, 0, 0, 0), out.detail
+
+
 def test_stop_leaves_nothing_running(stack):
     """``./run.sh stack stop`` (here ``python -m stack stop``, from another process than the one
     that started the stack) stops every process of every service, and frees every port."""
-    sessions, ports, home = dict(stack.state["sessions"]), dict(stack.ports), stack.home
+    sessions, ports, home = {n: s.sid for n, s in stack.sessions().items()}, dict(stack.ports), stack.home
     assert sessions and all(session_members(sid) for sid in sessions.values()), stack.running()
     done = subprocess.run([sys.executable, "-m", "stack", "stop", "--home", home], cwd=ROOT, capture_output=True,
                           text=True, timeout=300)

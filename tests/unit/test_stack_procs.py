@@ -71,3 +71,26 @@ def test_a_session_id_given_out_again_or_from_another_boot_is_not_signalled(tmp_
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_an_airflow_component_that_exits_is_started_again_until_its_session_is_stopped(tmp_path):
+    """stack.supervise, the compose file's ``restart: always``: a command that exits is started
+    again (its log says so); stopping the session stops the supervisor and the command for good;
+    a command that cannot start gives up after a few quick exits, with the command's status."""
+    runs = tmp_path / "runs"
+    script = (f"import os, sys, time\nwith open({str(runs)!r}, 'a') as f: f.write('run\\n')\n"
+              f"if len(open({str(runs)!r}).read().split()) == 1: sys.exit(5)\ntime.sleep(300)\n")
+    proc = spawn([sys.executable, "-m", "stack.supervise", "--", sys.executable, "-c", script], dict(os.environ),
+                 str(tmp_path / "log"))
+    deadline = time.monotonic() + 60
+    while not (runs.exists() and len(runs.read_text().split()) == 2 and len(session_members(proc.pid)) == 2):
+        assert time.monotonic() < deadline, (tmp_path / "log").read_text()
+        time.sleep(0.1)
+    assert "exited with status 5" in (tmp_path / "log").read_text()
+    assert stop_session(proc.pid, grace=20) == [] and proc.wait(timeout=10) == 0
+    time.sleep(1.5)
+    assert len(runs.read_text().split()) == 2, "not started again once stopped"
+
+    done = subprocess.run([sys.executable, "-m", "stack.supervise", "--give-up", "2", "--", sys.executable, "-c",
+                           "import sys; sys.exit(3)"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3 and "2 times in a row" in done.stdout, done.stdout + done.stderr
