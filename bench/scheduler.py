@@ -152,7 +152,8 @@ def _scheduler_dir(server) -> str | None:
             pid = int(os.path.basename(pid_dir))
             ours = (os.getsid(pid) == server.scheduler_session if hasattr(server, "scheduler_session")
                     else os.getpgid(pid) == server.proc.pid)
-            if re.search(r"airflow scheduler\b", cmd) and ours:
+            # on the stack the session's leader is stack.supervise, whose command names the scheduler's
+            if re.search(r"airflow scheduler\b", cmd) and "stack.supervise" not in cmd and ours:
                 return pid_dir
         except (OSError, ValueError):
             continue
