@@ -22,7 +22,12 @@ def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: Stru
 
     arrow = to_arrow_schema(schema)
     columns = list(zip(*rows)) if rows else [() for _ in schema.fields]
-    table = pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, arrow)], schema=arrow)
+    return arrow_frame(spark, pa.Table.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, arrow)],
+                                                   schema=arrow))
+
+
+def arrow_frame(spark: SparkSession, table: Any) -> DataFrame:
+    """``local_frame`` of an Arrow table: a local relation, the table kept with it."""
     df = spark.createDataFrame(table)
     _TABLES[df] = table
     return df
@@ -39,3 +44,10 @@ def arrow_of(df: DataFrame) -> Any:
     except TypeError:  # a DataFrame type that cannot be weakly referenced
         return None
 
+
+
+def rows_of(df: DataFrame) -> list[Any]:
+    """The rows of a small DataFrame, each readable by column name (``row["name"]``): from the
+    Arrow table ``local_frame`` made it from, without Spark, or else by ``collect()``."""
+    table = arrow_of(df)
+    return table.to_pylist() if table is not None else df.collect()

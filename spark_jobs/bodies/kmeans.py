@@ -291,10 +291,10 @@ class KMeans(IterationBody):
     def step(self, variables: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> StepResult:
         import numpy as np
 
-        from spark_jobs.frames import local_frame
+        from spark_jobs.frames import local_frame, rows_of
 
         dim = data["dim"]
-        ids, C = _centers(variables["centroids"].collect())  # k rows
+        ids, C = _centers(rows_of(variables["centroids"]))  # k rows
         k = len(C)
         # one pass over the points: each partition's sums and counts per cluster, added here
         partials = data["points"].select("__x").mapInArrow(
@@ -327,9 +327,9 @@ class KMeans(IterationBody):
     def finish(self, variables: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> dict[str, DataFrame]:
         from pyspark.sql.types import IntegerType, StructField, StructType
 
-        from spark_jobs.frames import local_frame
+        from spark_jobs.frames import local_frame, rows_of
 
-        ids, C = _centers(variables["centroids"].collect())
+        ids, C = _centers(rows_of(variables["centroids"]))
         if data["vector"] is not None:  # the centroids as the input had the points: one array column
             centroids = local_frame(ctx.spark, [(i, c.tolist()) for i, c in zip(ids, C)],
                                     _schema(("cluster_id", "int"), (data["vector"], "doubles")))

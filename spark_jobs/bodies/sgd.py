@@ -110,11 +110,11 @@ class IncrementalSGD(IterationBody):
     def step(self, variables: Mapping[str, DataFrame], data, ctx: EpochContext) -> StepResult:
         from pyspark.sql import functions as F
 
-        from spark_jobs.frames import local_frame
+        from spark_jobs.frames import local_frame, rows_of
 
         params: SGDParams = ctx.params
         assigned = ctx.events_for("splits")
-        model = {r["name"]: float(r["weight"]) for r in variables["model"].collect()}
+        model = {r["name"]: float(r["weight"]) for r in rows_of(variables["model"])}
         split_rows: list[tuple[str, int, int]] = []
         if assigned:
             points = self._read(ctx, assigned)

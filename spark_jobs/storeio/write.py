@@ -8,11 +8,14 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from include.errors import CheckpointError, IterationError
 from include.failpoints import failpoint
 from include.head import EpochReport, FileRef
 from include.store import ObjectStore
+from spark_jobs.frames import arrow_frame, arrow_of
+from spark_jobs.storeio.hashing import partition_ids
 from spark_jobs.storeio.sizing import sized_for_joins
 
 
@@ -62,19 +65,29 @@ def write_dataset(
     """
     metrics = dict(metrics or {})
     metric_columns = {col for col, _ in metrics.values()}
+    columns = df.columns
     for name, (col, _agg) in metrics.items():
-        if col not in df.columns:
-            raise IterationError(f"metric {name!r} needs column {col!r}, which {head!r} does not have: {df.columns}")
-    data_columns = [c for c in df.columns if c not in metric_columns]
-    schema_json = df.select(*data_columns).schema.json()
-    hashed = [F.col(c) for c in (key_columns or data_columns)]
-    local = df.isLocal()  # rows the driver holds (a frame made from pandas or Arrow): no Spark job
+        if col not in columns:
+            raise IterationError(f"metric {name!r} needs column {col!r}, which {head!r} does not have: {columns}")
+    data_columns = [c for c in columns if c not in metric_columns]
     source = df
-    df = df.withColumn(_PID, F.pmod(F.hash(*hashed), F.lit(num_partitions)))
-    if not local:
-        df = df.repartition(_PID).sortWithinPartitions(_PID, *key_columns)
-        if kept is not None:
-            df = df.localCheckpoint(eager=False)  # materialised by the tail's job below
+    # A frame local_frame made: its Arrow table is at hand, and the driver computes Spark's
+    # partition ids itself (spark_jobs.storeio.hashing), so no plan is sent to Spark at all
+    held = arrow_of(source)
+    pids = partition_ids(held, key_columns or data_columns, num_partitions) \
+        if held is not None and held.column_names == columns else None
+    if pids is not None:
+        local = True
+        schema_json = StructType([source.schema[c] for c in data_columns]).json()
+    else:
+        schema_json = df.select(*data_columns).schema.json()
+        local = df.isLocal()  # rows the driver holds (a frame made from pandas or Arrow): no Spark job
+        df = df.withColumn(_PID, F.pmod(F.hash(*[F.col(c) for c in (key_columns or data_columns)]),
+                                        F.lit(num_partitions)))
+        if not local:
+            df = df.repartition(_PID).sortWithinPartitions(_PID, *key_columns)
+            if kept is not None:
+                df = df.localCheckpoint(eager=False)  # materialised by the tail's job below
 
     def tail(batches: Iterator[Any], task: Any = None) -> Iterator[Any]:
         import numpy as np
@@ -104,25 +117,24 @@ def write_dataset(
 
     if local:
         # The same partitions, files and reports, written by the driver: the partition column is
-        # still Spark's hash (computed on the local rows), the records sorted as a task would.
+        # still Spark's hash (computed by the driver, or by Spark on the local rows), the records
+        # sorted as a task would.
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from spark_jobs.frames import arrow_of
-
-        table = arrow_of(source)
-        if table is not None and table.column_names == source.columns:
-            # the rows as local_frame made them; Spark computes only their partition ids: a
-            # collect over the local relation runs no Spark job (toArrow runs one)
-            pids = [row[0] for row in df.select(_PID).collect()]
-            table = table.append_column(_PID, pa.array(pids, pa.int32()))
+        if pids is not None:
+            table = held.append_column(_PID, pa.array(pids, pa.int32()))
+        elif held is not None and held.column_names == columns:
+            # a type the driver does not hash as Spark does: Spark computes only the partition
+            # ids (a collect over the local relation runs no Spark job; toArrow runs one)
+            table = held.append_column(_PID, pa.array([row[0] for row in df.select(_PID).collect()], pa.int32()))
         else:
             table = df.toArrow()
         order = pc.sort_indices(table, sort_keys=[(c, "ascending", "at_start") for c in (_PID, *key_columns)])
         table = table.take(order)
         texts = [b.column(0)[0].as_py() for b in tail(iter(table.to_batches()), task="driver")]
         if kept is not None:
-            records = df.sparkSession.createDataFrame(table.select(data_columns))  # local too
+            records = arrow_frame(source.sparkSession, table.select(data_columns))  # local too
     else:
         texts = [row.report for row in df.mapInArrow(tail, "report string").collect()]
     reports = by_partition(head, [EpochReport.from_json(t) for t in texts])
