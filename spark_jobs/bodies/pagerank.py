@@ -90,9 +90,6 @@ class PageRank(IterationBody):
         src_type, dst_type = (edges.schema[c].dataType for c in ("src", "dst"))
         if src_type != dst_type:
             edges = edges.select(F.col("src").cast("string"), F.col("dst").cast("string"))
-        nulls = edges.where(F.col("src").isNull() | F.col("dst").isNull()).limit(1).count()
-        if nulls:
-            raise InputDataError("PageRank input has edges with a null src or dst")
         edges = edges.distinct()
         out_degree = edges.groupBy(F.col("src").alias("node")).agg(F.count("*").alias("out_degree"))
         nodes = (
@@ -103,8 +100,16 @@ class PageRank(IterationBody):
             .select("node", F.coalesce("out_degree", F.lit(0)).cast("long").alias("out_degree"))
             .cache()
         )
-        n = nodes.count()
+        # counted on the cached nodes (an edge with a null end has a null node): a process that
+        # loads the same input again (each task of a DAG run) finds them cached, no input scan
+        counted = nodes.agg(F.count(F.lit(1)).alias("n"),
+                            F.count(F.when(F.col("node").isNull(), 1)).alias("nulls")).first()
+        if counted["nulls"]:
+            nodes.unpersist()
+            raise InputDataError("PageRank input has edges with a null src or dst")
+        n = counted["n"]
         if n == 0:
+            nodes.unpersist()
             raise InputDataError("PageRank input is empty: no edges")
         weighted = (
             edges.join(out_degree.withColumnRenamed("node", "src"), "src")

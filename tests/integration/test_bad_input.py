@@ -55,6 +55,15 @@ def test_empty_input(spark, tmp_path):
         IterationRunner(cfg, spark).run()
 
 
+@pytest.mark.parametrize("edges", ["src,dst\n1,2\n2,\n3,1\n", "src,dst\n1,2\n,3\n"])
+def test_edges_with_a_null_end(spark, tmp_path, edges):
+    (tmp_path / "edges.csv").write_text(edges)
+    cfg = pagerank_config(tmp_path, tmp_path / "edges.csv")
+    with pytest.raises(InputDataError, match="PageRank input has edges with a null src or dst"):
+        IterationRunner(cfg, spark).run()
+    assert_nothing_committed(cfg)
+
+
 def test_non_numeric_features(spark, tmp_path):
     pd.DataFrame({"x": [1.0, 2.0, 3.0], "label": ["a", "b", "c"]}).to_parquet(tmp_path / "p.parquet")
     cfg = JobConfig(job_id="km", body="kmeans", input=str(tmp_path / "p.parquet"), checkpoint_root=str(tmp_path / "s"),
