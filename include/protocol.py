@@ -204,6 +204,13 @@ def commit_epoch(job: IterationJob, plan: EpochPlan, decision: AlignmentDecision
     return manifest, job.notify_checkpoint_complete(manifest)
 
 
+def aligned_line(decision: AlignmentDecision) -> str:
+    """The line of an epoch's global alignment: ``epoch 3 globally aligned: feedback=4804
+    terminated=False``."""
+    return (f"epoch {decision.epoch} globally aligned: feedback={decision.feedback_count} "
+            f"terminated={decision.terminated}" + (f" ({decision.reason})" if decision.reason else ""))
+
+
 def metrics_text(decision: AlignmentDecision) -> str:
     """An epoch's metrics as a log shows them: ``l1_delta=4.575e-07 max_shift=0.000e+00``."""
     return " ".join(f"{k}={v:.3e}" for k, v in sorted(decision.metrics.items()))

@@ -2,7 +2,9 @@
 
 Each DAG run is one batch: task groups ``epoch_0 .. epoch_<L-1>`` (the batch's epochs, unrolled:
 DAGs are acyclic), each ``run`` (head) -> ``align`` (deferrable sensor) -> ``commit``, then
-``finish``. Epochs after termination are skipped; finish runs whenever nothing failed.
+``finish``. Epochs after termination are skipped; finish runs whenever nothing failed. With
+``commit_in_head`` the head aligns and commits its epoch itself when it can, skipping the
+group's other two tasks.
 """
 
 from __future__ import annotations
@@ -187,6 +189,7 @@ def iteration_dag(
     allow_take_over: bool = False,
     relax_checks: bool = False,
     lease_wait: float = 60.0,
+    commit_in_head: bool = False,
 ) -> DAG:
     """``params``: the DAG's params (``job_params``, plus the body's: ``body_params``).
     ``body_param_names``: which of them are the body's; None: all the body declares, those not
@@ -203,7 +206,14 @@ def iteration_dag(
     DAG, body, input or output) this DAG's; ``relax_checks`` (off by default) lets a run's
     ``checks`` param turn the data checks off or loosen the author's expectations (otherwise a
     run may only add expectations). ``lease_wait``: seconds a task waits for another run of the
-    same job to end before it fails naming that run."""
+    same job to end before it fails naming that run.
+
+    ``commit_in_head``: one task per epoch where it can be: the head aligns and commits its
+    epoch when the Spark job has ended with every report written (the usual case), and skips
+    the group's ``align`` and ``commit``, which stay for an attempt with a missing report (the
+    sensor waits for it, deferred). Each later group starts once the head before it has
+    succeeded and its commit succeeded or was skipped (trigger rule ``none_failed``).
+    docs/airflow.md says what it changes."""
     from include.checks import load_checks_file
     from include.paths import configured_roots
     from iterations.operators.continuation import ContinuationOperator
@@ -237,6 +247,12 @@ def iteration_dag(
     # overrides for tests (the fault sweep): seconds between a failed task's tries, and how many
     retry_delay = float(os.environ.get("ITERATIONS_RETRY_DELAY_SECONDS") or 10.0)
     retries = int(os.environ.get("ITERATIONS_RETRIES") or retries)
+    # the deployment's override (benchmarks, tests): ITERATIONS_COMMIT_IN_HEAD=1 or 0
+    flag = (os.environ.get("ITERATIONS_COMMIT_IN_HEAD") or "").strip().lower()
+    if flag:
+        if flag not in ("1", "0", "true", "false"):
+            raise ValueError(f"ITERATIONS_COMMIT_IN_HEAD must be 1 or 0, got {flag!r}")
+        commit_in_head = flag in ("1", "true")
     with DAG(
         dag_id=dag_id,
         schedule=schedule,
@@ -248,24 +264,33 @@ def iteration_dag(
         doc_md=doc_md,
         default_args={"retries": retries, "retry_delay": dt.timedelta(seconds=retry_delay)},
     ) as dag:
-        previous = None
+        previous = previous_head = None
         for i in range(epochs_per_batch):
+            # with commit_in_head an epoch group's commit is skipped when its head committed
+            after_previous = {"trigger_rule": "none_failed"} if commit_in_head and i else {}
             with TaskGroup(f"epoch_{i}", tooltip=f"epoch {i} of the batch") as group:
-                head = EpochHeadOperator(task_id="run", index=i, spark_mode=spark_mode,
-                                         spark_conn_id=spark_conn_id, **common)
+                head = EpochHeadOperator(task_id="run", index=i, spark_mode=spark_mode, spark_conn_id=spark_conn_id,
+                                         commit_in_head=commit_in_head,
+                                         **({} if wait_for_input else after_previous), **common)
                 align = AlignmentSensor(task_id="align", index=i, head_task_id=head.task_id, **common)
                 commit = EpochCommitOperator(task_id="commit", index=i, head_task_id=head.task_id,
                                              align_task_id=align.task_id, **common)
                 head >> align >> commit
+                first = head
                 if wait_for_input:
-                    InputSensor(task_id="wait_input", index=i, timeout=input_timeout,
-                                poll_interval=float(os.environ.get("ITERATIONS_INPUT_POLL_SECONDS") or 5.0),
-                                **common) >> head
+                    first = InputSensor(task_id="wait_input", index=i, timeout=input_timeout,
+                                        poll_interval=float(os.environ.get("ITERATIONS_INPUT_POLL_SECONDS") or 5.0),
+                                        **after_previous, **common)
+                    first >> head
             if previous is not None:
                 previous >> group
-            previous = group
+                if commit_in_head:
+                    previous_head >> first
+            previous, previous_head = group, head
         finish = FinishOperator(task_id="finish", trigger_rule="none_failed", spark_mode=spark_mode,
                                 spark_conn_id=spark_conn_id, **common)
         continuation = ContinuationOperator(task_id="continue", trigger_dag_id=dag_id, **common)
         previous >> finish >> continuation
+        if commit_in_head:  # after the last head has ended, not only once it skipped its commit
+            previous_head >> finish
     return dag

@@ -179,3 +179,35 @@ def test_tasks_carry_no_copy_of_the_dag_params(dagbag):
     with DAG("own_params_probe", params={"a": Param(1, type="integer"), "b": Param(2, type="integer")}):
         task = StopRequestOperator(task_id="stop", body="pagerank", params={"b": 3, "c": Param("x", type="string")})
     assert dict(task.params) == {"b": 3, "c": "x"}
+
+
+@pytest.mark.parametrize("wait_for_input", [False, True])
+def test_commit_in_head_shape(monkeypatch, wait_for_input):
+    """With ``commit_in_head`` each epoch group's first task starts when the previous head has
+    succeeded and its commit succeeded or was skipped (none_failed); finish waits for the last
+    head too. Without it the groups chain as before; the deployment's override is checked."""
+    from iterations.dag_factory import iteration_dag, job_params
+
+    monkeypatch.delenv("ITERATIONS_EPOCHS_PER_BATCH", raising=False)
+
+    def build(**kw):
+        return iteration_dag(dag_id="shape", body="pagerank", epochs_per_batch=3, wait_for_input=wait_for_input,
+                             params=job_params(job_id="j", input_path="/tmp/in.csv", output_path=None), **kw)
+
+    first = "wait_input" if wait_for_input else "run"
+    monkeypatch.delenv("ITERATIONS_COMMIT_IN_HEAD", raising=False)
+    for dag, inline in ((build(commit_in_head=True), True), (build(), False)):
+        for i in (1, 2):
+            task = dag.get_task(f"epoch_{i}.{first}")
+            assert task.upstream_task_ids == ({f"epoch_{i - 1}.commit", f"epoch_{i - 1}.run"} if inline
+                                              else {f"epoch_{i - 1}.commit"})
+            assert task.trigger_rule == ("none_failed" if inline else "all_success")
+            assert dag.get_task(f"epoch_{i}.run").commit_in_head is inline
+        assert dag.get_task("epoch_0.run").trigger_rule == "all_success"
+        assert dag.get_task("finish").upstream_task_ids == ({"epoch_2.commit", "epoch_2.run"} if inline
+                                                            else {"epoch_2.commit"})
+    monkeypatch.setenv("ITERATIONS_COMMIT_IN_HEAD", "1")
+    assert build().get_task("epoch_1.run").commit_in_head is True
+    monkeypatch.setenv("ITERATIONS_COMMIT_IN_HEAD", "yes")
+    with pytest.raises(ValueError, match="ITERATIONS_COMMIT_IN_HEAD must be 1 or 0, got 'yes'"):
+        build()

@@ -303,20 +303,25 @@ class IterationOperator(BaseOperator):
                          take_over=bool(self.settings(context).get("take_over")),
                          lease_wait=self.lease_wait, alive=alive, validate=validate)
 
-    def skip_epoch_tasks(self, context: Mapping[str, Any], *, after: int, also: Sequence[str] = ()) -> None:
-        """Skip, at once, the tasks of the epoch groups after ``after`` (and the tasks ``also``),
-        rather than one scheduler round per task; ``finish`` (trigger rule none_failed) runs
-        next. Ends the calling task as a success; returns if there is nothing to skip."""
+    def skip_epoch_tasks(self, context: Mapping[str, Any], *, after: int | None,
+                         also: Sequence[str] = ()) -> None:
+        """Skip, at once, the tasks of the epoch groups after ``after`` (None: none of them) and
+        the tasks ``also``, rather than one scheduler round per task; ``finish`` (trigger rule
+        none_failed) runs next. Ends the calling task as a success; returns if there is nothing
+        to skip."""
         later = [
             t for t in self.dag.tasks
-            if (t.task_id.startswith("epoch_") and int(t.task_id.split(".")[0].split("_")[1]) > after)
+            if (after is not None and t.task_id.startswith("epoch_")
+                and int(t.task_id.split(".")[0].split("_")[1]) > after)
             or t.task_id in also
         ]
         if not later or context["ti"].map_index != -1:
             return
         from airflow.providers.standard.utils.skipmixin import SkipMixin
 
-        self.log.info("skipping %d task(s) of the epochs after epoch group %d", len(later), after)
+        self.log.info("skipping %d task(s)%s: %s", len(later),
+                      f" of the epochs after epoch group {after}" if after is not None else "",
+                      ", ".join(t.task_id for t in later[:6]) + (", ..." if len(later) > 6 else ""))
         SkipMixin().skip(context["ti"], later)
 
     def iteration_job(self, context: Mapping[str, Any]):

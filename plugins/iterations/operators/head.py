@@ -7,22 +7,32 @@ from typing import Any, Mapping
 
 from airflow.sdk.exceptions import AirflowSkipException
 
-from iterations.operators.base import SparkAttemptOperator, permanent_errors
+from iterations.operators.base import DataChecksLink, SparkAttemptOperator, permanent_errors
+from iterations.operators.commit import EpochCommitting
 
 
-class EpochHeadOperator(SparkAttemptOperator):
+class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
     """The head of epoch ``index`` of the batch: restores, plans and runs the epoch's Spark job.
 
     Skips work already done: an epoch committed earlier is reported ``restored`` (never
     recomputed); epochs after termination are skipped. The attempt is recorded in the store
     before the Spark job starts, so a retry adopts a complete attempt instead of running again.
+
+    ``commit_in_head``: when the attempt's Spark job has ended with every partition's report
+    in the store (the usual case), the head aligns and commits the epoch itself (the same
+    alignment, checks and single-winner commit as the sensor and the commit task) and skips
+    its group's ``align`` and ``commit``: one task per epoch instead of three. When a report is
+    missing it returns as without it, and the sensor waits for the report (deferred) and the
+    commit task commits. A restored epoch skips them too.
     """
 
     ui_color = "#d6e9f8"
+    operator_extra_links = (DataChecksLink(),)
 
-    def __init__(self, *, index: int, **kwargs: Any):
+    def __init__(self, *, index: int, commit_in_head: bool = False, **kwargs: Any):
         super().__init__(**kwargs)
         self.index = index
+        self.commit_in_head = commit_in_head
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         with permanent_errors():
@@ -38,7 +48,11 @@ class EpochHeadOperator(SparkAttemptOperator):
         epoch = self.batch_start(job, run.batch_id, state.next_epoch) + self.index
         if state.latest is not None and epoch <= state.latest.epoch:
             self.log.info("epoch %d is committed (checkpoint %d): restored, not recomputed", epoch, state.latest.checkpoint_id)
-            return {"status": "restored", "epoch": epoch}
+            restored = {"status": "restored", "epoch": epoch}
+            if self.commit_in_head:  # nothing for the group's align and commit to do
+                context["ti"].xcom_push(key="return_value", value=restored)
+                self.skip_epoch_tasks(context, after=None, also=self.group_tasks())
+            return restored
         step = run.boundary()
         if step in (Step.FINISH, Step.DONE):
             self.log.info("job %s is %s: epoch %d is not needed", job.config.job_id, state.status.value, epoch)
@@ -63,11 +77,36 @@ class EpochHeadOperator(SparkAttemptOperator):
         # (airflow dags test runs them all in one process; a preloading executor's task
         # processes have Great Expectations imported already)
         warm_up_checks(job, plan)
-        run.run(plan)
+        reports = run.run(plan)
+        if self.commit_in_head:
+            done = self.commit_if_aligned(context, run, plan, reports)
+            if done is not None:
+                return self.report_committed(context, run, done, started, also_skip=self.group_tasks())
         return {"status": "run", "epoch": epoch, "attempt_id": plan.attempt_id, "started_at": started}
+
+    def commit_if_aligned(self, context: Mapping[str, Any], run, plan, reports):
+        """``commit_in_head``: align and commit the attempt if every partition has reported
+        (the committed epoch, ``EpochOutcome``); None, leaving both to the group's sensor and
+        commit task, if a report is missing."""
+        from include.protocol import aligned_line
+
+        reports = run.job.reports(plan) if reports is None else reports
+        missing = plan.aligner().missing(reports)
+        if missing:
+            self.log.info("epoch %d: %d partition report(s) missing when the Spark job ended (%s): the "
+                          "alignment sensor waits for them", plan.epoch, len(missing),
+                          ", ".join(f"{h}/{p}" for h, p in list(missing)[:5]))
+            return None
+        decision = run.align(plan, reports)
+        self.log.info("%s", aligned_line(decision))
+        return self.commit_aligned(context, run, plan, decision, reports)
+
+    def group_tasks(self) -> tuple[str, str]:
+        """This epoch group's alignment sensor and commit task."""
+        group = self.task_id.rsplit(".", 1)[0]
+        return f"{group}.align", f"{group}.commit"
 
     def skip_rest_of_batch(self, context: Mapping[str, Any]) -> None:
         """Nothing of this batch is left to run: this epoch's align and commit and the later
         epochs are skipped at once (finish runs next)."""
-        group = self.task_id.rsplit(".", 1)[0]
-        self.skip_epoch_tasks(context, after=self.index, also=(f"{group}.align", f"{group}.commit"))
+        self.skip_epoch_tasks(context, after=self.index, also=self.group_tasks())

@@ -89,9 +89,8 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
             raise AirflowFailException(f"{e}. This run lost the epoch to another run of the same job.") from e
 
     def _decide(self, job, plan, reports=None) -> dict[str, Any]:
-        from include.protocol import align_attempt
+        from include.protocol import align_attempt, aligned_line
 
         decision = align_attempt(job, plan, reports)
-        self.log.info("epoch %d globally aligned: feedback=%d terminated=%s%s", decision.epoch,
-                      decision.feedback_count, decision.terminated, f" ({decision.reason})" if decision.reason else "")
+        self.log.info("%s", aligned_line(decision))
         return {"status": "aligned", "epoch": plan.epoch, "attempt_id": plan.attempt_id, "decision": decision.to_dict()}

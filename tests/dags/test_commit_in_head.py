@@ -1,0 +1,104 @@
+"""``commit_in_head``: one task per epoch where it can be. The head aligns and commits its epoch
+when every report is there as the Spark job ends, skipping its group's sensor and commit task;
+an epoch whose report is missing then goes through the sensor (deferred until the report
+arrives) and the commit task, as without the option. Run by ``airflow dags test``."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import time
+
+import pytest
+
+from include.config import JobConfig
+from spark_jobs.runner import IterationRunner
+from tests.dags.conftest import AIRFLOW
+from tests.conftest import ROOT
+from tests.helpers import graph_with_dangling, ranks_of, read_published, write_edges
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def _task_states(db_path: str, job_id: str) -> list[dict[str, str]]:
+    """Task states per DAG run of ``job_id`` (runs in the order they started)."""
+    with sqlite3.connect(db_path) as db:
+        runs = [(run_id, conf) for run_id, conf in db.execute(
+            "select run_id, conf from dag_run where dag_id='iterate_pagerank' order by id")]
+        mine = [run_id for run_id, conf in runs if f'"{job_id}"' in str(conf)]
+        return [dict(db.execute("select task_id, state from task_instance where dag_id='iterate_pagerank' "
+                                "and run_id=?", (run_id,)).fetchall()) for run_id in mine]
+
+
+def test_the_head_commits_unless_a_report_is_missing(airflow_env, spark, tmp_path):
+    """Five epochs of a three-epoch DAG, in one ``dags test``. Epoch 1's Spark job ends with
+    one partition's report taken away (held at ``head.after_run``, its file moved aside): its
+    head leaves the epoch to the sensor, which defers until the report is put back, and the
+    commit task commits it. Every other epoch is one task: its align and commit are skipped.
+    The ranks equal the library's."""
+    holds = tmp_path / "holds"
+    holds.mkdir()
+    env = {**airflow_env, "ITERATIONS_COMMIT_IN_HEAD": "1", "ITERATIONS_EPOCHS_PER_BATCH": "3",
+           "ITERATIONS_FAILPOINTS": "head.after_run@epoch=1=hold", "ITERATIONS_FAILPOINT_DIR": str(holds)}
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(30, 0.12, seed=8))
+    store = tmp_path / "store"
+    conf = {"job_id": "pr-inline", "input_path": edges, "checkpoint_root": str(store),
+            "output_path": str(tmp_path / "out"), "max_epochs": 5, "tolerance": 0, "num_partitions": 3}
+    db = os.path.join(env["AIRFLOW_HOME"], "airflow.db")
+    out = open(tmp_path / "dags_test.log", "w+")
+    proc = subprocess.Popen([AIRFLOW, "dags", "test", "iterate_pagerank", "--conf", json.dumps(conf)], env=env,
+                            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True)
+    aside = tmp_path / "report.json"
+    try:
+        held = holds / "head.after_run@epoch=1.held"
+        deadline = time.monotonic() + 300
+        while not held.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, open(out.name).read()[-3000:]
+            time.sleep(0.2)
+        reports = glob.glob(str(store / "**" / "attempts" / f"{1:010d}" / "**" / "_reports" / "**" / "*part-00001*"),
+                            recursive=True)
+        assert len(reports) == 1, reports
+        shutil.move(reports[0], aside)
+        (holds / "head.after_run@epoch=1.release").touch()
+        waiting = re.compile(r"epoch 1 attempt \S+: waiting for 1 report\(s\): ranks/1")  # the sensor's trigger
+        while not waiting.search(open(out.name).read()):
+            assert proc.poll() is None and time.monotonic() < deadline, open(out.name).read()[-3000:]
+            time.sleep(0.2)
+        assert proc.poll() is None and "epoch 1 committed" not in open(out.name).read()
+        shutil.move(aside, reports[0])
+        assert proc.wait(timeout=600) == 0, open(out.name).read()[-5000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if aside.exists():
+            shutil.move(aside, reports[0])
+    log = open(out.name).read()
+    assert "epoch 1: 1 partition report(s) missing when the Spark job ended (ranks/1): the alignment sensor " \
+           "waits for them" in log
+    for epoch in range(5):
+        assert f"epoch {epoch} committed" in log
+    first, second = _task_states(db, "pr-inline")
+    assert first == {"epoch_0.run": "success", "epoch_0.align": "skipped", "epoch_0.commit": "skipped",
+                     "epoch_1.run": "success", "epoch_1.align": "success", "epoch_1.commit": "success",
+                     "epoch_2.run": "success", "epoch_2.align": "skipped", "epoch_2.commit": "skipped",
+                     "finish": "success", "continue": "success"}, first
+    assert {t: s for t, s in second.items() if t.startswith("epoch_")} == {
+        "epoch_0.run": "success", "epoch_0.align": "skipped", "epoch_0.commit": "skipped",  # epoch 3
+        "epoch_1.run": "success", "epoch_1.align": "skipped", "epoch_1.commit": "skipped",  # epoch 4: terminated
+        "epoch_2.run": "skipped", "epoch_2.align": "skipped", "epoch_2.commit": "skipped"}, second
+    with sqlite3.connect(db) as conn:  # the head that committed links its data checks' report
+        links = [json.loads(v) for (v,) in conn.execute(
+            "select value from xcom where dag_id='iterate_pagerank' and task_id='epoch_0.run' "
+            "and key='_link_DataChecksLink'")]
+    assert any(link.startswith("file://") and "/checks/0000000000/" in link for link in links), links
+
+    reference = JobConfig(job_id="pr-inline-lib", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "lib"),
+                          max_epochs=5, tolerance=0.0, num_partitions=3)
+    published = read_published(tmp_path / "out", "ranks")
+    assert dict(zip(published["node"], published["rank"])) == \
+        ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
