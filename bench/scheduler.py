@@ -68,34 +68,43 @@ def dag_run(server, work: str, job_id: str, path: str, epochs: int, partitions: 
             server.home, "logs", "dag_id=iterate_pagerank", f"run_id={run_id}", f"task_id={t}", "*.log")))
         raise SystemExit(f"DAG run {run_id} ended {state}; failed tasks {failed}:\n{logs}")
     # the job's epochs only: the batch's later epoch groups are skipped once it terminates, and
-    # a skipped task instance carries start and end dates too (the same instant)
+    # a skipped task instance carries start and end dates too (the same instant). With
+    # commit_in_head an epoch's align and commit are skipped when its run task committed it
+    def ran(e: int) -> list[str]:
+        return [f"epoch_{e}.{k}" for k in ("run", "align", "commit") if tis[f"epoch_{e}.{k}"].get("state") != "skipped"]
+
+    def end(e: int) -> float:
+        return max(_t(tis[t]["end_date"]) for t in ran(e))
+
     durations: dict[str, list[float]] = {}
     for e in range(epochs):
-        for kind in ("run", "align", "commit"):
-            ti = tis[f"epoch_{e}.{kind}"]
-            durations.setdefault(kind, []).append(_t(ti["end_date"]) - _t(ti["start_date"]))
+        for task in ran(e):
+            ti = tis[task]
+            durations.setdefault(task.rsplit(".", 1)[1], []).append(_t(ti["end_date"]) - _t(ti["start_date"]))
     first = _t(tis["epoch_0.run"]["start_date"])
-    last = _t(tis[f"epoch_{epochs - 1}.commit"]["end_date"])
+    last = end(epochs - 1)
     # from epoch 2 on: epoch 0 starts the batch's Spark Connect session (its Python workers) and
     # loads the input, epoch 1 is the first to restore variables
     steady = (last - _t(tis["epoch_2.run"]["start_date"])) / (epochs - 2) if epochs > 2 else float("nan")
-    logs = glob.glob(os.path.join(server.home, "logs", "dag_id=iterate_pagerank", f"run_id={run_id}",
-                                  "task_id=epoch_*.commit", "*.log"))
+    logs = [f for kind in ("run", "commit") for f in glob.glob(os.path.join(
+        server.home, "logs", "dag_id=iterate_pagerank", f"run_id={run_id}", f"task_id=epoch_*.{kind}", "*.log"))]
     own = sum(1 for f in logs if "imported by this process" in open(f, errors="replace").read())
     # latency between a task's end and its successor's start: until the scheduler queues the
     # successor, then until its process reports it running
     queued: list[float] = []
     started: list[float] = []
     for e in range(epochs):
-        chain = [f"epoch_{e - 1}.commit"] if e else []
-        chain += [f"epoch_{e}.run", f"epoch_{e}.align", f"epoch_{e}.commit"]
+        chain = ran(e - 1)[-1:] if e else []
+        chain += ran(e)
         for up, down in zip(chain, chain[1:]):
             ended, ti = _t(tis[up]["end_date"]), tis[down]
             if ti.get("queued_when"):
                 queued.append(_t(ti["queued_when"]) - ended)
                 started.append(_t(ti["start_date"]) - _t(ti["queued_when"]))
-    return {"wall": wall, "epochs": (last - first) / epochs, "steady": steady, "tasks": durations, "own_gx": own, "commits": len(logs),
-            "to_queued": statistics.mean(queued), "to_started": statistics.mean(started)}
+    hand_offs = len(queued) / epochs
+    return {"wall": wall, "epochs": (last - first) / epochs, "steady": steady, "tasks": durations, "own_gx": own,
+            "commits": epochs, "to_queued": statistics.mean(queued), "to_started": statistics.mean(started),
+            "hand_offs": hand_offs}
 
 
 def library(spark, path: str, epochs: int, partitions: int, root: str) -> tuple[float, float]:
@@ -230,11 +239,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--setting", action="append", default=[], metavar="AIRFLOW__SECTION__KEY=VALUE",
                    help="an Airflow setting for the runs (repeatable), e.g. AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME=0.2")
     p.add_argument("--keep", action="store_true", help="keep the Airflow homes (task logs) and print where")
+    p.add_argument("--commit-in-head", choices=("0", "1"), default=None,
+                   help="the DAG's commit_in_head, through ITERATIONS_COMMIT_IN_HEAD (default: the DAG file's)")
     args = p.parse_args(argv)
     settings = dict(s.split("=", 1) for s in args.setting)
     bad = [k for k in settings if not k.startswith("AIRFLOW__")]
     if bad:
         p.error(f"--setting takes AIRFLOW__SECTION__KEY=VALUE, not {bad}")
+    if args.commit_in_head is not None:
+        settings["ITERATIONS_COMMIT_IN_HEAD"] = args.commit_in_head
 
     from stack.services import Stack
     from tests.dags.airflow_server import AirflowServer, StackApi
@@ -314,9 +327,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['epochs']:.2f} s per epoch): " + ", ".join(f"{g} {v / args.epochs:.2f}" for g, v in groups if v > 0.005)
               + f"; all {sum(v for _g, v in groups) / args.epochs:.2f}")
     for name, r in results.items():
-        parts = sum(statistics.mean(r["tasks"][k]) for k in kinds) + len(kinds) * (r["to_queued"] + r["to_started"])
-        print(f"{name}: the three tasks' mean durations plus three latencies make {parts:.2f} s of the "
-              f"{r['epochs']:.2f} s per epoch")
+        parts = sum(statistics.mean(v) * len(v) for v in r["tasks"].values()) / args.epochs + \
+            r["hand_offs"] * (r["to_queued"] + r["to_started"])
+        print(f"{name}: the tasks' durations ({', '.join(f'{k} x{len(v)}' for k, v in r['tasks'].items())}) plus "
+              f"{r['hand_offs']:.1f} hand-offs per epoch make {parts:.2f} s of the {r['epochs']:.2f} s per epoch")
     if "LocalExecutor" in results and "PreloadingLocalExecutor" in results:
         a, b = results["LocalExecutor"]["epochs"], results["PreloadingLocalExecutor"]["epochs"]
         print(f"preloading: {b - a:+.2f} s per epoch ({b / a:.2f}x)")
