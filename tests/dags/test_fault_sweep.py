@@ -17,14 +17,21 @@ def test_every_protocol_step_is_covered():
     assert covered == {p.split("@")[0] for p in POINTS}, "each failure point is in the CI subset"
 
 
-@pytest.mark.parametrize("name", sorted(GROUPS))
-def test_failures_at_protocol_steps_end_like_the_failure_free_run(airflow_env, spark, tmp_path, name):
+@pytest.mark.parametrize("name,commit_in_head", [*((n, False) for n in sorted(GROUPS)),
+                                                 ("head, tail, align, commit", True)])
+def test_failures_at_protocol_steps_end_like_the_failure_free_run(airflow_env, spark, tmp_path, name,
+                                                                  commit_in_head):
+    """With ``commit_in_head`` the align and commit points fail the run task, whose retry
+    adopts the complete attempt (or finds it committed) instead of running it again."""
     points = GROUPS[name]
-    out = run_dag(airflow_env, tmp_path, seed=1, points=points, name=name)
+    out = run_dag(airflow_env, tmp_path, seed=1, points=points, name=name, commit_in_head=commit_in_head)
     assert out.facts["succeeded"], out.detail
     assert sorted(out.facts["fired"]) == sorted(points), "each point fired once"
     tries = task_tries(out.facts["log"])
     for point in points:
-        assert tries.get(task_of(point), 0) >= 2, f"{task_of(point)} was retried after {point}: {tries}"
+        task = task_of(point, commit_in_head)
+        assert tries.get(task, 0) >= 2, f"{task} was retried after {point}: {tries}"
+    if commit_in_head:  # every report was there as each Spark job ended: no sensor, no commit task
+        assert not [t for t in tries if t.endswith((".align", ".commit"))], tries
     assert (out.lost, out.duplicated, out.wrong) == (0, 0, 0), out.detail
     assert out.garbage == 0, f"files of failed attempts left behind: {out.detail}"

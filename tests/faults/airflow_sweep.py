@@ -78,12 +78,15 @@ GROUPS: dict[str, list[str]] = {
 RETRIES = 6
 
 
-def task_of(point: str) -> str:
-    """The task of the DAG a failure point fails."""
+def task_of(point: str, commit_in_head: bool = False) -> str:
+    """The task of the DAG a failure point fails; with ``commit_in_head`` an epoch's run task
+    aligns and commits it (its reports are all there as its Spark job ends)."""
     for template, task in POINTS.items():
         for e in range(F + 1):
             for p in range(3):
                 if template.format(e=e, p=p) == point:
+                    if commit_in_head and task.endswith((".align", ".commit")):
+                        task = "epoch_{e}.run"
                     return task.format(e=e)
     raise KeyError(f"no task for failure point {point!r}")
 
@@ -98,9 +101,10 @@ def point_for(template: str, rng: random.Random) -> str:
 
 
 def run_dag(env: dict[str, str], work: Path, seed: int, points: list[str], name: str,
-            timeout: float = 900) -> Outcome:
+            timeout: float = 900, commit_in_head: bool = False) -> Outcome:
     """One ``airflow dags test iterate_kmeans`` run of a fresh job with ``points`` armed (each
-    fires once); the outcome audited against the failure-free run (``sweep.audit``)."""
+    fires once); the outcome audited against the failure-free run (``sweep.audit``).
+    ``commit_in_head``: the DAG's option of that name on (ITERATIONS_COMMIT_IN_HEAD)."""
     from spark_jobs.session import get_spark
 
     w = kmeans_workload(work, seed)
@@ -115,7 +119,7 @@ def run_dag(env: dict[str, str], work: Path, seed: int, points: list[str], name:
             "output_path": cfg.output_path, "max_epochs": cfg.max_epochs, "tolerance": 0,
             "num_partitions": cfg.num_partitions, **cfg.body_params, "continuation": False}
     run_env = {**env, failpoints.TRACE_ENV: str(trace), "ITERATIONS_RETRY_DELAY_SECONDS": "1",
-               "ITERATIONS_RETRIES": str(RETRIES)}
+               "ITERATIONS_RETRIES": str(RETRIES), "ITERATIONS_COMMIT_IN_HEAD": "1" if commit_in_head else "0"}
     try:
         done = subprocess.run([airflow_bin(), "dags", "test", "iterate_kmeans", "--conf", json.dumps(conf)],
                               env=run_env, cwd=str(Path(__file__).resolve().parents[2]), capture_output=True,

@@ -50,6 +50,9 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
             self.log.info("epoch %d is committed (checkpoint %d): restored, not recomputed", epoch, state.latest.checkpoint_id)
             restored = {"status": "restored", "epoch": epoch}
             if self.commit_in_head:  # nothing for the group's align and commit to do
+                if epoch == state.latest.epoch:  # what a crash left of its outputs, as a commit task's retry
+                    for name, where in run.settle().items():
+                        self.log.info("epoch %d output %s published at %s", epoch, name, where)
                 context["ti"].xcom_push(key="return_value", value=restored)
                 self.skip_epoch_tasks(context, after=None, also=self.group_tasks())
             return restored
