@@ -73,21 +73,21 @@ def dag_run(server, work: str, job_id: str, path: str, epochs: int, partitions: 
     def ran(e: int) -> list[str]:
         return [f"epoch_{e}.{k}" for k in ("run", "align", "commit") if tis[f"epoch_{e}.{k}"].get("state") != "skipped"]
 
-    def end(e: int) -> float:
-        return max(_t(tis[t]["end_date"]) for t in ran(e))
-
     durations: dict[str, list[float]] = {}
     for e in range(epochs):
         for task in ran(e):
             ti = tis[task]
             durations.setdefault(task.rsplit(".", 1)[1], []).append(_t(ti["end_date"]) - _t(ti["start_date"]))
     first = _t(tis["epoch_0.run"]["start_date"])
-    last = end(epochs - 1)
+    last = max(_t(tis[t]["end_date"]) for t in ran(epochs - 1))
     # from epoch 2 on: epoch 0 starts the batch's Spark Connect session (its Python workers) and
     # loads the input, epoch 1 is the first to restore variables
     steady = (last - _t(tis["epoch_2.run"]["start_date"])) / (epochs - 2) if epochs > 2 else float("nan")
-    logs = [f for kind in ("run", "commit") for f in glob.glob(os.path.join(
-        server.home, "logs", "dag_id=iterate_pagerank", f"run_id={run_id}", f"task_id=epoch_*.{kind}", "*.log"))]
+    # the logs of the task that committed each epoch (its commit task, or its run task when that
+    # committed it): a run task that left the commit to its commit task may have imported Great
+    # Expectations too, in the background, and is not counted
+    logs = [f for e in range(epochs) for f in glob.glob(os.path.join(
+        server.home, "logs", "dag_id=iterate_pagerank", f"run_id={run_id}", f"task_id={ran(e)[-1]}", "*.log"))]
     own = sum(1 for f in logs if "imported by this process" in open(f, errors="replace").read())
     # latency between a task's end and its successor's start: until the scheduler queues the
     # successor, then until its process reports it running
@@ -103,7 +103,7 @@ def dag_run(server, work: str, job_id: str, path: str, epochs: int, partitions: 
                 started.append(_t(ti["start_date"]) - _t(ti["queued_when"]))
     hand_offs = len(queued) / epochs
     return {"wall": wall, "epochs": (last - first) / epochs, "steady": steady, "tasks": durations, "own_gx": own,
-            "commits": epochs, "to_queued": statistics.mean(queued), "to_started": statistics.mean(started),
+            "commits": len(logs), "to_queued": statistics.mean(queued), "to_started": statistics.mean(started),
             "hand_offs": hand_offs}
 
 
