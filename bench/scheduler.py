@@ -89,6 +89,28 @@ def dag_run(server, work: str, job_id: str, path: str, epochs: int, partitions: 
     logs = [f for e in range(epochs) for f in glob.glob(os.path.join(
         server.home, "logs", "dag_id=iterate_pagerank", f"run_id={run_id}", f"task_id={ran(e)[-1]}", "*.log"))]
     own = sum(1 for f in logs if "imported by this process" in open(f, errors="replace").read())
+    # where each run task's time went: its "epoch N in this task: ..." line (EpochHeadOperator),
+    # and the rest of the task's duration (process start, DAG parse, XCom, skips, exit)
+    phases: dict[str, list[float]] = {}
+    for e in range(epochs):
+        text = "".join(open(f, errors="replace").read() for f in glob.glob(os.path.join(
+            server.home, "logs", "dag_id=iterate_pagerank", f"run_id={run_id}", f"task_id=epoch_{e}.run", "*.log")))
+        line = re.search(r"epoch \d+ in this task: ([\d.]+) s \(([^)]*)\)", text)
+        if not line:
+            continue
+        ti = tis[f"epoch_{e}.run"]
+        phases.setdefault("outside execute", []).append(_t(ti["end_date"]) - _t(ti["start_date"]) - float(line[1]))
+        for part in line[2].split(", "):
+            m = re.fullmatch(r"(.+) ([\d.]+) s", part)
+            if m:
+                phases.setdefault(m[1], []).append(float(m[2]))
+        # and inside its Spark job (spark_jobs.epoch): the body's load, the variables, the step
+        spark = re.search(r"static input ([\d.]+)s \((\w+)[^)]*\), restore ([\d.]+)s \([^)]*\), step and tail "
+                          r"([\d.]+)s", text)
+        if spark:
+            for k, v in ((f"  of which static input ({spark[2]})", spark[1]), ("  restore", spark[3]),
+                         ("  step and tail", spark[4])):
+                phases.setdefault(k, []).append(float(v))
     # latency between a task's end and its successor's start: until the scheduler queues the
     # successor, then until its process reports it running
     queued: list[float] = []
@@ -104,7 +126,7 @@ def dag_run(server, work: str, job_id: str, path: str, epochs: int, partitions: 
     hand_offs = len(queued) / epochs
     return {"wall": wall, "epochs": (last - first) / epochs, "steady": steady, "tasks": durations, "own_gx": own,
             "commits": len(logs), "to_queued": statistics.mean(queued), "to_started": statistics.mean(started),
-            "hand_offs": hand_offs}
+            "hand_offs": hand_offs, "phases": {k: statistics.mean(v) for k, v in phases.items()}}
 
 
 def library(spark, path: str, epochs: int, partitions: int, root: str) -> tuple[float, float]:
@@ -331,6 +353,9 @@ def main(argv: list[str] | None = None) -> int:
             r["hand_offs"] * (r["to_queued"] + r["to_started"])
         print(f"{name}: the tasks' durations ({', '.join(f'{k} x{len(v)}' for k, v in r['tasks'].items())}) plus "
               f"{r['hand_offs']:.1f} hand-offs per epoch make {parts:.2f} s of the {r['epochs']:.2f} s per epoch")
+    for name, r in results.items():
+        if r["phases"]:
+            print(f"{name}: the run task, mean s per epoch: " + ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items()))
     if "LocalExecutor" in results and "PreloadingLocalExecutor" in results:
         a, b = results["LocalExecutor"]["epochs"], results["PreloadingLocalExecutor"]["epochs"]
         print(f"preloading: {b - a:+.2f} s per epoch ({b / a:.2f}x)")

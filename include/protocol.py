@@ -196,6 +196,18 @@ def align_attempt(job: IterationJob, plan: EpochPlan,
         raise
 
 
+def align_if_complete(job: IterationJob, plan: EpochPlan, reports: Sequence[EpochReport] | None = None,
+                      ) -> tuple[AlignmentDecision | None, list[tuple[str, int]]]:
+    """(the attempt's decision, []) once every partition of every head has reported (over
+    ``reports``, or those in the store), else (None, the missing (head, partition)s): the one
+    check the run task (``commit_in_head``) and the alignment sensor make before aligning."""
+    reports = job.reports(plan) if reports is None else reports
+    missing = plan.aligner().missing(reports)
+    if missing:
+        return None, missing
+    return align_attempt(job, plan, reports), []
+
+
 def commit_epoch(job: IterationJob, plan: EpochPlan, decision: AlignmentDecision | None = None,
                  reports: Sequence[EpochReport] | None = None) -> tuple[Manifest, dict[str, str]]:
     """Check, commit (single winner; a retry of a commit that landed gets its manifest), then
@@ -364,6 +376,11 @@ class EpochRun:
     def align(self, plan: EpochPlan, reports: Sequence[EpochReport] | None = None) -> AlignmentDecision:
         """``align_attempt`` over the reports the run returned (None: those in the store)."""
         return align_attempt(self.job, plan, reports)
+
+    def align_if_complete(self, plan: EpochPlan, reports: Sequence[EpochReport] | None = None,
+                          ) -> tuple[AlignmentDecision | None, list[tuple[str, int]]]:
+        """``align_if_complete``: the decision if every report is there, else the missing ones."""
+        return align_if_complete(self.job, plan, reports)
 
     def commit(self, plan: EpochPlan, decision: AlignmentDecision | None = None,
                reports: Sequence[EpochReport] | None = None) -> EpochOutcome:

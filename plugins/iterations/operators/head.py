@@ -42,6 +42,7 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
         from include.protocol import Step, warm_up_checks
 
         started = time.time()  # the epoch's duration runs from here to its commit (Stats)
+        marks = [("job and lease", time.perf_counter())]  # where the task's time goes, logged at its end
         run = self.epoch_run(context)
         job = run.job
         state = self.start(context, run)
@@ -72,6 +73,7 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
                 run.suspend()
             self.skip_rest_of_batch(context)
             raise AirflowSkipException(f"job {job.config.job_id}: {step.value} requested before epoch {epoch}")
+        marks.append(("plan", time.perf_counter()))
         plan = run.plan()
         inbox = ", ".join(f"{name}: {len(events)}" for name, events in sorted((plan.events or {}).items()) if events)
         self.log.info("epoch %d: attempt %s%s; coordinator events in its inbox: %s", epoch, plan.attempt_id,
@@ -80,12 +82,25 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
         # (airflow dags test runs them all in one process; a preloading executor's task
         # processes have Great Expectations imported already)
         warm_up_checks(job, plan)
+        marks.append(("Spark job" if not plan.adopted else "adopted", time.perf_counter()))
         reports = run.run(plan)
         if self.commit_in_head:
+            marks.append(("align, checks and commit", time.perf_counter()))
             done = self.commit_if_aligned(context, run, plan, reports)
+            self._log_marks(epoch, marks)
             if done is not None:
                 return self.report_committed(context, run, done, started, also_skip=self.group_tasks())
+        else:
+            self._log_marks(epoch, marks)
         return {"status": "run", "epoch": epoch, "attempt_id": plan.attempt_id, "started_at": started}
+
+    def _log_marks(self, epoch: int, marks: list[tuple[str, float]]) -> None:
+        """One line of where this task's time went: ``epoch 3 in this task: 2.31 s (job and
+        lease 0.05 s, plan 0.04 s, Spark job 2.02 s, align, checks and commit 0.20 s)``."""
+        end = time.perf_counter()
+        spans = [(name, (marks[i + 1][1] if i + 1 < len(marks) else end) - at) for i, (name, at) in enumerate(marks)]
+        self.log.info("epoch %d in this task: %.2f s (%s)", epoch, end - marks[0][1],
+                      ", ".join(f"{name} {seconds:.2f} s" for name, seconds in spans))
 
     def commit_if_aligned(self, context: Mapping[str, Any], run, plan, reports):
         """``commit_in_head``: align and commit the attempt if every partition has reported
@@ -93,14 +108,13 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
         commit task, if a report is missing."""
         from include.protocol import aligned_line
 
-        reports = run.job.reports(plan) if reports is None else reports
-        missing = plan.aligner().missing(reports)
-        if missing:
+        reports = run.job.reports(plan) if reports is None else reports  # read once: align, then commit
+        decision, missing = run.align_if_complete(plan, reports)
+        if decision is None:
             self.log.info("epoch %d: %d partition report(s) missing when the Spark job ended (%s): the "
                           "alignment sensor waits for them", plan.epoch, len(missing),
-                          ", ".join(f"{h}/{p}" for h, p in list(missing)[:5]))
+                          ", ".join(f"{h}/{p}" for h, p in missing[:5]))
             return None
-        decision = run.align(plan, reports)
         self.log.info("%s", aligned_line(decision))
         return self.commit_aligned(context, run, plan, decision, reports)
 

@@ -31,6 +31,7 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
 
     def _align(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.failpoints import failpoint
+        from include.protocol import align_if_complete
         from iterations.triggers.alignment import AlignmentTrigger
 
         run, head, plan, committed = self.epoch_attempt(context, self.head_task_id, self.index)
@@ -41,9 +42,10 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
         if plan is None:
             return head
         failpoint("align.before_read", job=job.config.job_id, epoch=plan.epoch)
-        reports = job.reports(plan)  # the Spark tasks' reports, each in the store as its partition ended
-        if not plan.aligner().missing(reports):
-            return self._decide(job, plan, reports)
+        # over the Spark tasks' reports, each in the store as its partition ended
+        decision, _ = align_if_complete(job, plan)
+        if decision is not None:
+            return self._aligned(plan, decision)
         self._fail_if_superseded(job, plan.epoch, plan.attempt_id)
         self.defer(
             trigger=AlignmentTrigger(
@@ -66,14 +68,14 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
             self._fail_if_superseded(job, event["epoch"], event["attempt_id"])
         if not event or event.get("status") != "aligned":
             raise RuntimeError(f"alignment did not complete: {event}")
-        from include.protocol import resolve_attempt
+        from include.protocol import align_attempt, resolve_attempt
 
         job, _ = self.iteration_job(context)
         plan, committed = resolve_attempt(job, event["epoch"], event["attempt_id"])
         if committed is not None:
             return {"status": "aligned", "epoch": committed.epoch, "attempt_id": committed.attempt_id,
                     "decision": committed.decision.to_dict()}
-        return self._decide(job, plan)
+        return self._aligned(plan, align_attempt(job, plan))
 
     def _fail_if_superseded(self, job, epoch: int, attempt_id: str) -> None:
         """Another run committed this epoch (two runs of one batch at once): its GC removed this
@@ -88,9 +90,8 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
         except CheckpointSuperseded as e:
             raise AirflowFailException(f"{e}. This run lost the epoch to another run of the same job.") from e
 
-    def _decide(self, job, plan, reports=None) -> dict[str, Any]:
-        from include.protocol import align_attempt, aligned_line
+    def _aligned(self, plan, decision) -> dict[str, Any]:
+        from include.protocol import aligned_line
 
-        decision = align_attempt(job, plan, reports)
         self.log.info("%s", aligned_line(decision))
         return {"status": "aligned", "epoch": plan.epoch, "attempt_id": plan.attempt_id, "decision": decision.to_dict()}
