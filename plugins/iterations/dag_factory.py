@@ -3,8 +3,8 @@
 Each DAG run is one batch: task groups ``epoch_0 .. epoch_<L-1>`` (the batch's epochs, unrolled:
 DAGs are acyclic), each ``run`` (head) -> ``align`` (deferrable sensor) -> ``commit``, then
 ``finish``. Epochs after termination are skipped; finish runs whenever nothing failed. With
-``commit_in_head`` the head aligns and commits its epoch itself when it can, skipping the
-group's other two tasks.
+``commit_in_head`` (the default) the head aligns and commits its epoch itself when every report
+is there as its Spark job ends, skipping the group's other two tasks.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def iteration_dag(
     allow_take_over: bool = False,
     relax_checks: bool = False,
     lease_wait: float = 60.0,
-    commit_in_head: bool = False,
+    commit_in_head: bool = True,
 ) -> DAG:
     """``params``: the DAG's params (``job_params``, plus the body's: ``body_params``).
     ``body_param_names``: which of them are the body's; None: all the body declares, those not
@@ -208,12 +208,12 @@ def iteration_dag(
     run may only add expectations). ``lease_wait``: seconds a task waits for another run of the
     same job to end before it fails naming that run.
 
-    ``commit_in_head``: one task per epoch where it can be: the head aligns and commits its
-    epoch when the Spark job has ended with every report written (the usual case), and skips
-    the group's ``align`` and ``commit``, which stay for an attempt with a missing report (the
-    sensor waits for it, deferred). Each later group starts once the head before it has
-    succeeded and its commit succeeded or was skipped (trigger rule ``none_failed``).
-    docs/airflow.md says what it changes."""
+    ``commit_in_head`` (on by default): one task per epoch where it can be: the head aligns
+    and commits its epoch when the Spark job has ended with every report written (the usual
+    case), and skips the group's ``align`` and ``commit``, which stay for an attempt with a
+    missing report (the sensor waits for it, deferred). Each later group starts once the head
+    before it has succeeded and its commit succeeded or was skipped (trigger rule
+    ``none_failed``). Off: three tasks every epoch. docs/airflow.md says what it changes."""
     from include.checks import load_checks_file
     from include.paths import configured_roots
     from iterations.operators.continuation import ContinuationOperator

@@ -1,4 +1,4 @@
-"""``commit_in_head``: one task per epoch where it can be. The head aligns and commits its epoch
+"""``commit_in_head`` (the default): one task per epoch where it can be. The head aligns and commits its epoch
 when every report is there as the Spark job ends, skipping its group's sensor and commit task;
 an epoch whose report is missing then goes through the sensor (deferred until the report
 arrives) and the commit task, as without the option. Run by ``airflow dags test``."""
@@ -43,7 +43,7 @@ def test_the_head_commits_unless_a_report_is_missing(airflow_env, spark, tmp_pat
     The ranks equal the library's."""
     holds = tmp_path / "holds"
     holds.mkdir()
-    env = {**airflow_env, "ITERATIONS_COMMIT_IN_HEAD": "1", "ITERATIONS_EPOCHS_PER_BATCH": "3",
+    env = {**airflow_env, "ITERATIONS_EPOCHS_PER_BATCH": "3",  # commit_in_head: the DAG's default
            "ITERATIONS_FAILPOINTS": "head.after_run@epoch=1=hold", "ITERATIONS_FAILPOINT_DIR": str(holds)}
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(30, 0.12, seed=8))
     store = tmp_path / "store"

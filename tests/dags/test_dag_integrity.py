@@ -68,14 +68,15 @@ def test_dag_shape(dagbag, dag_id):
     expected = {"epoch_0.run", "epoch_0.align", "epoch_0.commit"}
     if dag_id == "iterate_sgd_incremental":  # input arrives while it runs: each epoch waits for it
         expected.add("epoch_0.wait_input")
-        assert dag.get_task("epoch_1.wait_input").upstream_task_ids == {"epoch_0.commit"}
+        assert dag.get_task("epoch_1.wait_input").upstream_task_ids == {"epoch_0.run", "epoch_0.commit"}
         assert dag.get_task("epoch_1.run").upstream_task_ids == {"epoch_1.wait_input"}
     assert {t.task_id for t in dag.tasks if t.task_id.startswith("epoch_0.")} == expected
     finish = dag.get_task("finish")
     assert finish.trigger_rule == "none_failed"
     assert {"job_id", "input_path", "checkpoint_root", "max_epochs", "tolerance", "num_partitions",
             "continuation", "stop", "checks"} <= set(dag.params)
-    for task in (dag.get_task("epoch_0.commit"), finish):  # the data checks' report is linked
+    # the data checks' report is linked on whichever task committed (commit_in_head: the run task)
+    for task in (dag.get_task("epoch_0.run"), dag.get_task("epoch_0.commit"), finish):
         assert [link.name for link in task.operator_extra_links] == ["Data checks"]
     continuation = dag.get_task("continue")
     assert continuation.upstream_task_ids == {"finish"} and continuation.trigger_dag_id == dag_id
@@ -185,7 +186,8 @@ def test_tasks_carry_no_copy_of_the_dag_params(dagbag):
 def test_commit_in_head_shape(monkeypatch, wait_for_input):
     """With ``commit_in_head`` each epoch group's first task starts when the previous head has
     succeeded and its commit succeeded or was skipped (none_failed); finish waits for the last
-    head too. Without it the groups chain as before; the deployment's override is checked."""
+    head too; it is the default. Without it the groups chain one after the other; the
+    deployment's override is checked both ways."""
     from iterations.dag_factory import iteration_dag, job_params
 
     monkeypatch.delenv("ITERATIONS_EPOCHS_PER_BATCH", raising=False)
@@ -196,7 +198,7 @@ def test_commit_in_head_shape(monkeypatch, wait_for_input):
 
     first = "wait_input" if wait_for_input else "run"
     monkeypatch.delenv("ITERATIONS_COMMIT_IN_HEAD", raising=False)
-    for dag, inline in ((build(commit_in_head=True), True), (build(), False)):
+    for dag, inline in ((build(), True), (build(commit_in_head=False), False)):
         for i in (1, 2):
             task = dag.get_task(f"epoch_{i}.{first}")
             assert task.upstream_task_ids == ({f"epoch_{i - 1}.commit", f"epoch_{i - 1}.run"} if inline
@@ -206,8 +208,10 @@ def test_commit_in_head_shape(monkeypatch, wait_for_input):
         assert dag.get_task("epoch_0.run").trigger_rule == "all_success"
         assert dag.get_task("finish").upstream_task_ids == ({"epoch_2.commit", "epoch_2.run"} if inline
                                                             else {"epoch_2.commit"})
-    monkeypatch.setenv("ITERATIONS_COMMIT_IN_HEAD", "1")
-    assert build().get_task("epoch_1.run").commit_in_head is True
+    monkeypatch.setenv("ITERATIONS_COMMIT_IN_HEAD", "0")
+    assert build().get_task("epoch_1.run").commit_in_head is False
+    monkeypatch.setenv("ITERATIONS_COMMIT_IN_HEAD", "true")
+    assert build(commit_in_head=False).get_task("epoch_1.run").commit_in_head is True
     monkeypatch.setenv("ITERATIONS_COMMIT_IN_HEAD", "yes")
     with pytest.raises(ValueError, match="ITERATIONS_COMMIT_IN_HEAD must be 1 or 0, got 'yes'"):
         build()

@@ -315,7 +315,8 @@ def test_data_checks_refuse_a_round_then_the_fixed_run_goes_on(airflow_env, spar
     """The job's input is replaced by a wrong one (another graph, with more nodes, at the same
     path: a run with another input path would be refused as another owner's): the next run's
     first epoch's commit is refused by the data checks (the ranks no longer cover the input, their
-    mass is off), the task fails at once with the report's summary and a Data checks link;
+    mass is off), the task that commits it (the run task: commit_in_head) fails at once with the
+    report's summary and a Data checks link;
     epoch 1 stays the latest checkpoint. With the input fixed, the same DAG run again (same
     logical date: the same batch) recomputes epoch 2 and the job ends as if nothing had happened."""
     import sqlite3
@@ -341,7 +342,7 @@ def test_data_checks_refuse_a_round_then_the_fixed_run_goes_on(airflow_env, spar
     assert job.log.latest_id() == 1
     with sqlite3.connect(os.path.join(env["AIRFLOW_HOME"], "airflow.db")) as db:
         links = [json.loads(v) for (v,) in db.execute(
-            "select value from xcom where dag_id='iterate_pagerank' and task_id='epoch_0.commit' "
+            "select value from xcom where dag_id='iterate_pagerank' and task_id='epoch_0.run' "
             "and key='_link_DataChecksLink'")]
     assert any(link.startswith("file://") and link.endswith("/data_docs.html") and "/checks/0000000002/" in link
                for link in links), links

@@ -17,7 +17,11 @@ from tests.helpers import read_published
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def test_kmeans_tasks_in_order(airflow_env, spark, tmp_path):
+@pytest.mark.parametrize("commit_in_head", ["default", "0"])
+def test_kmeans_tasks_in_order(airflow_env, spark, tmp_path, commit_in_head):
+    """As docs/airflow.md runs them. With ``commit_in_head`` (the default) the run task aligns
+    and commits its epoch, and align and commit, run after it, find the epoch committed;
+    without it the sensor and the commit task do their work from what the store holds."""
     from sklearn.datasets import make_blobs
 
     X, _ = make_blobs(n_samples=150, centers=3, n_features=2, random_state=8)
@@ -27,15 +31,25 @@ def test_kmeans_tasks_in_order(airflow_env, spark, tmp_path):
               "output_path": str(tmp_path / "out"), "max_epochs": 1, "tolerance": 0, "num_partitions": 2,
               "k": 3, "seed": 7}
 
+    env = {k: v for k, v in airflow_env.items() if k != "ITERATIONS_COMMIT_IN_HEAD"}
+    if commit_in_head != "default":
+        env["ITERATIONS_COMMIT_IN_HEAD"] = commit_in_head
+
     def task(task_id):
-        done = airflow(airflow_env, "tasks", "test", "-t", json.dumps(params), "iterate_kmeans", task_id, "2026-01-01")
+        done = airflow(env, "tasks", "test", "-t", json.dumps(params), "iterate_kmeans", task_id, "2026-01-01")
         log = done.stdout + done.stderr
         assert done.returncode == 0, log[-4000:]
         return log
 
-    assert "globally aligned" not in task("epoch_0.run")
-    assert "epoch 0 globally aligned: feedback=3 terminated=True (max epochs reached (1))" in task("epoch_0.align")
-    assert "-> terminating" in task("epoch_0.commit")
+    head, align, commit = task("epoch_0.run"), task("epoch_0.align"), task("epoch_0.commit")
+    aligned = "epoch 0 globally aligned: feedback=3 terminated=True (max epochs reached (1))"
+    if commit_in_head == "default":
+        assert aligned in head and "epoch 0 committed" in head and "-> terminating" in head
+        assert "epoch 0 is committed: nothing for epoch_0.align to do" in align
+        assert "epoch 0 is committed: nothing for epoch_0.commit to do" in commit
+    else:
+        assert "globally aligned" not in head and aligned in align
+        assert "epoch 0 committed" in commit and "-> terminating" in commit
     assert "epoch 0 is committed (checkpoint 0): restored, not recomputed" in task("epoch_0.run")
     assert "is TERMINATING: epoch 1 is not needed" in task("epoch_1.run")
     assert "final checkpoint 1 committed" in task("finish")

@@ -266,6 +266,8 @@ class IterationOperator(BaseOperator):
         if write:
             self.start(context, run, validate=False)  # the head that planned the attempt validated it
         head = self.head_result(context, job, head_task_id, index)
+        if head["status"] == "restored":  # by hand after a run task that committed it, or a rerun
+            self.log.info("epoch %d is committed: nothing for %s to do", head["epoch"], self.task_id)
         if head["status"] != "run":
             return run, head, None, None
         plan, committed = resolve_attempt(job, head["epoch"], head["attempt_id"])

@@ -29,7 +29,7 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
     ui_color = "#d6e9f8"
     operator_extra_links = (DataChecksLink(),)
 
-    def __init__(self, *, index: int, commit_in_head: bool = False, **kwargs: Any):
+    def __init__(self, *, index: int, commit_in_head: bool = True, **kwargs: Any):
         super().__init__(**kwargs)
         self.index = index
         self.commit_in_head = commit_in_head
