@@ -85,7 +85,7 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
         marks.append(("Spark job" if not plan.adopted else "adopted", time.perf_counter()))
         reports = run.run(plan)
         if self.commit_in_head:
-            marks.append(("align, checks and commit", time.perf_counter()))
+            marks.append(("align and commit", time.perf_counter()))  # with the checks
             done = self.commit_if_aligned(context, run, plan, reports)
             self._log_marks(epoch, marks)
             if done is not None:
@@ -96,7 +96,7 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
 
     def _log_marks(self, epoch: int, marks: list[tuple[str, float]]) -> None:
         """One line of where this task's time went: ``epoch 3 in this task: 2.31 s (job and
-        lease 0.05 s, plan 0.04 s, Spark job 2.02 s, align, checks and commit 0.20 s)``."""
+        lease 0.05 s, plan 0.04 s, Spark job 2.02 s, align and commit 0.20 s)``."""
         end = time.perf_counter()
         spans = [(name, (marks[i + 1][1] if i + 1 < len(marks) else end) - at) for i, (name, at) in enumerate(marks)]
         self.log.info("epoch %d in this task: %.2f s (%s)", epoch, end - marks[0][1],
