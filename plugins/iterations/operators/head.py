@@ -84,14 +84,13 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
         warm_up_checks(job, plan)
         marks.append(("Spark job" if not plan.adopted else "adopted", time.perf_counter()))
         reports = run.run(plan)
+        done = None
         if self.commit_in_head:
             marks.append(("align and commit", time.perf_counter()))  # with the checks
             done = self.commit_if_aligned(context, run, plan, reports)
-            self._log_marks(epoch, marks)
-            if done is not None:
-                return self.report_committed(context, run, done, started, also_skip=self.group_tasks())
-        else:
-            self._log_marks(epoch, marks)
+        self._log_marks(epoch, marks)
+        if done is not None:
+            return self.report_committed(context, run, done, started, also_skip=self.group_tasks())
         return {"status": "run", "epoch": epoch, "attempt_id": plan.attempt_id, "started_at": started}
 
     def _log_marks(self, epoch: int, marks: list[tuple[str, float]]) -> None:
