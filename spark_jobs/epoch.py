@@ -55,23 +55,35 @@ class EpochExecutor:
         self._kept: dict[str, dict[str, tuple[frozenset[str], str, Any]]] = {}
         self._lock = threading.Lock()
 
-    def _load(self, body: IterationBody, plan: EpochPlan, params: Any) -> tuple[dict, bool]:
-        """The body's static data, and whether it was kept from an earlier epoch (else loaded)."""
-        from spark_jobs.storeio import read_input
+    def _load(self, body: IterationBody, plan: EpochPlan, params: Any) -> tuple[dict, str]:
+        """The body's static data, and where it came from: "kept from an earlier epoch" of this
+        executor, "taken over from the Spark Connect session" (another process's load, named in
+        the shared session) or "loaded"."""
+        from spark_jobs.storeio import input_version, read_input
 
-        key = json.dumps([plan.body["name"], plan.body.get("params"), plan.input], sort_keys=True, default=str)
-        kept = key in self._data
-        if not kept:
+        key = self._static_key(plan)
+        if key in self._data:
+            return self._data[key][0], "kept from an earlier epoch"
+        version = None
+        if self.shared and body.static_input:
+            version = input_version(plan.input_spec(), **self.store_options)
+        data = self._static_named(plan, key, version) if self.shared else None
+        how = "taken over from the Spark Connect session"
+        if data is None:
             raw = read_input(self.spark, plan.input_spec(), plan.num_partitions, **self.store_options) \
                 if body.static_input else None
-            data = body.load(raw, params)
-            self._data[key] = (data, [df for df in data.values() if hasattr(df, "unpersist")])
-        return self._data[key][0], kept
+            data, how = body.load(raw, params), "loaded"
+            if self.shared:
+                self._name_static(plan, key, version, data)
+        self._data[key] = (data, [df for df in data.values() if hasattr(df, "unpersist")])
+        return data, how
 
     def release(self) -> None:
-        for _data, frames in self._data.values():
+        for key, (_data, frames) in list(self._data.items()):
             for df in frames:
                 df.unpersist()
+            if self.shared:  # uncached: the next process loads it again, and caches it
+                self._unname_static(key)
         self._data.clear()
         with self._lock:
             jobs = list(self._kept)
@@ -178,6 +190,94 @@ class EpochExecutor:
                  "checkpoint %s)", plan.job_id, plan.kind, plan.checkpoint_id, head, plan.parent_id)
         return records
 
+    # --- static data named in a shared Spark Connect session --------------------------------
+    # What a body's ``load`` returned, for the next process on the session: each DataFrame as a
+    # temporary view of the session (its plan, so Spark's cache of it still serves it), the
+    # other values as JSON, under a key per body, params and input, with the input's version
+    # (its files' names, sizes and times) when it was loaded. The next process takes them over
+    # instead of loading again when the input is still that version; anything else (another
+    # version, a value that is not plain JSON, a view gone) means loading.
+
+    @staticmethod
+    def _static_key(plan: EpochPlan) -> str:
+        return json.dumps([plan.body["name"], plan.body.get("params"), plan.input], sort_keys=True, default=str)
+
+    @staticmethod
+    def _static_conf_key(key: str) -> str:
+        return f"iterations.static.{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+    def _name_static(self, plan: EpochPlan, key: str, version: str | None, data: Mapping[str, Any]) -> None:
+        from pyspark.sql.connect.dataframe import DataFrame
+
+        digest = self._static_conf_key(key).rsplit(".", 1)[1]
+        frames, values = {}, {}
+        for i, (name, value) in enumerate(sorted(data.items(), key=lambda item: str(item[0]))):
+            if not isinstance(name, str):
+                return
+            if isinstance(value, DataFrame):
+                frames[name] = f"iterations_static_{digest}_{i}"
+            elif _plain_json(value):
+                values[name] = value
+            else:
+                log.info("job %s: the static data of body %r is not handed on to the next process: %r is a %s, "
+                         "not a DataFrame or a JSON value", plan.job_id, plan.body["name"], name, type(value).__name__)
+                return
+        try:
+            for name, view in frames.items():
+                data[name].createOrReplaceTempView(view)
+            self.spark.conf.set(self._static_conf_key(key), json.dumps(
+                {"key": key, "version": version, "frames": frames, "values": values}, sort_keys=True))
+        except Exception as e:  # the session is gone: nothing to hand on
+            log.info("job %s: could not name the static data in the session (%s)", plan.job_id, type(e).__name__)
+
+    def _static_named(self, plan: EpochPlan, key: str, version: str | None) -> dict[str, Any] | None:
+        """The static data an earlier process named for ``key`` and this version of the input,
+        or None."""
+        try:
+            text = self.spark.conf.get(self._static_conf_key(key), None)
+        except Exception:
+            return None
+        if not text:
+            return None
+        try:
+            named = json.loads(text)
+            frames, values = dict(named["frames"]), dict(named["values"])
+            valid = named["key"] == key and all(
+                isinstance(n, str) and isinstance(v, str) and _STATIC_VIEW.fullmatch(v) for n, v in frames.items()) \
+                and all(isinstance(n, str) and _plain_json(v) for n, v in values.items())
+        except (ValueError, KeyError, TypeError):
+            valid = False
+        if not valid:
+            self._unname_static(key)
+            return None
+        if named.get("version") != version:
+            log.info("job %s %s %d: the input changed since the static data in the session was loaded: loading it "
+                     "again", plan.job_id, plan.kind, plan.checkpoint_id)
+            self._unname_static(key)
+            return None
+        try:
+            data: dict[str, Any] = {name: self.spark.table(view) for name, view in frames.items()}
+            for df in data.values():
+                df.schema  # one round trip each: the session still holds the view
+        except Exception as e:
+            log.info("job %s %s %d: the static data named in the session is gone (%s): loading it again",
+                     plan.job_id, plan.kind, plan.checkpoint_id, _first_line(e))
+            self._unname_static(key)
+            return None
+        return {**data, **values}
+
+    def _unname_static(self, key: str) -> None:
+        conf_key = self._static_conf_key(key)
+        try:
+            text = self.spark.conf.get(conf_key, None)
+            self.spark.conf.unset(conf_key)
+            views = json.loads(text)["frames"].values() if text else ()
+            for view in views:
+                if isinstance(view, str) and _STATIC_VIEW.fullmatch(view):
+                    self.spark.catalog.dropTempView(view)
+        except Exception:  # the session is gone, or the name was not ours to read: nothing to drop
+            pass
+
     @staticmethod
     def _release(kept: dict[str, Any] | None) -> None:
         """Free what an attempt's tail kept so far (and empty ``kept``)."""
@@ -237,7 +337,7 @@ class EpochExecutor:
             raise CheckpointError(f"run_epoch() takes epoch plans, not {plan.kind}")
         started = time.monotonic()
         body, params, ctx = self._context(plan)
-        data, data_kept = self._load(body, plan, params)
+        data, data_from = self._load(body, plan, params)
         loaded = time.monotonic()
         restored, read = self._variables(plan, store)
         from_kept = restored is not None and len(read) < len(restored)
@@ -263,8 +363,7 @@ class EpochExecutor:
                 restored_at = time.monotonic()
                 reports = self._step(plan, store, body, data, ctx, restored, kept)
             log.info("job %s epoch %d attempt %s: static input %.2fs (%s), restore %.2fs (%s), step and tail %.2fs",
-                     plan.job_id, plan.epoch, plan.attempt_id, loaded - started,
-                     "kept from an earlier epoch" if data_kept else "loaded", restored_at - loaded,
+                     plan.job_id, plan.epoch, plan.attempt_id, loaded - started, data_from, restored_at - loaded,
                      "none" if restored is None else "read from the checkpoint" if read else "kept in Spark",
                      time.monotonic() - restored_at)
         except BaseException:
@@ -370,6 +469,19 @@ class EpochExecutor:
         except Exception as e:
             raise_executor_error(e)
             raise
+
+
+_STATIC_VIEW = re.compile(r"iterations_static_[0-9a-f]{32}_\d+")
+
+
+def _plain_json(value: Any) -> bool:
+    """Whether ``value`` is a JSON scalar that comes back from JSON as itself (a number that is
+    finite, a string, a boolean, None): what a static data's value may be to be handed on."""
+    if value is None or isinstance(value, (bool, str)):
+        return True
+    if type(value) is int:
+        return True
+    return type(value) is float and value == value and value not in (float("inf"), float("-inf"))
 
 
 def lost_kept_block(error: BaseException) -> bool:

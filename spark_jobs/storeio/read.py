@@ -169,15 +169,40 @@ def _local_version(path: str) -> str:
     return h.hexdigest()[:32]
 
 
-def _read_s3_input(spark, spec, num_partitions, options, store_options) -> DataFrame:
-    from pyspark.sql.pandas.types import from_arrow_schema
+def input_version(spec: InputSpec, **store_options: Any) -> str:
+    """What the input is now, as a digest: the names, sizes and (local files) modification
+    times of its files, as the plan ``read_input`` makes names them. Two reads of the same
+    version read the same files (as far as names, sizes and times tell)."""
+    import hashlib
 
+    if not spec.is_s3:
+        path = spec.path[len("file://"):] if spec.path.startswith("file://") else spec.path
+        if not os.path.exists(path):
+            raise InputDataError(f"input path {path} does not exist")
+        return _local_version(path)
+    _store, objects = _s3_objects(spec, store_options)
+    h = hashlib.sha256()
+    for o in objects:
+        h.update(f"{o.key}\0{o.size}\n".encode())
+    return h.hexdigest()[:32]
+
+
+def _s3_objects(spec: InputSpec, store_options: Mapping[str, Any]) -> tuple[ObjectStore, list]:
+    """The input's data files on S3 (names starting with ``.`` or ``_`` and empty objects
+    left out), and the store they are in."""
     bucket_url, _, key = spec.path.partition("://")[2].partition("/")
     store = open_store(f"s3://{bucket_url}", **store_options)
     objects = [o for o in store.list(key) if not o.key.rsplit("/", 1)[-1].startswith((".", "_")) and o.size > 0]
     objects = [o for o in objects if o.key == key or o.key.startswith(key.rstrip("/") + "/") or not key]
     if not objects:
         raise InputDataError(f"input {spec.path} does not exist or holds no data files")
+    return store, objects
+
+
+def _read_s3_input(spark, spec, num_partitions, options, store_options) -> DataFrame:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    store, objects = _s3_objects(spec, store_options)
     first = _decode(store.get(objects[0].key), spec.format, options.get("header", "true").lower() == "true")
     schema = from_arrow_schema(first.schema)
     groups: list[list[dict[str, Any]]] = [[] for _ in range(min(num_partitions, len(objects)))]

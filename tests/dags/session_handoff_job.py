@@ -11,8 +11,12 @@ tampers with what the session names, as a failure would leave it:
   checkpoint never committed);
 * before epoch 4: the name's objects match, its relation is gone (released by another client).
 
+And with what the session names of the static data (``load``'s result): before epoch 2 a view
+is dropped, before epoch 4 the name points at a table that is not one of ours, before epoch 5
+the input file gets a new modification time.
+
 Then the same job again with nothing kept (``handoff=False``, every epoch read from the
-checkpoint). Prints one JSON line: per job, the variables' origin per epoch and every
+checkpoint). Prints one JSON line: per job, the variables' and the static data's origin per epoch, every
 checkpoint's SHA-256s; whether the stale relation of epoch 3 was freed.
 
     python tests/dags/session_handoff_job.py sc://host:port EDGES ROOT
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import uuid
 
@@ -67,6 +72,15 @@ def main(url: str, edges: str, root: str) -> None:
             if shared and plan.epoch == 4:
                 named = json.loads(spark.conf.get(key))
                 spark.conf.set(key, json.dumps({**named, "relation": str(uuid.uuid4())}))
+            static = executor._static_conf_key(executor._static_key(plan))
+            if shared and plan.kind == "epoch" and plan.epoch in (2, 4, 5):
+                named = json.loads(spark.conf.get(static))
+                if plan.epoch == 2:  # a view gone (dropped by another client)
+                    spark.catalog.dropTempView(sorted(named["frames"].values())[0])
+                if plan.epoch == 4:  # a name that is not one of ours
+                    spark.conf.set(static, json.dumps({**named, "frames": {"edges": "default.other_table"}}))
+                if plan.epoch == 5:  # the input changed since it was loaded (same bytes, a new time)
+                    os.utime(edges, (os.stat(edges).st_atime, os.stat(edges).st_mtime + 10))
             return executor.run(plan, runner.job.store)
 
         runner._execute = execute
@@ -75,6 +89,7 @@ def main(url: str, edges: str, root: str) -> None:
         out[job_id] = {
             "lines": [m for m in lines if m.startswith(f"job {job_id} ") and ("variables" in m or "kept in the session" in m
                                                                           or "taken over" in m)],
+            "static": [m for m in lines if m.startswith(f"job {job_id} ") and "static" in m],
             "digests": {e: [f.sha256 for f in log.load(e, verify="full").variables["ranks"].files] for e in range(7)},
         }
         runner._executor = None
