@@ -9,7 +9,10 @@ rows, ``center`` an array of the d features: the data checks see its elements' s
 Each epoch is one pass over the points: every partition assigns its points to the nearest
 centroid and sums them per cluster with numpy (``mapInArrow``; the centroids travel with the
 function), and the driver adds the partitions' sums. The plan Spark runs is the same for any k
-and any number of features.
+and any number of features. Small inputs (``LOCAL_STEP_VALUES``, ``LOCAL_STEP_WORK``) skip the
+Spark job: the driver collects each partition's points once per process and runs the same
+kernel over them, partition by partition, for the same bits (a partition's rows are summed in
+blocks of ``kmeans_kernels.BLOCK_ROWS`` whatever Arrow batches Spark cuts them into).
 
 Initialisation is k-means++ made deterministic by a seed: each round picks the point with the
 largest ``log(u) / D(x)^2`` (Efraimidis-Spirakis weighted sampling, weights D(x)^2), where
@@ -43,6 +46,12 @@ from include.errors import InputDataError
 # k-means++ runs on the driver when the points' features are at most this many numbers (one
 # collect, then no Spark job per round); beyond, one Spark job per round
 LOCAL_INIT_VALUES = 1 << 22
+# Lloyd's pass runs on the driver, over the partitions' points it collected once per process,
+# when they are at most LOCAL_STEP_VALUES numbers and a pass is at most LOCAL_STEP_WORK
+# multiply-adds (points x features x k): less than a Spark job costs. Beyond, one Spark job
+# per epoch. The same partitions and kernel either way: the same bits.
+LOCAL_STEP_VALUES = 1 << 20
+LOCAL_STEP_WORK = 1 << 26
 
 
 @dataclass(frozen=True)
@@ -293,19 +302,27 @@ class KMeans(IterationBody):
 
         from spark_jobs.frames import local_frame, rows_of
 
+        from spark_jobs.bodies import kmeans_kernels as K
+
         dim = data["dim"]
         ids, C = _centers(rows_of(variables["centroids"]))  # k rows
         k = len(C)
-        # one pass over the points: each partition's sums and counts per cluster, added here
-        partials = data["points"].select("__x").mapInArrow(
-            _sums_function(C, dim), "cluster_id int, count long, sums array<double>").toArrow()  # by row of C
         sums, counts = np.zeros((k, dim)), np.zeros(k, dtype=np.int64)
-        if partials.num_rows:
-            at = partials.column("cluster_id").to_numpy()  # the centroid's row in C
-            np.add.at(counts, at, partials.column("count").to_numpy())
-            part = np.concatenate([c.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim)
-                                   for c in partials.column("sums").chunks])
-            np.add.at(sums, at, part)
+        held = _points_on_driver(data, k)
+        if held is not None:  # small: the driver holds each partition's points (the same sums)
+            for X in held:
+                part_sums, part_counts = K.partition_sums(iter([X]), C, dim)
+                at = np.flatnonzero(part_counts)
+                K.add_partials(sums, counts, at, part_counts[at], part_sums[at])
+        else:  # one pass over the points: each partition's sums and counts per cluster, added here
+            partials = data["points"].select("__x").mapInArrow(
+                _sums_function(C, dim), "cluster_id int, count long, sums array<double>").toArrow()  # by row of C
+            if partials.num_rows:
+                part = np.concatenate([c.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim)
+                                       for c in partials.column("sums").chunks])
+                # the centroid's row in C, partition after partition
+                K.add_partials(sums, counts, partials.column("cluster_id").to_numpy(),
+                               partials.column("count").to_numpy(), part)
         new_rows = []
         for i, cluster in enumerate(ids):
             # an empty cluster keeps its centroid
@@ -342,6 +359,41 @@ class KMeans(IterationBody):
                                         StructType([*original, StructField("cluster_id", IntegerType())]))
         return {"centroids": centroids, "assignments": assignments}
 
+# The points the driver holds for Lloyd's pass, per process: id(points frame) -> (a weak
+# reference to the frame, each partition's points as a matrix, in partition order)
+_HELD: dict[int, tuple[Any, list]] = {}
+
+
+def _points_on_driver(data: Mapping[str, Any], k: int) -> list | None:
+    """Each partition's points as an (n_p, d) matrix, in partition order, when they are small
+    enough for the driver (``LOCAL_STEP_VALUES``, ``LOCAL_STEP_WORK``): collected once per
+    process (one Spark job) and kept while the loaded points are; else None."""
+    import weakref
+
+    import numpy as np
+
+    from spark_jobs.bodies import kmeans_kernels as K
+
+    n, dim, points = data["num_points"], data["dim"], data["points"]
+    if n * dim > LOCAL_STEP_VALUES or n * dim * k > LOCAL_STEP_WORK:
+        return None
+    held = _HELD.get(id(points))
+    if held is not None and held[0]() is points:
+        return held[1]
+    from pyspark.sql import functions as F
+
+    table = points.select(F.spark_partition_id().alias("p"), "__x").toArrow()  # rows in partition order
+    X = np.concatenate([K.matrix(c, dim) for c in table.column("__x").chunks]) if table.num_rows \
+        else np.zeros((0, dim))
+    p = table.column("p").to_numpy() if table.num_rows else np.zeros(0, dtype=np.int32)
+    cuts = np.flatnonzero(np.diff(p)) + 1
+    matrices = np.split(X, cuts) if len(X) else []
+    for stale in [key for key, (ref, _m) in _HELD.items() if ref() is None]:
+        del _HELD[stale]
+    _HELD[id(points)] = (weakref.ref(points), matrices)
+    return matrices
+
+
 # -- the functions Spark runs per partition (module level: they pickle small) ---------------------
 
 def _round_function(seed: int, round_: int, chosen, dim: int):
@@ -373,13 +425,7 @@ def _sums_function(C, dim: int):
 
         from spark_jobs.bodies import kmeans_kernels as K
 
-        k = len(C)
-        sums, counts = np.zeros((k, dim)), np.zeros(k, dtype=np.int64)
-        for batch in batches:
-            X = K.matrix(batch.column("__x"), dim)
-            s, c = K.sums_and_counts(X, K.nearest(X, C), k)
-            sums += s
-            counts += c
+        sums, counts = K.partition_sums((K.matrix(b.column("__x"), dim) for b in batches), C, dim)
         ids = np.flatnonzero(counts)
         yield pa.RecordBatch.from_arrays(
             [pa.array(ids.astype(np.int32)), pa.array(counts[ids]),

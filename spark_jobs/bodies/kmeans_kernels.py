@@ -86,6 +86,53 @@ def sums_and_counts(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarr
     return sums, counts
 
 
+#: rows summed together: a partition's sums are added block by block of this many consecutive
+#: rows, whatever batches the rows arrive in, so the bits depend on the rows alone (Spark's
+#: default Arrow batch, ``spark.sql.execution.arrow.maxRecordsPerBatch``: a batch is a block,
+#: no rows copied)
+BLOCK_ROWS = 10_000
+
+
+def partition_sums(matrices: Iterator[np.ndarray], C: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per cluster, the sum (k x d) and the number (k) of one partition's rows, given in order as
+    matrices of any sizes: each block of ``BLOCK_ROWS`` consecutive rows is assigned and summed,
+    and the blocks' sums added in order. The same bits from a Spark task's Arrow batches and from
+    the partition's rows held by the driver."""
+    k = len(C)
+    sums, counts = np.zeros((k, dim)), np.zeros(k, dtype=np.int64)
+    pending: list[np.ndarray] = []
+    held = 0
+
+    def add(block: np.ndarray) -> None:
+        s, c = sums_and_counts(block, nearest(block, C), k)
+        np.add(sums, s, out=sums)
+        np.add(counts, c, out=counts)
+
+    for X in matrices:
+        if not len(X):
+            continue
+        pending.append(X)
+        held += len(X)
+        if held < BLOCK_ROWS:
+            continue
+        rows = np.concatenate(pending) if len(pending) > 1 else pending[0]
+        full = len(rows) - len(rows) % BLOCK_ROWS
+        for start in range(0, full, BLOCK_ROWS):
+            add(rows[start:start + BLOCK_ROWS])
+        pending, held = ([rows[full:]], len(rows) - full) if full < len(rows) else ([], 0)
+    if held:
+        add(np.concatenate(pending) if len(pending) > 1 else pending[0])
+    return sums, counts
+
+
+def add_partials(sums: np.ndarray, counts: np.ndarray, at: np.ndarray, part_counts: np.ndarray,
+                 part_sums: np.ndarray) -> None:
+    """Add the partitions' non-empty clusters (rows in partition order: cluster ``at``, its
+    count and sums) into ``sums`` and ``counts``, in that order."""
+    np.add.at(counts, at, part_counts)
+    np.add.at(sums, at, part_sums)
+
+
 # -- Arrow ----------------------------------------------------------------------------------------
 
 def matrix(column: Any, dim: int) -> np.ndarray:

@@ -66,3 +66,47 @@ def test_init_is_kmeans_plus_plus_spread(spark, tmp_path):
     assert nearest_blob == {0, 1, 2}
     ctx = EpochContext(0, 2, params, spark)
     assert body.init(data, ctx)["centroids"].count() == 3
+
+
+def test_the_pass_on_the_driver_writes_the_same_bits_as_the_spark_pass(spark, tmp_path, monkeypatch):
+    """Small inputs are summed by the driver over the partitions' points it holds; the checkpoints
+    are the same bits as with the Spark pass, whatever Arrow batches the Spark pass gets (rows
+    are summed in blocks of ``BLOCK_ROWS`` in both)."""
+    from spark_jobs.bodies import kmeans, kmeans_kernels
+
+    rng = np.random.default_rng(3)
+    n = 3 * kmeans_kernels.BLOCK_ROWS + 1234  # several blocks, one cut short
+    X = rng.normal(0, 4, size=(n, 5)) + rng.integers(0, 6, size=(n, 1)) * 3.0
+    (tmp_path / "points").mkdir()
+    for i, part in enumerate(np.array_split(np.arange(n), 3)):  # three files: three partitions
+        pd.DataFrame({"id": part, "features": list(X[part])}).to_parquet(tmp_path / "points" / f"{i}.parquet")
+
+    def run(job_id: str) -> list[list[str]]:
+        config = JobConfig(job_id=job_id, body="kmeans", input=str(tmp_path / "points"),
+                           checkpoint_root=str(tmp_path / job_id), body_params={"k": 6, "seed": 2},
+                           max_epochs=4, tolerance=0.0, num_partitions=2, retain_last=10)
+        runner = IterationRunner(config, spark)
+        result = runner.run()
+        assert result.epochs_computed == [0, 1, 2, 3]
+        digests = [[f.sha256 for f in runner.job.log.load(e).variables["centroids"].files] for e in range(4)]
+        runner.close()
+        return digests
+
+    settings = {"spark.sql.files.openCostInBytes": "1",
+                "spark.sql.execution.arrow.maxRecordsPerBatch": "1000"}
+    saved = {key: spark.conf.get(key) for key in settings}
+    try:
+        for key, value in settings.items():
+            spark.conf.set(key, value)
+        kmeans._HELD.clear()
+        on_driver = run("driver")
+        held = [m for _ref, m in kmeans._HELD.values()]
+        assert len(held) == 1 and len(held[0]) == 3 and sum(len(m) for m in held[0]) == n, "the driver held the points"
+        monkeypatch.setattr(kmeans, "LOCAL_STEP_VALUES", 0)  # every pass a Spark job
+        kmeans._HELD.clear()
+        in_spark = run("spark")
+        assert not kmeans._HELD
+    finally:
+        for key, value in saved.items():
+            spark.conf.set(key, value)
+    assert on_driver == in_spark
