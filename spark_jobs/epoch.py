@@ -137,6 +137,15 @@ class EpochExecutor:
         except Exception as e:  # the session is gone: nothing to hand on
             log.info("job %s: could not name the kept %r in the session (%s)", job_id, head, type(e).__name__)
 
+    def _conf_json(self, conf_key: str) -> Any:
+        """The JSON value the session's configuration holds under ``conf_key``: None when it
+        holds none or the session cannot be read; ValueError when it is not JSON."""
+        try:
+            text = self.spark.conf.get(conf_key, None)
+        except Exception:
+            return None
+        return json.loads(text) if text else None
+
     def _unname(self, job_id: str, head: str) -> None:
         try:
             self.spark.conf.unset(self._conf_key(job_id, head))
@@ -149,13 +158,9 @@ class EpochExecutor:
         or None."""
         key = self._conf_key(plan.job_id, head)
         try:
-            text = self.spark.conf.get(key, None)
-        except Exception:
-            return None
-        if not text:
-            return None
-        try:
-            named = json.loads(text)
+            named = self._conf_json(key)
+            if named is None:
+                return None
             relation = str(named["relation"])
             matches = (named.get("job") == plan.job_id and named.get("head") == head and named.get("schema") == ds.schema
                        and named.get("keys") == self._keys_digest(keys))
@@ -234,13 +239,9 @@ class EpochExecutor:
         """The static data an earlier process named for ``key`` and this version of the input,
         or None."""
         try:
-            text = self.spark.conf.get(self._static_conf_key(key), None)
-        except Exception:
-            return None
-        if not text:
-            return None
-        try:
-            named = json.loads(text)
+            named = self._conf_json(self._static_conf_key(key))
+            if named is None:
+                return None
             frames, values = dict(named["frames"]), dict(named["values"])
             valid = named["key"] == key and all(
                 isinstance(n, str) and isinstance(v, str) and _STATIC_VIEW.fullmatch(v) for n, v in frames.items()) \
@@ -269,13 +270,16 @@ class EpochExecutor:
     def _unname_static(self, key: str) -> None:
         conf_key = self._static_conf_key(key)
         try:
-            text = self.spark.conf.get(conf_key, None)
+            named = self._conf_json(conf_key)
+        except ValueError:  # not JSON: no view to drop
+            named = None
+        frames = named.get("frames") if isinstance(named, dict) else None
+        try:
             self.spark.conf.unset(conf_key)
-            views = json.loads(text)["frames"].values() if text else ()
-            for view in views:
-                if isinstance(view, str) and _STATIC_VIEW.fullmatch(view):
+            for view in frames.values() if isinstance(frames, dict) else ():
+                if isinstance(view, str) and _STATIC_VIEW.fullmatch(view):  # only ours
                     self.spark.catalog.dropTempView(view)
-        except Exception:  # the session is gone, or the name was not ours to read: nothing to drop
+        except Exception:  # the session is gone: so is what it named
             pass
 
     @staticmethod
