@@ -214,7 +214,8 @@ class EpochExecutor:
     def _name_static(self, plan: EpochPlan, key: str, version: str | None, data: Mapping[str, Any]) -> None:
         from pyspark.sql.connect.dataframe import DataFrame
 
-        digest = self._static_conf_key(key).rsplit(".", 1)[1]
+        conf_key = self._static_conf_key(key)
+        digest = conf_key.rsplit(".", 1)[1]
         frames, values = {}, {}
         for i, (name, value) in enumerate(sorted(data.items(), key=lambda item: str(item[0]))):
             if not isinstance(name, str):
@@ -230,7 +231,7 @@ class EpochExecutor:
         try:
             for name, view in frames.items():
                 data[name].createOrReplaceTempView(view)
-            self.spark.conf.set(self._static_conf_key(key), json.dumps(
+            self.spark.conf.set(conf_key, json.dumps(
                 {"key": key, "version": version, "frames": frames, "values": values}, sort_keys=True))
         except Exception as e:  # the session is gone: nothing to hand on
             log.info("job %s: could not name the static data in the session (%s)", plan.job_id, type(e).__name__)
@@ -481,9 +482,7 @@ _STATIC_VIEW = re.compile(r"iterations_static_[0-9a-f]{32}_\d+")
 def _plain_json(value: Any) -> bool:
     """Whether ``value`` is a JSON scalar that comes back from JSON as itself (a number that is
     finite, a string, a boolean, None): what a static data's value may be to be handed on."""
-    if value is None or isinstance(value, (bool, str)):
-        return True
-    if type(value) is int:
+    if value is None or isinstance(value, (bool, str)) or type(value) is int:
         return True
     return type(value) is float and value == value and value not in (float("inf"), float("-inf"))
 

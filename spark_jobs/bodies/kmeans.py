@@ -300,9 +300,8 @@ class KMeans(IterationBody):
     def step(self, variables: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> StepResult:
         import numpy as np
 
-        from spark_jobs.frames import local_frame, rows_of
-
         from spark_jobs.bodies import kmeans_kernels as K
+        from spark_jobs.frames import local_frame, rows_of
 
         dim = data["dim"]
         ids, C = _centers(rows_of(variables["centroids"]))  # k rows
@@ -311,7 +310,7 @@ class KMeans(IterationBody):
         held = _points_on_driver(data, k)
         if held is not None:  # small: the driver holds each partition's points (the same sums)
             for X in held:
-                part_sums, part_counts = K.partition_sums(iter([X]), C, dim)
+                part_sums, part_counts = K.partition_sums([X], C, dim)
                 at = np.flatnonzero(part_counts)
                 K.add_partials(sums, counts, at, part_counts[at], part_sums[at])
         else:  # one pass over the points: each partition's sums and counts per cluster, added here
@@ -383,11 +382,10 @@ def _points_on_driver(data: Mapping[str, Any], k: int) -> list | None:
     from pyspark.sql import functions as F
 
     table = points.select(F.spark_partition_id().alias("p"), "__x").toArrow()  # rows in partition order
-    X = np.concatenate([K.matrix(c, dim) for c in table.column("__x").chunks]) if table.num_rows \
-        else np.zeros((0, dim))
-    p = table.column("p").to_numpy() if table.num_rows else np.zeros(0, dtype=np.int32)
-    cuts = np.flatnonzero(np.diff(p)) + 1
-    matrices = np.split(X, cuts) if len(X) else []
+    matrices = []
+    if table.num_rows:
+        X = np.concatenate([K.matrix(c, dim) for c in table.column("__x").chunks])
+        matrices = np.split(X, np.flatnonzero(np.diff(table.column("p").to_numpy())) + 1)
     for stale in [key for key, (ref, _m) in _HELD.items() if ref() is None]:
         del _HELD[stale]
     _HELD[id(points)] = (weakref.ref(points), matrices)

@@ -5,7 +5,7 @@ not grow with k or the number of features: the centroids travel with the functio
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
@@ -93,7 +93,7 @@ def sums_and_counts(X: np.ndarray, labels: np.ndarray, k: int) -> tuple[np.ndarr
 BLOCK_ROWS = 10_000
 
 
-def partition_sums(matrices: Iterator[np.ndarray], C: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
+def partition_sums(matrices: Iterable[np.ndarray], C: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
     """Per cluster, the sum (k x d) and the number (k) of one partition's rows, given in order as
     matrices of any sizes: each block of ``BLOCK_ROWS`` consecutive rows is assigned and summed,
     and the blocks' sums added in order. The same bits from a Spark task's Arrow batches and from

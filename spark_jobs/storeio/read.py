@@ -142,9 +142,7 @@ def read_input(spark: SparkSession, spec: InputSpec, num_partitions: int, **stor
     options = {"header": "true", "inferSchema": "true"} if spec.format == "csv" else {}
     options.update(spec.options)
     if not spec.is_s3:
-        path = spec.path[len("file://"):] if spec.path.startswith("file://") else spec.path
-        if not os.path.exists(path):
-            raise InputDataError(f"input path {path} does not exist")
+        path = _local_path(spec)
         if os.path.isdir(path) and not any(
             not n.startswith((".", "_")) for _, _, names in os.walk(path) for n in names
         ):
@@ -154,6 +152,14 @@ def read_input(spark: SparkSession, spec: InputSpec, num_partitions: int, **stor
         return spark.read.format(spec.format).options(**options).option(
             "iterations.input.version", _local_version(path)).load(path)
     return _read_s3_input(spark, spec, num_partitions, options, store_options)
+
+
+def _local_path(spec: InputSpec) -> str:
+    """The local input's path (``file://`` dropped); InputDataError when nothing is there."""
+    path = spec.path[len("file://"):] if spec.path.startswith("file://") else spec.path
+    if not os.path.exists(path):
+        raise InputDataError(f"input path {path} does not exist")
+    return path
 
 
 def _local_version(path: str) -> str:
@@ -171,15 +177,12 @@ def _local_version(path: str) -> str:
 
 def input_version(spec: InputSpec, **store_options: Any) -> str:
     """What the input is now, as a digest: the names, sizes and (local files) modification
-    times of its files, as the plan ``read_input`` makes names them. Two reads of the same
+    times of its files, which the plan ``read_input`` makes also names. Two reads of the same
     version read the same files (as far as names, sizes and times tell)."""
     import hashlib
 
     if not spec.is_s3:
-        path = spec.path[len("file://"):] if spec.path.startswith("file://") else spec.path
-        if not os.path.exists(path):
-            raise InputDataError(f"input path {path} does not exist")
-        return _local_version(path)
+        return _local_version(_local_path(spec))
     _store, objects = _s3_objects(spec, store_options)
     h = hashlib.sha256()
     for o in objects:
