@@ -10,9 +10,10 @@ Each epoch is one pass over the points: every partition assigns its points to th
 centroid and sums them per cluster with numpy (``mapInArrow``; the centroids travel with the
 function), and the driver adds the partitions' sums. The plan Spark runs is the same for any k
 and any number of features. Small inputs (``LOCAL_STEP_VALUES``, ``LOCAL_STEP_WORK``) skip the
-Spark job: the driver collects each partition's points once per process and runs the same
-kernel over them, partition by partition, for the same bits (a partition's rows are summed in
-blocks of ``kmeans_kernels.BLOCK_ROWS`` whatever Arrow batches Spark cuts them into).
+Spark job, and medium ones (``HELD_STEP_VALUES``) from the second epoch a process runs: the
+driver collects each partition's points once per process and runs the same kernel over them,
+partition by partition, for the same bits (a partition's rows are summed in blocks of
+``kmeans_kernels.BLOCK_ROWS`` whatever Arrow batches Spark cuts them into).
 
 Initialisation is k-means++ made deterministic by a seed: each round picks the point with the
 largest ``log(u) / D(x)^2`` (Efraimidis-Spirakis weighted sampling, weights D(x)^2), where
@@ -46,12 +47,21 @@ from include.errors import InputDataError
 # k-means++ runs on the driver when the points' features are at most this many numbers (one
 # collect, then no Spark job per round); beyond, one Spark job per round
 LOCAL_INIT_VALUES = 1 << 22
-# Lloyd's pass runs on the driver, over the partitions' points it collected once per process,
-# when they are at most LOCAL_STEP_VALUES numbers and a pass is at most LOCAL_STEP_WORK
-# multiply-adds (points x features x k): less than a Spark job costs. Beyond, one Spark job
-# per epoch. The same partitions and kernel either way: the same bits.
+# Lloyd's pass runs on the driver, over each partition's points collected from Spark once per
+# process and kept (the same partitions and kernel: the same bits), where that costs less than
+# Spark jobs do:
+# - from the first pass, when the points are at most LOCAL_STEP_VALUES numbers and a pass at
+#   most LOCAL_STEP_WORK multiply-adds (points x features x k): less than one Spark job costs;
+# - from the second pass over the same points in one process (the library runner's epochs), up
+#   to HELD_STEP_VALUES numbers (128 MiB of the driver's memory) and HELD_STEP_WORK
+#   multiply-adds: taking the points out of Spark's cache costs about what a Spark pass costs
+#   (both move them from the JVM to Python), paid once instead of at every epoch. An Airflow
+#   task runs one epoch per process: there such inputs take the Spark pass at every epoch.
+# Beyond, one Spark job per epoch.
 LOCAL_STEP_VALUES = 1 << 20
 LOCAL_STEP_WORK = 1 << 26
+HELD_STEP_VALUES = 1 << 24
+HELD_STEP_WORK = 1 << 28
 
 
 @dataclass(frozen=True)
@@ -359,14 +369,15 @@ class KMeans(IterationBody):
         return {"centroids": centroids, "assignments": assignments}
 
 # The points the driver holds for Lloyd's pass, per process: id(points frame) -> (a weak
-# reference to the frame, each partition's points as a matrix, in partition order)
-_HELD: dict[int, tuple[Any, list]] = {}
+# reference to the frame, each partition's points as a matrix in partition order, or None when
+# one pass over them ran in Spark and none is held yet)
+_HELD: dict[int, tuple[Any, list | None]] = {}
 
 
 def _points_on_driver(data: Mapping[str, Any], k: int) -> list | None:
-    """Each partition's points as an (n_p, d) matrix, in partition order, when they are small
-    enough for the driver (``LOCAL_STEP_VALUES``, ``LOCAL_STEP_WORK``): collected once per
-    process (one Spark job) and kept while the loaded points are; else None."""
+    """Each partition's points as an (n_p, d) matrix, in partition order, when the driver is to
+    run the pass (``LOCAL_STEP_VALUES``, ``HELD_STEP_VALUES``): collected once per process (one
+    Spark job) and kept while the loaded points are; else None (the pass runs in Spark)."""
     import weakref
 
     import numpy as np
@@ -374,11 +385,19 @@ def _points_on_driver(data: Mapping[str, Any], k: int) -> list | None:
     from spark_jobs.bodies import kmeans_kernels as K
 
     n, dim, points = data["num_points"], data["dim"], data["points"]
-    if n * dim > LOCAL_STEP_VALUES or n * dim * k > LOCAL_STEP_WORK:
+    small = n * dim <= LOCAL_STEP_VALUES and n * dim * k <= LOCAL_STEP_WORK
+    if not small and (n * dim > HELD_STEP_VALUES or n * dim * k > HELD_STEP_WORK):
         return None
     held = _HELD.get(id(points))
-    if held is not None and held[0]() is points:
+    if held is not None and held[0]() is not points:  # another frame at a reused id
+        held = None
+    for stale in [key for key, (ref, _m) in _HELD.items() if ref() is None]:
+        del _HELD[stale]
+    if held is not None and held[1] is not None:
         return held[1]
+    if held is None and not small:  # the first pass over them in this process: in Spark
+        _HELD[id(points)] = (weakref.ref(points), None)
+        return None
     from pyspark.sql import functions as F
 
     table = points.select(F.spark_partition_id().alias("p"), "__x").toArrow()  # rows in partition order
@@ -386,8 +405,6 @@ def _points_on_driver(data: Mapping[str, Any], k: int) -> list | None:
     if table.num_rows:
         X = np.concatenate([K.matrix(c, dim) for c in table.column("__x").chunks])
         matrices = np.split(X, np.flatnonzero(np.diff(table.column("p").to_numpy())) + 1)
-    for stale in [key for key, (ref, _m) in _HELD.items() if ref() is None]:
-        del _HELD[stale]
     _HELD[id(points)] = (weakref.ref(points), matrices)
     return matrices
 

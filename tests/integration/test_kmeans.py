@@ -69,9 +69,10 @@ def test_init_is_kmeans_plus_plus_spread(spark, tmp_path):
 
 
 def test_the_pass_on_the_driver_writes_the_same_bits_as_the_spark_pass(spark, tmp_path, monkeypatch):
-    """Small inputs are summed by the driver over the partitions' points it holds; the checkpoints
-    are the same bits as with the Spark pass, whatever Arrow batches the Spark pass gets (rows
-    are summed in blocks of ``BLOCK_ROWS`` in both)."""
+    """Small inputs are summed by the driver over the partitions' points it holds from the first
+    pass, medium ones from the second pass in the process (the first runs in Spark); the
+    checkpoints are the same bits as with the Spark pass at every epoch, whatever Arrow batches
+    the Spark pass gets (rows are summed in blocks of ``BLOCK_ROWS`` in both)."""
     from spark_jobs.bodies import kmeans, kmeans_kernels
 
     rng = np.random.default_rng(3)
@@ -80,8 +81,13 @@ def test_the_pass_on_the_driver_writes_the_same_bits_as_the_spark_pass(spark, tm
     (tmp_path / "points").mkdir()
     for i, part in enumerate(np.array_split(np.arange(n), 3)):  # three files: three partitions
         pd.DataFrame({"id": part, "features": list(X[part])}).to_parquet(tmp_path / "points" / f"{i}.parquet")
+    spark_passes = []
+    sums_function = kmeans._sums_function
+    monkeypatch.setattr(kmeans, "_sums_function", lambda C, dim: spark_passes.append(1) or sums_function(C, dim))
 
-    def run(job_id: str) -> list[list[str]]:
+    def run(job_id: str) -> tuple[list[list[str]], int, list]:
+        spark_passes.clear()
+        kmeans._HELD.clear()
         config = JobConfig(job_id=job_id, body="kmeans", input=str(tmp_path / "points"),
                            checkpoint_root=str(tmp_path / job_id), body_params={"k": 6, "seed": 2},
                            max_epochs=4, tolerance=0.0, num_partitions=2, retain_last=10)
@@ -89,8 +95,9 @@ def test_the_pass_on_the_driver_writes_the_same_bits_as_the_spark_pass(spark, tm
         result = runner.run()
         assert result.epochs_computed == [0, 1, 2, 3]
         digests = [[f.sha256 for f in runner.job.log.load(e).variables["centroids"].files] for e in range(4)]
+        held = [m for _ref, m in kmeans._HELD.values() if m is not None]
         runner.close()
-        return digests
+        return digests, len(spark_passes), held
 
     settings = {"spark.sql.files.openCostInBytes": "1",
                 "spark.sql.execution.arrow.maxRecordsPerBatch": "1000"}
@@ -98,15 +105,18 @@ def test_the_pass_on_the_driver_writes_the_same_bits_as_the_spark_pass(spark, tm
     try:
         for key, value in settings.items():
             spark.conf.set(key, value)
-        kmeans._HELD.clear()
-        on_driver = run("driver")
-        held = [m for _ref, m in kmeans._HELD.values()]
+        on_driver, passes, held = run("driver")
+        assert passes == 0, "a small input: every pass on the driver"
         assert len(held) == 1 and len(held[0]) == 3 and sum(len(m) for m in held[0]) == n, "the driver held the points"
-        monkeypatch.setattr(kmeans, "LOCAL_STEP_VALUES", 0)  # every pass a Spark job
-        kmeans._HELD.clear()
-        in_spark = run("spark")
-        assert not kmeans._HELD
+        monkeypatch.setattr(kmeans, "LOCAL_STEP_VALUES", 0)  # medium: held from the second pass
+        from_second, passes, held = run("held")
+        assert passes == 1, "the first pass in Spark, then on the driver"
+        assert len(held) == 1 and sum(len(m) for m in held[0]) == n
+        monkeypatch.setattr(kmeans, "HELD_STEP_VALUES", 0)  # large: every pass a Spark job
+        in_spark, passes, held = run("spark")
+        assert passes == 4 and not held
     finally:
         for key, value in saved.items():
             spark.conf.set(key, value)
     assert on_driver == in_spark
+    assert from_second == in_spark
