@@ -325,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
                                               lib_work)
                     print(f"  library runner on the stack's Spark Connect server, round {round_}: "
                           f"{stack_lib[0]:.1f} s ({stack_lib[1]:.2f} s per epoch from epoch 2)", flush=True)
-                elif lib_seconds is None or lib_server == name:
+                elif lib_server in (None, name):  # the first local executor's server, every round
                     from spark_jobs import connect_server
 
                     os.environ.update({k: server.env[k] for k in ("ITERATIONS_SPARK_CONNECT_PORT",
