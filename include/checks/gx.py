@@ -134,28 +134,69 @@ def _suite(gx: Any, specs: Sequence[ExpectationSpec]) -> Any:
         return _SUITES.setdefault(key, suite)
 
 
+#: Results of expectations that passed, by what decides them (``_result_key``): an expectation
+#: reads only its own columns of the one-row profile (and the parameters it names), so one whose
+#: inputs equal those of an earlier validation in this process has that validation's result.
+_PASSED: "dict[tuple, Any]" = {}
+_MAX_PASSED = 4096
+_LAST_RUN: dict[str, Any] = {}  # the meta and batch id of this process's last validation
+
+
+def _result_key(spec: ExpectationSpec, values: Mapping[str, Any], parameters: Mapping[str, Any]) -> tuple:
+    """What decides ``spec``'s result on the one-row profile ``values``: the spec itself, the
+    profile's column names in order (``expect_column_to_exist`` may name a position), the type
+    and exact value of each column it reads, and of each parameter it names."""
+    def exact(v: Any) -> str:
+        return f"{type(v).__name__}:{v!r}"
+
+    return (json.dumps(asdict(spec), sort_keys=True, default=str), tuple(values),
+            tuple((c, exact(values[c])) for c in spec.columns()),
+            tuple((p, exact(parameters.get(p))) for p in sorted(spec.parameters())))
+
+
 def _run_gx(specs: Sequence[ExpectationSpec], profile: Mapping[str, Any], parameters: Mapping[str, Any],
             html: bool) -> tuple[list[Any], dict[str, Any], Any]:
     """Validate the one-row profile with Great Expectations (``Batch.validate``: nothing is kept
     in the context between validations). Pass/fail first, with ``BOOLEAN_ONLY`` results: that
     is all a passing attempt needs (the observed values are the profile's own), and it costs
-    half as much as ``SUMMARY``. When an expectation fails (or raises), the same validation runs
-    again with ``SUMMARY`` results, the detail the kept JSON and the Data Docs page show."""
+    half as much as ``SUMMARY``; only the expectations whose inputs no earlier validation in
+    this process passed with are given to Great Expectations (``_PASSED``; the reused ones are
+    listed in the result's ``meta.reused_results``). When an expectation fails (or raises),
+    every expectation is validated again with ``SUMMARY`` results, the detail the kept JSON and
+    the Data Docs page show."""
     import pandas as pd
 
     gx, _ctx, batch_definition = _gx()
-    suite = _suite(gx, specs)
-    frame = pd.DataFrame([{k: (math.nan if v is None else v) for k, v in profile.items()}])
+    values = {k: (math.nan if v is None else v) for k, v in profile.items()}
+    frame = pd.DataFrame([values])
 
-    def run(result_format: str) -> Any:
+    def run(subset: Sequence[ExpectationSpec], result_format: str) -> Any:
+        suite = _suite(gx, subset)
         with _GX_LOCK:  # one validation at a time in the shared context
             batch = batch_definition.get_batch(batch_parameters={"dataframe": frame})
-            return batch.validate(suite, result_format=result_format, expectation_parameters=dict(parameters))
+            result = batch.validate(suite, result_format=result_format, expectation_parameters=dict(parameters))
+            _LAST_RUN.update(meta=result.meta, batch_id=result.batch_id)
+        _plain_numbers(result)
+        return result
 
-    result = run("BOOLEAN_ONLY")
-    if not result.success:
-        result = run("SUMMARY")
-    _plain_numbers(result)
+    keys = [_result_key(s, values, parameters) for s in specs]
+    with _GX_LOCK:
+        known = [_PASSED.get(k) for k in keys]
+    missing = [s for s, r in zip(specs, known) if r is None]
+    result = run(missing, "BOOLEAN_ONLY") if missing else None
+    if result is not None and not result.success:
+        result = run(specs, "SUMMARY")
+    else:
+        fresh = {r.expectation_config.meta.get("name"): r for r in (result.results if result is not None else ())}
+        results = [r if r is not None else fresh.get(s.name) for s, r in zip(specs, known)]  # GX's order is its own
+        with _GX_LOCK:
+            for key, r, reused in zip(keys, results, known):
+                if reused is None and r is not None and r.success:
+                    _PASSED[key] = r
+            while len(_PASSED) > _MAX_PASSED:
+                _PASSED.pop(next(iter(_PASSED)))
+        result = _with_reused(gx, result, results, [s.name for s, r in zip(specs, known) if r is not None],
+                              frame)
     by_name = {r.expectation_config.meta.get("name"): r for r in result.results}
     ordered = [by_name.get(s.name) for s in specs]
 
@@ -166,6 +207,36 @@ def _run_gx(specs: Sequence[ExpectationSpec], profile: Mapping[str, Any], parame
         return DefaultJinjaPageView().render(ValidationResultsPageRenderer().render(result))
 
     return ordered, _jsonable(result.to_json_dict()), render
+
+
+def _with_reused(gx: Any, fresh: Any, results: list[Any], reused: list[str], frame: Any) -> Any:
+    """The suite's result from this validation's ``fresh`` one (None when every result was
+    reused) and the ``reused`` expectations' earlier results, in the suite's order. Without a
+    fresh validation, the meta is the last one's with this profile's batch markers, as Great
+    Expectations computes them."""
+    if not reused:
+        return fresh
+    from great_expectations.core.expectation_validation_result import ExpectationSuiteValidationResult
+    from great_expectations.validator.validator import calc_validation_statistics
+
+    if fresh is not None:
+        meta, batch_id = dict(fresh.meta), fresh.batch_id
+    else:
+        from great_expectations.execution_engine.pandas_execution_engine import hash_pandas_dataframe
+
+        with _GX_LOCK:
+            meta, batch_id = dict(_LAST_RUN["meta"]), _LAST_RUN["batch_id"]
+        meta["batch_markers"] = {"ge_load_time": time.strftime("%Y%m%dT%H%M%S.000000Z", time.gmtime()),
+                                 "pandas_data_fingerprint": hash_pandas_dataframe(frame)}
+    meta["reused_results"] = reused
+    results = [r for r in results if r is not None]  # an expectation without one is reported as an error
+    stats = calc_validation_statistics(results)
+    return ExpectationSuiteValidationResult(
+        success=stats.success, results=results, suite_name="iterations_checks", meta=meta, batch_id=batch_id,
+        statistics={"evaluated_expectations": stats.evaluated_expectations,
+                    "successful_expectations": stats.successful_expectations,
+                    "unsuccessful_expectations": stats.unsuccessful_expectations,
+                    "success_percent": stats.success_percent})
 
 
 def _plain_numbers(result: Any) -> None:

@@ -4,6 +4,7 @@ Expectations on that row (blocking, warnings, skipped, globs, parameters)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import re
@@ -233,6 +234,42 @@ def test_the_suite_kept_between_validations_takes_each_runs_parameters():
             assert gx_json["results"][0]["result"]["unexpected_count"] == 1 and "<html" in html.lower()
         else:
             assert html is None
+
+
+def test_an_expectation_whose_inputs_did_not_change_reuses_its_passing_result():
+    # Epoch after epoch most checks read the same values (k centroids, 0 non-finite): their
+    # result is reused; what changed (a column it reads, a parameter it names, the value's type)
+    # is validated again, and a failure is never served from before.
+    importlib.import_module("include.checks.gx")._PASSED.clear()  # what earlier tests passed with
+    specs = [ExpectationSpec("cover", "expect_column_pair_values_to_be_equal",  # GX returns its results in its order
+                             {"column_A": "ranks.rows", "column_B": "input_nodes"}),
+             spec("finite", "ranks.*.nonfinite", max_value=0), spec("mass", "ranks.rank.sum", min_value=0.9),
+             spec("not_increasing", "l1_delta", max_value={"$PARAMETER": "previous__l1_delta + 1e-9"})]
+    first, first_json, _ = run(specs, {"previous__l1_delta": 0.6})
+    assert first.success and "reused_results" not in first_json["meta"]
+    again, again_json, _ = run(specs, {"previous__l1_delta": 0.6})
+    assert [(o.name, o.status, o.expected) for o in again.outcomes] == \
+        [(o.name, o.status, o.expected) for o in first.outcomes]
+    assert again_json["meta"]["reused_results"] == [o.name for o in first.outcomes]
+    assert again_json["results"] == first_json["results"] and again_json["statistics"] == first_json["statistics"]
+    assert again_json["meta"]["batch_markers"]["pandas_data_fingerprint"] == \
+        first_json["meta"]["batch_markers"]["pandas_data_fingerprint"], "the same profile, the same fingerprint"
+
+    _, changed, _ = run(specs, {"previous__l1_delta": 0.7}, profile={**PROFILE, "ranks.rank.sum": 0.95})
+    assert changed["meta"]["reused_results"] == ["cover", "finite[ranks.rank.nonfinite]", "finite[ranks.node.nonfinite]"]
+    assert [r["expectation_config"]["meta"]["name"] for r in changed["results"]] == [o.name for o in first.outcomes]
+    assert changed["meta"]["batch_markers"]["pandas_data_fingerprint"] != \
+        first_json["meta"]["batch_markers"]["pandas_data_fingerprint"]
+    _, retyped, _ = run(specs, {"previous__l1_delta": 0.7}, profile={**PROFILE, "ranks.rank.sum": 0.95,
+                                                                   "ranks.rank.nonfinite": 0.0})
+    assert "finite[ranks.rank.nonfinite]" not in retyped["meta"]["reused_results"]
+
+    failing, failing_json, html = run(specs, {"previous__l1_delta": 0.6}, profile={**PROFILE, "ranks.rank.sum": 0.5})
+    assert [o.name for o in failing.blocking] == ["mass"] and "<html" in html.lower()
+    assert "reused_results" not in failing_json["meta"], "a failure validates every expectation again, in detail"
+    assert all("unexpected_count" in r["result"] for r in failing_json["results"])
+    twice, _, _ = run(specs, {"previous__l1_delta": 0.6}, profile={**PROFILE, "ranks.rank.sum": 0.5})
+    assert [o.name for o in twice.blocking] == ["mass"], "a failure is not kept for reuse"
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="a thread's own niceness is Linux's (elsewhere yield_cpu does nothing)")
