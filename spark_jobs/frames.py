@@ -27,10 +27,50 @@ def local_frame(spark: SparkSession, rows: Sequence[Sequence[Any]], schema: Stru
 
 
 def arrow_frame(spark: SparkSession, table: Any) -> DataFrame:
-    """``local_frame`` of an Arrow table: a local relation, the table kept with it."""
-    df = spark.createDataFrame(table)
+    """``local_frame`` of an Arrow table: a local relation, the table kept with it. On a
+    classic session the relation is made in the JVM only when Spark is first asked about the
+    frame (``_deferred_frame``): a body's small result that only the tail (from the table) and
+    the next epoch's ``rows_of`` read never costs the JVM a relation."""
+    df = _deferred_frame(spark, table)
+    if df is None:
+        df = spark.createDataFrame(table)
     _TABLES[df] = table
     return df
+
+
+_DEFERRED: list[type] = []  # the classic DataFrame subclass, made on first use (pyspark imported then)
+
+
+def _deferred_frame(spark: SparkSession, table: Any) -> DataFrame | None:
+    """A classic DataFrame of ``table`` whose JVM relation is ``spark.createDataFrame(table)``,
+    made when something first needs it (its ``_jdf``: a transformation, an action, ``isLocal``);
+    its schema is known at once, computed as ``createDataFrame`` computes it. None on a Spark
+    Connect session (its frames are plans the client builds) or for a table with timestamps
+    (whose type depends on the session's time settings)."""
+    if type(spark).__module__ != "pyspark.sql.session" or any("timestamp" in str(f.type) for f in table.schema):
+        return None
+    if not _DEFERRED:
+        from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame
+
+        class DeferredArrowFrame(ClassicDataFrame):
+            def __init__(self, spark: Any, table: Any, schema: Any):  # what DataFrame.__init__ sets, but _jdf
+                self._session, self._sc, self.is_cached, self._support_repr_html = spark, spark._sc, False, False
+                self.__dict__["schema"] = schema  # DataFrame.schema is a cached_property
+                self._arrow = table
+
+            def __getattr__(self, name: str) -> Any:
+                if name == "_jdf":
+                    self._jdf = self._session.createDataFrame(self._arrow)._jdf
+                    return self._jdf
+                return super().__getattr__(name)
+
+        DeferredArrowFrame.__qualname__ = "DeferredArrowFrame"
+        _DEFERRED.append(DeferredArrowFrame)
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructField, StructType
+
+    schema = StructType([StructField(f.name, from_arrow_type(f.type), nullable=f.nullable) for f in table.schema])
+    return _DEFERRED[0](spark, table, schema)
 
 
 _TABLES: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()

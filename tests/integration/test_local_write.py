@@ -48,6 +48,33 @@ def test_a_local_frame_is_written_as_the_spark_job_writes_it(spark, tmp_path):
     assert sorted(map(tuple, records.collect())) == sorted((c, x) for c, x, _s in ROWS)
 
 
+def test_a_local_frame_costs_the_jvm_nothing_until_spark_is_asked(spark):
+    """On a classic session the JVM relation of a local frame is made on first use: the tail
+    writes it and the next epoch reads its rows from the Arrow table, so a frame nothing else
+    asks about never costs one. When asked, it is ``createDataFrame`` of the same table."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import ArrayType, StringType
+
+    from spark_jobs.frames import arrow_of, rows_of
+
+    schema = StructType([StructField("cluster_id", IntegerType()), StructField("center", ArrayType(DoubleType())),
+                         StructField("name", StringType(), nullable=False)])
+    rows = [(1, [1.0, 2.0], "a"), (2, None, "b"), (0, [], "c")]
+    df = local_frame(spark, rows, schema)
+    assert isinstance(df, DataFrame) and df.schema == schema and df.columns == ["cluster_id", "center", "name"]
+    assert [tuple(r.values()) for r in rows_of(df)] == rows
+    eager = spark.createDataFrame(arrow_of(df))
+    assert "_jdf" not in vars(df), "schema, columns and rows answered without the JVM"
+    assert eager.schema == df.schema
+    assert df.collect() == eager.collect() and df.isLocal() and "_jdf" in vars(df)
+    other = local_frame(spark, rows, schema)
+    joined = spark.createDataFrame([(2, "x"), (0, "y")], "cluster_id int, tag string").join(other, "cluster_id")
+    assert sorted((r.cluster_id, r.tag, r.name) for r in joined.collect()) == [(0, "y", "c"), (2, "x", "b")]
+    assert df.cluster_id is not None and df["center"] is not None  # columns by attribute and by name
+    with pytest.raises(AttributeError):
+        df.no_such_column
+
+
 def test_one_store_read_from_two_sessions_of_one_process(spark, tmp_path):
     """The store's data source is registered per session: a process that reads one store from
     a second session (an executor kept across the epochs of a DAG run, a new session after the
