@@ -10,8 +10,8 @@ Each epoch is one pass over the points: every partition assigns its points to th
 centroid and sums them per cluster with numpy (``mapInArrow``; the centroids travel with the
 function), and the driver adds the partitions' sums. The plan Spark runs is the same for any k
 and any number of features. Small inputs (``LOCAL_STEP_VALUES``, ``LOCAL_STEP_WORK``) skip the
-Spark job, and medium ones (``HELD_STEP_VALUES``) from the second epoch a process runs: the
-driver collects each partition's points once per process and runs the same kernel over them,
+Spark job, and medium ones (``HELD_STEP_VALUES``) from k-means++ or the second epoch a process
+runs: the driver collects each partition's points once per process and runs the same kernel over them,
 partition by partition, for the same bits (a partition's rows are summed in blocks of
 ``kmeans_kernels.BLOCK_ROWS`` whatever Arrow batches Spark cuts them into).
 
@@ -52,11 +52,12 @@ LOCAL_INIT_VALUES = 1 << 22
 # Spark jobs do:
 # - from the first pass, when the points are at most LOCAL_STEP_VALUES numbers and a pass at
 #   most LOCAL_STEP_WORK multiply-adds (points x features x k): less than one Spark job costs;
-# - from the second pass over the same points in one process (the library runner's epochs), up
-#   to HELD_STEP_VALUES numbers (128 MiB of the driver's memory) and HELD_STEP_WORK
-#   multiply-adds: taking the points out of Spark's cache costs about what a Spark pass costs
-#   (both move them from the JVM to Python), paid once instead of at every epoch. An Airflow
-#   task runs one epoch per process: there such inputs take the Spark pass at every epoch.
+# - from the second pass over the same points in one process (the library runner's epochs), or
+#   from k-means++ (k passes at once), up to HELD_STEP_VALUES numbers (128 MiB of the driver's
+#   memory) and HELD_STEP_WORK multiply-adds: taking the points out of Spark's cache costs about
+#   what a Spark pass costs (both move them from the JVM to Python), paid once instead of at
+#   every pass. An Airflow task runs one epoch per process: there such inputs take the Spark
+#   pass at every epoch but the first (whose k-means++ collected them).
 # Beyond, one Spark job per epoch.
 LOCAL_STEP_VALUES = 1 << 20
 LOCAL_STEP_WORK = 1 << 26
@@ -259,18 +260,24 @@ class KMeans(IterationBody):
     # -- k-means++ ----------------------------------------------------------------------------
     def initial_centroids(self, data: Mapping[str, Any], params: KMeansParams) -> list[list[float]]:
         """Deterministic k-means++ (see the module docstring): on the driver when the points are
-        small enough to collect once (``LOCAL_INIT_VALUES``), else one Spark job per round; the
-        same picks either way (spark_jobs.bodies.kmeans_kernels.best_candidate)."""
+        small enough to collect once (``LOCAL_INIT_VALUES``) or to hold for Lloyd's passes
+        (``_points_on_driver``: then the passes of this process run on the driver from the
+        first), else one Spark job per round; the same picks either way
+        (spark_jobs.bodies.kmeans_kernels.best_candidate)."""
         import numpy as np
 
         from spark_jobs.bodies import kmeans_kernels as K
 
         points, dim = data["points"].select("__x"), data["dim"]
         chosen: list[np.ndarray] = []
-        if data["num_points"] * dim <= LOCAL_INIT_VALUES:
-            table = points.toArrow()
-            X = np.concatenate([K.matrix(c, dim) for c in table.column("__x").chunks]) if table.num_rows \
-                else np.zeros((0, dim))
+        held = _points_on_driver(data, params.k, passes=params.k)  # k rounds: worth holding the points
+        if held is not None or data["num_points"] * dim <= LOCAL_INIT_VALUES:
+            if held is not None:
+                X = np.concatenate(held) if held else np.zeros((0, dim))
+            else:
+                table = points.toArrow()
+                X = np.concatenate([K.matrix(c, dim) for c in table.column("__x").chunks]) if table.num_rows \
+                    else np.zeros((0, dim))
             hashes, d2 = K.point_hashes(X), None
             for round_ in range(params.k):
                 best = K.best_candidate(X, hashes, params.seed, round_, d2)
@@ -374,10 +381,12 @@ class KMeans(IterationBody):
 _HELD: dict[int, tuple[Any, list | None]] = {}
 
 
-def _points_on_driver(data: Mapping[str, Any], k: int) -> list | None:
+def _points_on_driver(data: Mapping[str, Any], k: int, passes: int = 1) -> list | None:
     """Each partition's points as an (n_p, d) matrix, in partition order, when the driver is to
     run the pass (``LOCAL_STEP_VALUES``, ``HELD_STEP_VALUES``): collected once per process (one
-    Spark job) and kept while the loaded points are; else None (the pass runs in Spark)."""
+    Spark job) and kept while the loaded points are; else None (the pass runs in Spark).
+    ``passes``: how many passes over the points the caller makes now (k-means++ makes k): a
+    medium input is collected at the first call making several, else at the second call."""
     import weakref
 
     import numpy as np
@@ -395,7 +404,7 @@ def _points_on_driver(data: Mapping[str, Any], k: int) -> list | None:
         del _HELD[stale]
     if held is not None and held[1] is not None:
         return held[1]
-    if held is None and not small:  # the first pass over them in this process: in Spark
+    if held is None and not small and passes < 2:  # the first pass over them in this process: in Spark
         _HELD[id(points)] = (weakref.ref(points), None)
         return None
     from pyspark.sql import functions as F

@@ -70,7 +70,7 @@ def test_init_is_kmeans_plus_plus_spread(spark, tmp_path):
 
 def test_the_pass_on_the_driver_writes_the_same_bits_as_the_spark_pass(spark, tmp_path, monkeypatch):
     """Small inputs are summed by the driver over the partitions' points it holds from the first
-    pass, medium ones from the second pass in the process (the first runs in Spark); the
+    pass, medium ones from k-means++ or else the second pass in the process (the first runs in Spark); the
     checkpoints are the same bits as with the Spark pass at every epoch, whatever Arrow batches
     the Spark pass gets (rows are summed in blocks of ``BLOCK_ROWS`` in both)."""
     from spark_jobs.bodies import kmeans, kmeans_kernels
@@ -108,10 +108,25 @@ def test_the_pass_on_the_driver_writes_the_same_bits_as_the_spark_pass(spark, tm
         on_driver, passes, held = run("driver")
         assert passes == 0, "a small input: every pass on the driver"
         assert len(held) == 1 and len(held[0]) == 3 and sum(len(m) for m in held[0]) == n, "the driver held the points"
-        monkeypatch.setattr(kmeans, "LOCAL_STEP_VALUES", 0)  # medium: held from the second pass
-        from_second, passes, held = run("held")
-        assert passes == 1, "the first pass in Spark, then on the driver"
+        monkeypatch.setattr(kmeans, "LOCAL_STEP_VALUES", 0)  # medium: held from k-means++ (k passes)
+        from_init, passes, held = run("held")
+        assert passes == 0, "k-means++ collected the points: every pass on the driver"
         assert len(held) == 1 and sum(len(m) for m in held[0]) == n
+        # a process that starts at a later epoch (no k-means++): the first pass in Spark, then held
+        config = JobConfig(job_id="resumed", body="kmeans", input=str(tmp_path / "points"),
+                           checkpoint_root=str(tmp_path / "resumed"), body_params={"k": 6, "seed": 2},
+                           max_epochs=4, tolerance=0.0, num_partitions=2, retain_last=10)
+        runner = IterationRunner(config, spark)
+        assert runner.run(max_epochs_in_batch=2).epochs_computed == [0, 1]
+        runner.close()
+        kmeans._HELD.clear()
+        spark_passes.clear()
+        runner = IterationRunner(config, spark)
+        assert runner.run().epochs_computed == [2, 3]
+        resumed = [[f.sha256 for f in runner.job.log.load(e).variables["centroids"].files] for e in range(4)]
+        runner.close()
+        assert len(spark_passes) == 1, "the first pass of the process in Spark, the second on the driver"
+        assert len(spark_passes) == 1, "the first pass of the process in Spark, the second on the driver"
         monkeypatch.setattr(kmeans, "HELD_STEP_VALUES", 0)  # large: every pass a Spark job
         in_spark, passes, held = run("spark")
         assert passes == 4 and not held
@@ -119,4 +134,5 @@ def test_the_pass_on_the_driver_writes_the_same_bits_as_the_spark_pass(spark, tm
         for key, value in saved.items():
             spark.conf.set(key, value)
     assert on_driver == in_spark
-    assert from_second == in_spark
+    assert from_init == in_spark
+    assert resumed == in_spark
