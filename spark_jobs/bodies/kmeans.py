@@ -271,13 +271,10 @@ class KMeans(IterationBody):
         points, dim = data["points"].select("__x"), data["dim"]
         chosen: list[np.ndarray] = []
         held = _points_on_driver(data, params.k, passes=params.k)  # k rounds: worth holding the points
-        if held is not None or data["num_points"] * dim <= LOCAL_INIT_VALUES:
-            if held is not None:
-                X = np.concatenate(held) if held else np.zeros((0, dim))
-            else:
-                table = points.toArrow()
-                X = np.concatenate([K.matrix(c, dim) for c in table.column("__x").chunks]) if table.num_rows \
-                    else np.zeros((0, dim))
+        if held is None and data["num_points"] * dim <= LOCAL_INIT_VALUES:
+            held = [_points_matrix(points.toArrow(), dim)]  # collected for k-means++ only
+        if held is not None:
+            X = np.concatenate(held) if held else np.zeros((0, dim))
             hashes, d2 = K.point_hashes(X), None
             for round_ in range(params.k):
                 best = K.best_candidate(X, hashes, params.seed, round_, d2)
@@ -391,8 +388,6 @@ def _points_on_driver(data: Mapping[str, Any], k: int, passes: int = 1) -> list 
 
     import numpy as np
 
-    from spark_jobs.bodies import kmeans_kernels as K
-
     n, dim, points = data["num_points"], data["dim"], data["points"]
     small = n * dim <= LOCAL_STEP_VALUES and n * dim * k <= LOCAL_STEP_WORK
     if not small and (n * dim > HELD_STEP_VALUES or n * dim * k > HELD_STEP_WORK):
@@ -412,10 +407,19 @@ def _points_on_driver(data: Mapping[str, Any], k: int, passes: int = 1) -> list 
     table = points.select(F.spark_partition_id().alias("p"), "__x").toArrow()  # rows in partition order
     matrices = []
     if table.num_rows:
-        X = np.concatenate([K.matrix(c, dim) for c in table.column("__x").chunks])
-        matrices = np.split(X, np.flatnonzero(np.diff(table.column("p").to_numpy())) + 1)
+        matrices = np.split(_points_matrix(table, dim), np.flatnonzero(np.diff(table.column("p").to_numpy())) + 1)
     _HELD[id(points)] = (weakref.ref(points), matrices)
     return matrices
+
+
+def _points_matrix(table: Any, dim: int) -> Any:
+    """The ``__x`` column of a collected Arrow table as one (n, d) matrix, in the table's order."""
+    import numpy as np
+
+    from spark_jobs.bodies import kmeans_kernels as K
+
+    return np.concatenate([K.matrix(c, dim) for c in table.column("__x").chunks]) if table.num_rows \
+        else np.zeros((0, dim))
 
 
 # -- the functions Spark runs per partition (module level: they pickle small) ---------------------
