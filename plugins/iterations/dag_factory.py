@@ -259,7 +259,9 @@ def iteration_dag(
         start_date=start_date,
         catchup=False,  # `airflow backfill create` runs past dates on request
         max_active_runs=1,  # one batch of a job at a time, dates in order
-        params=ParamsDict(dict(params)),
+        # the params are set once the tasks exist: Airflow deep-copies a DAG's params into every
+        # operator, once per class of its hierarchy, and own_params drops the copies again
+        params=None,
         tags=["iterations", body, *tags],
         doc_md=doc_md,
         default_args={"retries": retries, "retry_delay": dt.timedelta(seconds=retry_delay)},
@@ -293,4 +295,5 @@ def iteration_dag(
         previous >> finish >> continuation
         if commit_in_head:  # after the last head has ended, not only once it skipped its commit
             previous_head >> finish
+    dag.params = ParamsDict(dict(params))  # converted and validated as in DAG(params=...)
     return dag

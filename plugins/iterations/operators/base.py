@@ -49,7 +49,10 @@ def own_params(params: ParamsDict, dag: Any) -> ParamsDict:
     ``airflow dags test``, at every parse by the dag-processor, and once more as each task
     starts under ``dags test``): for an iteration DAG, 62 tasks x 14 params. A task's context
     gets the DAG's params (and the run's conf) anyway, so the copies add nothing; a param
-    given to the task itself, or differing from the DAG's, is kept."""
+    given to the task itself, or differing from the DAG's, is kept. (``iteration_dag`` gives
+    its DAG the params once the tasks exist, so that Airflow has none to copy, which also
+    spares a deep copy of them per class of each operator at every parse; this is for the
+    other DAGs.)"""
     if dag is None or not dag.params:
         return params
     mine = {}
