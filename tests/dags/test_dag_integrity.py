@@ -134,6 +134,26 @@ def test_data_checks_of_the_dags_and_the_plugin(dagbag):
     assert [link.name for link in iterations_plugin.IterationsPlugin.operator_extra_links] == ["Data checks"]
 
 
+def test_airflow_loads_the_plugin_file_alone(tmp_path):
+    """Airflow imports every ``.py`` file of its plugins folder as a top-level module named by
+    its stem, each time a process loads plugins (a task process on a Celery worker, ``airflow
+    dags test``, the triggerer): without ``plugins/.airflowignore`` that would run the whole
+    ``iterations`` package a second time (``operators/base.py`` as ``base``, the view's FastAPI
+    app as ``app``, seconds of imports). Loaded in a new process: the plugin, its extra link and
+    view, none of the package's files as a module of its own, and no FastAPI."""
+    probe = ("import sys; from airflow import plugins_manager as pm; plugins, errors = pm._get_plugins(); "
+             "print([p.name for p in plugins], errors, "
+             "sorted(m for m in ('app', 'base', 'head', 'epoch', 'executors', 'celery_preload') if m in sys.modules), "
+             "'fastapi' in sys.modules, [len(p.operator_extra_links) for p in plugins], "
+             "[a['name'] for p in plugins for a in p.fastapi_apps])")
+    env = {**os.environ, "AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+           "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(ROOT, "plugins"),
+           "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "plugins")])}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "['iterations'] {} [] False [1] ['Iterations view']", out.stdout
+
+
 def test_every_param_schema_is_draft_7_and_serialises_round_trip(dagbag):
     """Airflow checks a param's schema against its dialect's metaschema on every validation (of
     the DAG's params at each serialization, and as each task starts): the params declare draft
