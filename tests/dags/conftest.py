@@ -32,6 +32,8 @@ def airflow_env(tmp_path_factory):
         # process, the shared Spark Connect server's Python workers included; empty otherwise
         "ITERATIONS_FAILPOINTS_FILE": str(connect_dir / "failpoints"),
         "ITERATIONS_FAILPOINT_DIR": str(tmp_path_factory.mktemp("failpoints_fired")),
+        # a failed task's retry after 1 s, not the DAGs' 10: `dags test` waits out the delay
+        "ITERATIONS_RETRY_DELAY_SECONDS": "1",
     }
     (connect_dir / "failpoints").write_text("")
     env.pop("ITERATIONS_DRIVER_PID", None)
