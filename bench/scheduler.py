@@ -289,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     lib_groups: dict[str, float] = {}
     lib_server = None  # the executor on whose server the library runner runs
     stack_lib: tuple[float, float] | None = None
+    paired: list[tuple[int, dict, tuple[float, float]]] = []  # (round, DAG run, library) on one server
     for name in args.executors:
         executor = EXECUTORS[name]
         home = tempfile.mkdtemp(prefix="airflow-sched-", dir=DATA)
@@ -334,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                     url = connect_server.ensure(int(server.env["ITERATIONS_SPARK_CONNECT_PORT"]))
                     (lib_seconds, lib_steady), lib_groups = library_on(url, warm, path, args, lib_work)
                     lib_server = name
+                    paired.append((round_, dict(results[name]), (lib_seconds, lib_steady)))
                     print(f"  library runner on the same Spark Connect server, round {round_}: {lib_seconds:.1f} s "
                           f"({lib_steady:.2f} s per epoch from epoch 2)", flush=True)
         finally:
@@ -387,6 +389,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"library runner from epoch 2: {lib_steady:.2f} s per epoch; above it: "
               + ", ".join(f"{n} {r['steady'] - lib_steady:+.2f} s ({r['steady'] / lib_steady:.2f}x)"
                           for n, r in local.items()))
+    if len(paired) > 1:
+        # one round's ratio moves with whatever else the machine did in those minutes: each
+        # round, then the medians of the warm rounds (the first warms the server's JVM)
+        print(f"\n{lib_server} and the library runner, round by round (s per epoch; from epoch 2):")
+        print("| round | DAG run | library runner | ratio | ratio from epoch 2 |")
+        print("|---|---|---|---|---|")
+        for round_, r, (seconds, steady) in paired:
+            lib = seconds / args.epochs
+            print(f"| {round_} | {r['epochs']:.2f} ({r['steady']:.2f}) | {lib:.2f} ({steady:.2f}) | "
+                  f"{r['epochs'] / lib:.2f}x | {r['steady'] / steady:.2f}x |")
+        warm_rounds = paired[1:]
+        dag_m = statistics.median(r["epochs"] for _n, r, _l in warm_rounds)
+        dag_s = statistics.median(r["steady"] for _n, r, _l in warm_rounds)
+        lib_m = statistics.median(seconds / args.epochs for _n, _r, (seconds, _s) in warm_rounds)
+        lib_s = statistics.median(steady for _n, _r, (_t, steady) in warm_rounds)
+        print(f"medians of rounds 2-{paired[-1][0]}: DAG run {dag_m:.2f} s per epoch ({dag_s:.2f} from epoch 2), "
+              f"library runner {lib_m:.2f} ({lib_s:.2f}): {dag_m / lib_m:.2f}x ({dag_s / lib_s:.2f}x)")
     if stack_lib is not None:
         r, lib = results["Celery"], stack_lib[0] / args.epochs
         print(f"Celery stack: library runner on its Spark cluster {lib:.2f} s per epoch ({stack_lib[1]:.2f} from epoch 2); "
