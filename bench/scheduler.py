@@ -15,7 +15,8 @@ Great Expectations themselves (their "Great Expectations ready" log line), the s
 on (epoch 0 starts the batch's session and loads the input, epoch 1 is the first to restore),
 and the CPU seconds each component used per epoch (Spark, the task processes, the scheduler,
 the api-server...). The library runner on a session of the same server gives the Spark time
-the epochs cannot go below. ``Celery`` runs the same on the native production stack
+the epochs cannot go below; with several rounds the bench also prints each round's ratio and
+the medians of the warm rounds (2..N), since one round's ratio moves with the machine. ``Celery`` runs the same on the native production stack
 (``stack.services.Stack``, ``./run.sh stack``: PostgreSQL, Redis, two Celery workers, a Spark
 standalone cluster with its Spark Connect server), against the library runner on that cluster's
 Spark Connect server. The Airflow is the tests' (``tests.dags.airflow_server``, with its
