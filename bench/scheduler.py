@@ -16,8 +16,8 @@ on (epoch 0 starts the batch's session and loads the input, epoch 1 is the first
 and the CPU seconds each component used per epoch (Spark, the task processes, the scheduler,
 the api-server...). The library runner on a session of the same server gives the Spark time
 the epochs cannot go below; with several rounds the bench also prints each round's ratio and
-the medians of the warm rounds (2..N), since one round's ratio moves with the machine. ``Celery`` runs the same on the native production stack
-(``stack.services.Stack``, ``./run.sh stack``: PostgreSQL, Redis, two Celery workers, a Spark
+the medians of the warm rounds (2..N), since one round's ratio moves with the machine.
+``Celery`` runs the same on the native production stack (``stack.services.Stack``, ``./run.sh stack``: PostgreSQL, Redis, two Celery workers, a Spark
 standalone cluster with its Spark Connect server), against the library runner on that cluster's
 Spark Connect server. The Airflow is the tests' (``tests.dags.airflow_server``, with its
 settings: ``[scheduler] scheduler_idle_sleep_time`` 0.25 s as in docker-compose.yaml);
@@ -290,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     lib_groups: dict[str, float] = {}
     lib_server = None  # the executor on whose server the library runner runs
     stack_lib: tuple[float, float] | None = None
-    paired: list[tuple[int, dict, tuple[float, float]]] = []  # (round, DAG run, library) on one server
+    # per round, on the library runner's server: the DAG run's s per epoch (from epoch 2), the library's
+    paired: list[tuple[int, float, float, float, float]] = []
     for name in args.executors:
         executor = EXECUTORS[name]
         home = tempfile.mkdtemp(prefix="airflow-sched-", dir=DATA)
@@ -336,7 +337,8 @@ def main(argv: list[str] | None = None) -> int:
                     url = connect_server.ensure(int(server.env["ITERATIONS_SPARK_CONNECT_PORT"]))
                     (lib_seconds, lib_steady), lib_groups = library_on(url, warm, path, args, lib_work)
                     lib_server = name
-                    paired.append((round_, dict(results[name]), (lib_seconds, lib_steady)))
+                    r = results[name]
+                    paired.append((round_, r["epochs"], r["steady"], lib_seconds / args.epochs, lib_steady))
                     print(f"  library runner on the same Spark Connect server, round {round_}: {lib_seconds:.1f} s "
                           f"({lib_steady:.2f} s per epoch from epoch 2)", flush=True)
         finally:
@@ -396,15 +398,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{lib_server} and the library runner, round by round (s per epoch; from epoch 2):")
         print("| round | DAG run | library runner | ratio | ratio from epoch 2 |")
         print("|---|---|---|---|---|")
-        for round_, r, (seconds, steady) in paired:
-            lib = seconds / args.epochs
-            print(f"| {round_} | {r['epochs']:.2f} ({r['steady']:.2f}) | {lib:.2f} ({steady:.2f}) | "
-                  f"{r['epochs'] / lib:.2f}x | {r['steady'] / steady:.2f}x |")
-        warm_rounds = paired[1:]
-        dag_m = statistics.median(r["epochs"] for _n, r, _l in warm_rounds)
-        dag_s = statistics.median(r["steady"] for _n, r, _l in warm_rounds)
-        lib_m = statistics.median(seconds / args.epochs for _n, _r, (seconds, _s) in warm_rounds)
-        lib_s = statistics.median(steady for _n, _r, (_t, steady) in warm_rounds)
+        for round_, dag_m, dag_s, lib_m, lib_s in paired:
+            print(f"| {round_} | {dag_m:.2f} ({dag_s:.2f}) | {lib_m:.2f} ({lib_s:.2f}) | "
+                  f"{dag_m / lib_m:.2f}x | {dag_s / lib_s:.2f}x |")
+        dag_m, dag_s, lib_m, lib_s = (statistics.median(column) for column in list(zip(*paired[1:]))[1:])
         print(f"medians of rounds 2-{paired[-1][0]}: DAG run {dag_m:.2f} s per epoch ({dag_s:.2f} from epoch 2), "
               f"library runner {lib_m:.2f} ({lib_s:.2f}): {dag_m / lib_m:.2f}x ({dag_s / lib_s:.2f}x)")
     if stack_lib is not None:
