@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from tests import warm_airflow
 from tests.conftest import ROOT, free_port
 
 AIRFLOW = os.path.join(os.path.dirname(sys.executable), "airflow")
@@ -38,7 +39,14 @@ def airflow_env(tmp_path_factory):
     (connect_dir / "failpoints").write_text("")
     env.pop("ITERATIONS_DRIVER_PID", None)
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    yield env
+    # every `airflow dags test` / `tasks test` with this home is forked from one warm process
+    server = warm_airflow.WarmAirflow(env, ROOT)
+    warm_airflow.SERVERS.append(server)
+    try:
+        yield env
+    finally:
+        warm_airflow.SERVERS.remove(server)
+        server.close()
     subprocess.run([sys.executable, "-m", "spark_jobs.connect_server", "stop"], env=env, cwd=ROOT,
                    capture_output=True, timeout=120)
 
@@ -55,7 +63,14 @@ def connect_url(airflow_env):
 
 
 def airflow(env, *args, timeout=900) -> subprocess.CompletedProcess:
-    return subprocess.run([AIRFLOW, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    """``airflow <args>`` run as ``subprocess.run`` would, forked from the warm server
+    (tests/warm_airflow.py) when ``env`` is the DAG tests' Airflow home."""
+    return warm_airflow.run(env, *args, cwd=ROOT, timeout=timeout)
+
+
+def start_airflow(env, *args, log_path) -> "warm_airflow.WarmProcess | subprocess.Popen":
+    """``airflow <args>`` started in the background, its output to ``log_path``."""
+    return warm_airflow.start(env, *args, log_path=str(log_path), cwd=ROOT)
 
 
 @pytest.fixture(scope="package")  # stopped once the DAG tests are done, not at the end of the session

@@ -17,8 +17,7 @@ import time
 import pytest
 
 from include.failpoints import DIR_ENV
-from tests.conftest import ROOT
-from tests.dags.conftest import AIRFLOW, airflow
+from tests.dags.conftest import airflow, start_airflow
 from stack.spark import StandaloneCluster
 from tests.helpers import (failure_free_ranks, graph_with_dangling, s3_checkpoint_ids, s3_published_ranks,
                            write_edges)
@@ -102,10 +101,8 @@ def test_pagerank_dag_on_a_standalone_cluster(mode, epochs, cluster, airflow_env
 # --- faults ------------------------------------------------------------------------------------
 
 
-def start_dags_test(env, conf, log_path) -> subprocess.Popen:
-    log = open(log_path, "w")
-    return subprocess.Popen([AIRFLOW, "dags", "test", "iterate_pagerank", "--conf", json.dumps(conf)], env=env,
-                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, text=True)
+def start_dags_test(env, conf, log_path):
+    return start_airflow(env, "dags", "test", "iterate_pagerank", "--conf", json.dumps(conf), log_path=log_path)
 
 
 def finished(proc: subprocess.Popen, log_path, timeout: float = 900) -> str:

@@ -18,8 +18,7 @@ import pytest
 
 from include.config import JobConfig
 from spark_jobs.runner import IterationRunner
-from tests.dags.conftest import AIRFLOW
-from tests.conftest import ROOT
+from tests.dags.conftest import start_airflow
 from tests.helpers import graph_with_dangling, ranks_of, read_published, write_edges
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -51,8 +50,7 @@ def test_the_head_commits_unless_a_report_is_missing(airflow_env, spark, tmp_pat
             "output_path": str(tmp_path / "out"), "max_epochs": 5, "tolerance": 0, "num_partitions": 3}
     db = os.path.join(env["AIRFLOW_HOME"], "airflow.db")
     out = open(tmp_path / "dags_test.log", "w+")
-    proc = subprocess.Popen([AIRFLOW, "dags", "test", "iterate_pagerank", "--conf", json.dumps(conf)], env=env,
-                            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True)
+    proc = start_airflow(env, "dags", "test", "iterate_pagerank", "--conf", json.dumps(conf), log_path=out.name)
     aside = tmp_path / "report.json"
     try:
         held = holds / "head.after_run@epoch=1.held"

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from include import failpoints
+from tests import warm_airflow
 from tests.faults.sweep import KMEANS_EPOCHS, Outcome, audit, kmeans_workload
 
 F = KMEANS_EPOCHS  # the final checkpoint's id
@@ -121,9 +122,8 @@ def run_dag(env: dict[str, str], work: Path, seed: int, points: list[str], name:
     run_env = {**env, failpoints.TRACE_ENV: str(trace), "ITERATIONS_RETRY_DELAY_SECONDS": "1",
                "ITERATIONS_RETRIES": str(RETRIES), "ITERATIONS_COMMIT_IN_HEAD": "1" if commit_in_head else "0"}
     try:
-        done = subprocess.run([airflow_bin(), "dags", "test", "iterate_kmeans", "--conf", json.dumps(conf)],
-                              env=run_env, cwd=str(Path(__file__).resolve().parents[2]), capture_output=True,
-                              text=True, timeout=timeout)
+        done = warm_airflow.run(run_env, "dags", "test", "iterate_kmeans", "--conf", json.dumps(conf),
+                                cwd=str(Path(__file__).resolve().parents[2]), timeout=timeout)
     finally:
         armed.write_text("")
     log = done.stdout + done.stderr

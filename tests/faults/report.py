@@ -135,6 +135,11 @@ def airflow_rows(rows: dict[str, list[Outcome]], seeds: list[int], started: floa
         (home / sub).mkdir()
     (home / "armed").write_text("")
     env = airflow_env(home / "airflow", home / "connect", home / "fired", home / "armed")
+    from tests import warm_airflow
+    from tests.conftest import ROOT
+
+    server = warm_airflow.WarmAirflow(env, ROOT)  # each run forked from one warm Airflow
+    warm_airflow.SERVERS.append(server)
     failed = False
     try:
         for template in POINTS:
@@ -160,6 +165,8 @@ def airflow_rows(rows: dict[str, list[Outcome]], seeds: list[int], started: floa
     finally:
         import subprocess
 
+        warm_airflow.SERVERS.remove(server)
+        server.close()
         subprocess.run([sys.executable, "-m", "spark_jobs.connect_server", "stop"], env=env, capture_output=True,
                        timeout=120)
         shutil.rmtree(home, ignore_errors=True)
