@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -20,13 +21,17 @@ from include.errors import (
 )
 from include.failpoints import trace
 from include.head import EpochReport
-from include.layout import JobLayout
+from include.layout import JobLayout, report_foreign
 from include.manifest import Manifest, verify_bytes
 from include.records import Batches, Control, Publications, now_iso
 from include.retention import TOMBSTONE, Retention
 from include.store import ObjectStore
 
 log = logging.getLogger(__name__)
+
+
+#: a partition's epoch report under an attempt's ``_reports/`` (include.layout.JobLayout.report)
+_REPORT_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}/part-[0-9]{5}\.json")
 
 
 @dataclass(frozen=True)
@@ -52,15 +57,26 @@ class CheckpointLog:
 
     # --- reading ------------------------------------------------------------------------
 
+    def _ids(self, folder: str, suffix: str) -> set[int]:
+        """The ids of ``<root>/<folder>/<id><suffix>`` keys; any other key there is reported and
+        ignored (include.layout.report_foreign)."""
+        prefix = f"{self.layout.root}/{folder}/"
+        out = set()
+        for o in self.store.list(prefix):
+            name = o.key[len(prefix):]
+            cid = self.layout.parse_id(name)
+            if cid is None or name != f"{cid:010d}{suffix}":
+                report_foreign(self.store, o.key, f"a {folder}/ entry is <10-digit id>{suffix}")
+                continue
+            out.add(cid)
+        return out
+
     def checkpoint_ids(self) -> list[int]:
         """Ids of committed checkpoints whose data is still kept, ascending."""
-        ids = {self.layout.parse_id(o.key) for o in self.store.list(f"{self.layout.root}/checkpoints/")}
-        retired = {self.layout.parse_id(o.key) for o in self.store.list(f"{self.layout.root}/retired/")}
-        return sorted(i for i in ids - retired if i is not None)
+        return sorted(self._ids("checkpoints", ".json") - self._ids("retired", ""))
 
     def latest_id(self) -> int | None:
-        ids = {self.layout.parse_id(o.key) for o in self.store.list(f"{self.layout.root}/checkpoints/")}
-        ids.discard(None)
+        ids = self._ids("checkpoints", ".json")
         return max(ids) if ids else None
 
     def load(self, checkpoint_id: int, *, verify: str = "sizes") -> Manifest:
@@ -81,6 +97,14 @@ class CheckpointLog:
         if manifest.checkpoint_id != checkpoint_id or manifest.job_id != self.job_id:
             raise CheckpointCorrupted(
                 f"manifest {where} claims job {manifest.job_id!r} checkpoint {manifest.checkpoint_id}"
+            )
+        own = f"{self.layout.root}/"
+        foreign = [ref.key for ref in manifest.objects if not isinstance(ref.key, str) or not ref.key.startswith(own)
+                   or ".." in ref.key.split("/")]
+        if foreign:  # a manifest only ever names its own job's objects: never restore another's state
+            raise CheckpointCorrupted(
+                f"manifest {where} names objects outside job {self.job_id}'s directory ({own}): "
+                f"{', '.join(map(str, foreign[:3]))}{' ...' if len(foreign) > 3 else ''}; it is refused"
             )
         if verify != "none":
             self.verify(manifest, full=(verify == "full"))
@@ -113,9 +137,12 @@ class CheckpointLog:
 
     def reports(self, epoch: int, attempt_id: str) -> list[EpochReport]:
         out = []
-        for o in self.store.list(self.layout.reports(epoch, attempt_id)):
-            if o.key.endswith(".json"):
-                out.append(EpochReport.from_json(self.store.get(o.key)))
+        prefix = self.layout.reports(epoch, attempt_id)
+        for o in self.store.list(prefix):
+            if not _REPORT_NAME.fullmatch(o.key[len(prefix):]):
+                report_foreign(self.store, o.key, "a report is _reports/<head>/part-<5 digits>.json")
+                continue
+            out.append(EpochReport.from_json(self.store.get(o.key), self.store.location(o.key)))
         return out
 
     def has_started(self) -> bool:
@@ -123,8 +150,13 @@ class CheckpointLog:
         return bool(self.store.list(self.layout.attempts()))
 
     def attempt_ids(self, epoch: int) -> list[str]:
-        prefix = self.layout.attempts(epoch)
-        ids = {o.key[len(prefix):].split("/", 1)[0] for o in self.store.list(prefix)}
+        ids = set()
+        for o in self.store.list(self.layout.attempts(epoch)):
+            parsed = self.layout.epoch_and_attempt(o.key, "attempts")
+            if parsed is None or parsed[0] != epoch:
+                report_foreign(self.store, o.key, "an attempt's objects are attempts/<epoch>/<attempt id>/...")
+                continue
+            ids.add(parsed[1])
         return sorted(ids)
 
     def is_aborted(self, epoch: int, attempt_id: str) -> bool:

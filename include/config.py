@@ -10,6 +10,7 @@ from urllib.parse import urlparse
 
 from include.errors import ConfigError
 from include.layout import check_job_id
+from include.locations import Location
 from include.parameters import Parameter
 
 INPUT_FORMATS = ("csv", "parquet", "json")
@@ -30,6 +31,18 @@ SETTINGS: dict[str, Parameter] = {p.name: p for p in (
               "default), or previous (verify restores in full and fall back to the newest intact checkpoint, "
               "recomputing the epochs after it).", {"type": "string", "enum": list(ON_DAMAGED)}),
 )}
+def canonical_location(value: Any, what: str) -> Location:
+    """The canonical location of a trusted caller's ``value`` (the library's, a DAG author's):
+    a relative local path is taken from the working directory. A run's untrusted values are
+    admitted by include.locations.AllowedRoots before they get here, and never relative."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str) and value and not value.startswith("/") and "://" not in value \
+            and not value.lower().startswith("file:") and not value.startswith("-"):
+        value = os.path.abspath(value)
+    return Location.parse(value, what)
+
+
 _EXTENSIONS = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".jsonl": "json"}
 
 
@@ -44,6 +57,7 @@ class InputSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not self.path.strip():
             raise ConfigError(f"input path must be a non-empty string, got {self.path!r}")
+        object.__setattr__(self, "path", canonical_location(self.path, "input path").url)
         if self.format is None:
             ext = os.path.splitext(urlparse(self.path).path.rstrip("/"))[1].lower()
             object.__setattr__(self, "format", _EXTENSIONS.get(ext, "parquet"))
@@ -52,7 +66,12 @@ class InputSpec:
 
     @property
     def is_s3(self) -> bool:
-        return urlparse(self.path).scheme in ("s3", "s3a")
+        return self.location.is_s3
+
+    @property
+    def location(self) -> Location:
+        """Where the input is, canonical (include.locations): what the data plane opens."""
+        return Location.parse(self.path, "input path")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -92,8 +111,11 @@ class JobConfig:
             object.__setattr__(self, "input", InputSpec.from_dict(self.input))
         if not isinstance(self.body, str) or not self.body:
             raise ConfigError(f"body must be a registered body name or 'module:Class', got {self.body!r}")
+        if isinstance(self.checkpoint_root, os.PathLike):
+            object.__setattr__(self, "checkpoint_root", os.fspath(self.checkpoint_root))
         if not isinstance(self.checkpoint_root, str) or not self.checkpoint_root:
             raise ConfigError(f"checkpoint_root must be a local path or s3://bucket/prefix, got {self.checkpoint_root!r}")
+        object.__setattr__(self, "checkpoint_root", canonical_location(self.checkpoint_root, "checkpoint_root").url)
         for name, setting in SETTINGS.items():  # checked, and as the check takes them (2.0 -> 2)
             object.__setattr__(self, name, setting.check(getattr(self, name)))
         if self.tolerance is not None and (
@@ -103,12 +125,16 @@ class JobConfig:
             or self.tolerance < 0
         ):
             raise ConfigError(f"tolerance must be a finite number >= 0 (or None), got {self.tolerance!r}")
+        if isinstance(self.output_path, os.PathLike):
+            object.__setattr__(self, "output_path", os.fspath(self.output_path))
         if self.output_path is not None:
             if not isinstance(self.output_path, str) or not self.output_path:
                 raise ConfigError(f"output_path must be a local path or s3://bucket/prefix, got {self.output_path!r}")
-            from include.paths import check_output_path
+            from include.locations import check_output_outside_checkpoints
 
-            check_output_path(self.output_path, [self.checkpoint_root])
+            output = canonical_location(self.output_path, "output_path")
+            object.__setattr__(self, "output_path", output.url)
+            check_output_outside_checkpoints(output, [self.checkpoint_root])
         if not isinstance(self.body_params, Mapping):
             raise ConfigError(f"body_params must be a mapping, got {type(self.body_params).__name__}")
         from include.checks import CheckSettings
@@ -120,6 +146,14 @@ class JobConfig:
         d = asdict(self)
         d["input"] = self.input.to_dict()
         return d
+
+    @property
+    def checkpoint_location(self) -> Location:
+        return Location.parse(self.checkpoint_root, "checkpoint_root")
+
+    @property
+    def output_location(self) -> Location | None:
+        return Location.parse(self.output_path, "output_path") if self.output_path else None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "JobConfig":

@@ -29,11 +29,12 @@ import dataclasses
 import json
 import logging
 import re
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from include.checkpoint import CheckpointLog
 from include.errors import CheckpointCorrupted, CheckpointError, ConfigError, ObjectNotFound
 from include.layout import check_job_id
+from include.locations.borders import check_store_borders
 from include.manifest import DatasetRef, Manifest, verify_bytes
 from include.ownership import Holder, JobLease, JobOwner, OwnershipError, owner_key, read_owner
 from include.records import now_iso
@@ -222,10 +223,12 @@ def check_rewind(store: ObjectStore, source: str, epoch: int, owner: JobOwner) -
 
 
 def attach(store: ObjectStore, job_id: str, run: str | None, *, rewind_to: int | None,
-           owner: JobOwner) -> tuple[str, Lineage]:
+           owner: JobOwner, hold: Callable[[], Any] | None = None) -> tuple[str, Lineage]:
     """The generation (log id) of job ``job_id`` that a run works on: the one the run's first
     task fixed (``run``: a DAG run's batch id; None: a library run, not fixed), else a new one
-    if ``rewind_to`` is given, else the newest."""
+    if ``rewind_to`` is given, else the newest. ``hold``: called before anything is written
+    (a new generation, the run's binding to one): it takes the job's lease (``lineage.base``'s),
+    so that a rewind waits for, or is refused by, a run that holds the job, as a new run is."""
     lineage = Lineage.of_job(store, job_id)
     if run is not None:
         known = lineage.run_generation(run)
@@ -234,6 +237,11 @@ def attach(store: ObjectStore, job_id: str, run: str | None, *, rewind_to: int |
                 raise ConfigError(f"run {run} works on generation {known} of job {job_id}, which was retired (its "
                                   f"log deleted): trigger a new run, which works on {lineage.newest()}")
             return known, lineage
+    if rewind_to is not None:
+        check_rewind(store, lineage.newest(), rewind_to, owner)  # refused before the lease is taken
+    if hold is not None and (rewind_to is not None or run is not None):
+        check_store_borders(store)  # the first write of a run (its lease) stays inside its own store
+        hold()
     newest = lineage.newest()
     log_id = newest if rewind_to is None else lineage.rewind(newest, rewind_to, owner)
     return (lineage.fix_run(run, log_id) if run is not None else log_id), lineage
@@ -258,11 +266,11 @@ def retire(store: ObjectStore, job_id: str, generation: str, owner: JobOwner,
             + (f"its newest is {names[-1]} (later runs work on it; it is never retired), the older ones "
                f"{older or 'none'}" if names else "the job was never rewound (one generation, never retired)"))
     _check_owner(store, job_id, owner, "this caller differs", "it cannot retire the job's generations")
-    leases = JobLease(store, generation)
+    leases = JobLease(store, job_id)  # the job's lease: every generation of it is run under it
     lease = leases.acquire(holder or Holder.this_process())  # JobBusy while a run works on it
     try:
         keep = {owner_key(generation)}
-        lease_prefix = leases.layout.lease_prefix()
+        lease_prefix = JobLease(store, generation).layout.lease_prefix()
         doomed = [o for o in store.list(f"jobs/{generation}/") if o.key not in keep and not o.key.startswith(lease_prefix)]
         store.delete([o.key for o in doomed])
         done = {"objects": len(doomed), "bytes": sum(o.size for o in doomed)}
@@ -281,7 +289,7 @@ def job_options(lineage: Lineage, log_id: str) -> dict[str, Any]:
     names = lineage.generations()
     rewound_from = (lineage.record(log_id) or {}).get("rewound_from") if log_id in names else None
     return {"rewound_from": rewound_from, "publication_family": lineage.family(log_id, names),
-            "may_publish": lambda: lineage.check_may_publish(log_id)}
+            "may_publish": lambda: lineage.check_may_publish(log_id), "lease_id": lineage.base}
 
 
 def seed(job: "IterationJob") -> Manifest | None:

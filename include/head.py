@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any, Iterable, Mapping, Sequence
 
-from include.errors import AlignmentIncomplete, CheckpointError, ConfigError
+from include.errors import AlignmentIncomplete, CheckpointCorrupted, CheckpointError, ConfigError
 
 # How partial metrics of partitions combine into the epoch's value.
 METRIC_AGGREGATIONS = ("sum", "max", "min")
@@ -71,19 +71,23 @@ class EpochReport:
         return json.dumps(d, sort_keys=True, allow_nan=True)
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> "EpochReport":
-        d = json.loads(text)
-        return cls(
-            head=d["head"],
-            partition=int(d["partition"]),
-            epoch=int(d["epoch"]),
-            attempt_id=d["attempt_id"],
-            feedback_count=int(d["feedback_count"]),
-            metrics={k: float(v) for k, v in d.get("metrics", {}).items()},
-            files=tuple(FileRef.from_dict(f) for f in d.get("files", [])),
-            schema=d.get("schema", ""),
-            profile=d.get("profile"),
-        )
+    def from_json(cls, text: str | bytes, where: str = "an epoch report") -> "EpochReport":
+        """The report in ``text``; CheckpointCorrupted naming ``where`` if it is not one."""
+        try:
+            d = json.loads(text)
+            return cls(
+                head=d["head"],
+                partition=int(d["partition"]),
+                epoch=int(d["epoch"]),
+                attempt_id=d["attempt_id"],
+                feedback_count=int(d["feedback_count"]),
+                metrics={k: float(v) for k, v in d.get("metrics", {}).items()},
+                files=tuple(FileRef.from_dict(f) for f in d.get("files", [])),
+                schema=d.get("schema", ""),
+                profile=d.get("profile"),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CheckpointCorrupted(f"{where} is not an epoch report: {type(e).__name__}: {e}") from None
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,12 @@ references it. Ordering is by checkpoint id only, never by timestamps.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 
 from include.errors import ConfigError
+
+log = logging.getLogger("iterations")
 
 # one rule for a job id, in a form both Python and JSON Schema (the DAGs' job_id param) read:
 # 1-128 of letters, digits, '_', '-', '.', starting with a letter or digit, no '..'
@@ -134,8 +137,37 @@ class JobLayout:
 
     @staticmethod
     def parse_id(key: str) -> int | None:
-        name = key.rsplit("/", 1)[-1].split(".", 1)[0]
-        return int(name) if name.isdigit() else None
+        """The checkpoint or epoch id a key's last segment names (``0000000012`` or
+        ``0000000012.json``, exactly as this layout writes them); None for anything else."""
+        m = _ID_NAME.fullmatch(key.rsplit("/", 1)[-1])
+        return int(m[1]) if m else None
+
+    def epoch_and_attempt(self, key: str, prefix: str) -> tuple[int, str] | None:
+        """(epoch, attempt id) of a key under ``<root>/<prefix>/<epoch>/<attempt>[/...]`` as this
+        layout writes them (attempts/, aborted/, checks/); None for anything else."""
+        base = f"{self.root}/{prefix}/"
+        if not key.startswith(base):
+            return None
+        parts = key[len(base):].split("/")
+        if len(parts) < 2 or not _EPOCH.fullmatch(parts[0]) or not ATTEMPT_ID_PATTERN.fullmatch(parts[1]) \
+                or ".." in parts[1]:
+            return None
+        return int(parts[0]), parts[1]
 
 
-__all__ = ["ATTEMPT_ID_PATTERN", "JOB_ID_PATTERN", "JOB_ID_REGEX", "JobLayout", "check_attempt_id", "check_job_id"]
+_ID_NAME = re.compile(r"([0-9]{10})(?:\.json)?")
+_EPOCH = re.compile(r"[0-9]{10}")
+_reported: set[tuple[str, str]] = set()
+
+
+def report_foreign(store, key: str, why: str) -> None:
+    """Say once per process that ``key`` is not an object this store wrote and is ignored: a
+    listing never parses such a key as one of its own, and never fails because of it."""
+    where = store.location(key) if hasattr(store, "location") else key
+    if (where, why) not in _reported:
+        _reported.add((where, why))
+        log.warning("ignoring %s: not an object the checkpoint store wrote (%s)", where, why)
+
+
+__all__ = ["ATTEMPT_ID_PATTERN", "JOB_ID_PATTERN", "JOB_ID_REGEX", "JobLayout", "check_attempt_id", "check_job_id",
+           "report_foreign"]

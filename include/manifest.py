@@ -131,25 +131,28 @@ class Manifest:
             raise CheckpointCorrupted(
                 f"manifest {where} has format {d.get('format')!r}, expected {MANIFEST_FORMAT!r}"
             )
-        return cls(
-            job_id=d["job_id"],
-            checkpoint_id=int(d["checkpoint_id"]),
-            kind=d["kind"],
-            epoch=int(d["epoch"]),
-            parent_id=d["parent_id"],
-            attempt_id=d["attempt_id"],
-            batch_id=d.get("batch_id"),
-            num_partitions=int(d["num_partitions"]),
-            body=d["body"],
-            head_state=JobHeadState.from_dict(d["head_state"]),
-            decision=AlignmentDecision.from_dict(d["decision"]) if d.get("decision") else None,
-            variables={k: DatasetRef.from_dict(v) for k, v in d["variables"].items()},
-            outputs={k: DatasetRef.from_dict(v) for k, v in d.get("outputs", {}).items()},
-            extra_objects=tuple(FileRef.from_dict(f) for f in d.get("extra_objects", [])),
-            committed_at=d.get("committed_at", ""),
-            lifecycle=Lifecycle.from_dict(d.get("lifecycle")),
-            coordinators=d.get("coordinators", {}),
-        )
+        try:
+            return cls(
+                job_id=d["job_id"],
+                checkpoint_id=int(d["checkpoint_id"]),
+                kind=d["kind"],
+                epoch=int(d["epoch"]),
+                parent_id=d["parent_id"],
+                attempt_id=d["attempt_id"],
+                batch_id=d.get("batch_id"),
+                num_partitions=int(d["num_partitions"]),
+                body=d["body"],
+                head_state=JobHeadState.from_dict(d["head_state"]),
+                decision=AlignmentDecision.from_dict(d["decision"]) if d.get("decision") else None,
+                variables={k: DatasetRef.from_dict(v) for k, v in d["variables"].items()},
+                outputs={k: DatasetRef.from_dict(v) for k, v in d.get("outputs", {}).items()},
+                extra_objects=tuple(FileRef.from_dict(f) for f in d.get("extra_objects", [])),
+                committed_at=d.get("committed_at", ""),
+                lifecycle=Lifecycle.from_dict(d.get("lifecycle")),
+                coordinators=d.get("coordinators", {}),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise CheckpointCorrupted(f"manifest {where} is not a valid manifest: {type(e).__name__}: {e}") from None
 
 
 

@@ -32,6 +32,7 @@ from typing import Any, Mapping, Protocol, Sequence
 
 from include.errors import ObjectNotFound, OutputError
 from include.manifest import DatasetRef, verify_bytes
+from include.schemas import INCREMENT, OUTPUT_MANIFEST, DamagedOutputRecord, DamagedRecord
 from include.store import STORE_MARKER, ObjectStore, open_store
 
 log = logging.getLogger("iterations")
@@ -53,13 +54,27 @@ class Published:
 
 
 def _manifest(out: ObjectStore, name: str) -> dict[str, Any] | None:
+    """Output ``name``'s publication manifest, checked (include.schemas.OUTPUT_MANIFEST): of this
+    output, its files under its own version's prefix; None if there is none."""
+    key = f"{name}/{PUBLISHED}"
     try:
-        data = json.loads(out.get(f"{name}/{PUBLISHED}"))
+        raw = out.get(key)
     except ObjectNotFound:
         return None
-    if data.get("format") != FORMAT:
-        raise OutputError(f"{out.location(name)}/{PUBLISHED} is not a publication manifest ({FORMAT})")
+    data = OUTPUT_MANIFEST.load(raw, out.location(key))
+    _check_files(data, name, out.location(key))
     return data
+
+
+def _check_files(record: Mapping[str, Any], name: str, where: str) -> None:
+    """DamagedRecord unless ``record`` is of output ``name`` and names only files of its own
+    version (``<name>/<version>/part-*.parquet``): a reader follows it to nothing else."""
+    version = record.get("version") or version_of(record)
+    if record["name"] != name:
+        raise DamagedOutputRecord(f"{where} is not a record of output {name!r}: it names output {record['name']!r}")
+    stray = [f["key"] for f in record["files"] if not _owned_key(name, version, f["key"])]
+    if stray:
+        raise DamagedOutputRecord(f"{where} names files outside its version {name}/{version}/: {stray[:3]}")
 
 
 class PublicationHistory(Protocol):
@@ -148,7 +163,11 @@ def publish_dataset(source: ObjectStore, out: ObjectStore, name: str, ds: Datase
     new one and the one it replaces, are deleted (none without a history).
     True if this call published, False if the same checkpoint was already published."""
     check_not_in_store(out, name)
-    current = _manifest(out, name)
+    try:
+        current = _manifest(out, name)
+    except DamagedRecord as e:  # replaced by this publication; nothing it names is deleted (only history)
+        log.warning("output %s: replacing a manifest that is not a valid one: %s", out.location(name), e)
+        current = None
     if current and (current["job_id"], current["checkpoint_id"]) == (stamp["job_id"], stamp["checkpoint_id"]):
         return False
     if current and current["job_id"] == stamp["job_id"] and int(current["checkpoint_id"]) > int(stamp["checkpoint_id"]):
@@ -189,6 +208,7 @@ def published(output_path: str, name: str, **store_options: Any) -> Published:
 
 
 INCREMENTS = "_increments"
+_INCREMENT_NAME = re.compile(r"(?P<job>[A-Za-z0-9][A-Za-z0-9_.\-]{0,127})-(?P<cid>[0-9]{10})\.json")
 
 
 def publish_increment(source: ObjectStore, out: ObjectStore, name: str, ds: DatasetRef,
@@ -220,7 +240,19 @@ class Increments:
 def published_increments(output_path: str, name: str, **store_options: Any) -> Increments:
     """The published increments of per-epoch output ``name``; OutputError if there are none."""
     out = open_store(output_path, **store_options)
-    records = [json.loads(out.get(o.key)) for o in out.list(f"{name}/{INCREMENTS}/") if o.key.endswith(".json")]
+    records = []
+    prefix = f"{name}/{INCREMENTS}/"
+    for o in out.list(prefix):
+        m = _INCREMENT_NAME.fullmatch(o.key[len(prefix):])
+        if m is None:
+            log.warning("ignoring %s: not an increment record (<job>-<10-digit id>.json)", out.location(o.key))
+            continue
+        record = INCREMENT.load(out.get(o.key), out.location(o.key))
+        if (record["job_id"], record["checkpoint_id"]) != (m["job"], int(m["cid"])):
+            raise DamagedOutputRecord(f"{out.location(o.key)} is not the increment of job {m['job']} checkpoint "
+                                f"{int(m['cid'])}: it names job {record['job_id']}, checkpoint {record['checkpoint_id']}")
+        _check_files(record, name, out.location(o.key))
+        records.append(record)
     if not records:
         raise OutputError(f"no increment of output {name!r} is published under {out.location()}")
     records.sort(key=lambda r: (int(r["checkpoint_id"]), r["job_id"]))

@@ -94,11 +94,12 @@ class JobOwner:
         return f"{who}, body {self.body}, input {self.input.get('path')!r}, output {self.output_path!r}"
 
     def differences(self, other: "JobOwner") -> list[str]:
-        """``field: owner's value -> other's value`` for every field that differs."""
+        """``field: owner's value -> other's value`` for every field that differs (locations
+        compared in their canonical forms: ``s3a://`` and ``s3://`` name one place)."""
         out = []
         for name in ("dag_id", "body", "input", "output_path"):
             mine, theirs = getattr(self, name), getattr(other, name)
-            if mine != theirs:
+            if _comparable(name, mine) != _comparable(name, theirs):
                 out.append(f"{name} {mine!r} -> {theirs!r}")
         return out
 
@@ -110,6 +111,23 @@ class JobOwner:
         if not isinstance(d, Mapping) or set(d) != {"dag_id", "body", "input", "output_path"}:
             raise ConfigError(f"not an owner: {d!r}"[:300])
         return cls(d["dag_id"], d["body"], d["input"], d["output_path"])
+
+
+def _canonical(value: Any) -> Any:
+    from include.locations import Location, LocationError
+
+    try:
+        return Location.parse(value, resolve=False).url if isinstance(value, str) else value
+    except LocationError:
+        return value  # a record written before locations were canonical: compared as it is
+
+
+def _comparable(name: str, value: Any) -> Any:
+    if name == "output_path":
+        return _canonical(value)
+    if name == "input" and isinstance(value, Mapping):
+        return {**value, "path": _canonical(value.get("path"))}
+    return value
 
 
 def owner_key(job_id: str) -> str:
@@ -133,6 +151,20 @@ def read_owner(store: ObjectStore, job_id: str) -> JobOwner | None:
         return JobOwner.from_dict(record["owner"])
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise CheckpointCorrupted(f"the owner record {store.location(key)} of job {job_id} is damaged: {e}") from None
+
+
+def check_claim(store: ObjectStore, job_id: str, owner: JobOwner, *, take_over: bool = False) -> JobOwner | None:
+    """Before a run takes the job's lease: OwnershipError if the job belongs to another owner and
+    the run does not take it over (nothing written: a run of another owner never holds, nor
+    delays, the job's lease). The current owner, None if the job has none yet."""
+    current = read_owner(store, job_id)
+    diff = current.differences(owner) if current is not None else []
+    if diff and not take_over:
+        raise OwnershipError(
+            f"job {job_id} belongs to {current.describe()}; this run differs: {'; '.join(diff)}. "
+            "Use another job_id, or take the job over explicitly (the take_over param of a DAG that "
+            "allows it; IterationRunner(take_over=True); run_job --take-over)")
+    return current
 
 
 def claim(store: ObjectStore, job_id: str, owner: JobOwner, *, take_over: bool = False,
@@ -400,5 +432,5 @@ class JobLease:
                        LeaseRecord(lease.token, None, current.acquired_at, now, self.ttl).to_bytes(self.job_id))
 
 
-__all__ = ["Holder", "JobBusy", "JobLease", "JobOwner", "Lease", "LeaseLost", "OwnershipError", "claim",
-           "read_owner"]
+__all__ = ["Holder", "JobBusy", "JobLease", "JobOwner", "Lease", "LeaseLost", "OwnershipError", "check_claim",
+           "claim", "read_owner"]

@@ -180,3 +180,32 @@ _ITEMS: Mapping[str, Any] = {"type": "string", "minLength": 1}  # an array's ite
 
 
 __all__ = ["Parameter", "param", "parameters_of"]
+
+
+#: why a DAG may have no param of these names (a run conf that sets one is told so)
+ABSENT_PARAMS = {
+    "take_over": "this DAG does not allow a run to take a job over (its author sets allow_take_over)",
+    "recompute": "only a scheduled DAG's runs recompute a date",
+    "batch_date": "only a scheduled DAG's runs have a batch date",
+}
+
+
+def check_conf_keys(given: Mapping[str, Any] | Any, declared: Any, what: str = "run conf") -> None:
+    """ConfigError if ``given`` (a run's conf, or its params merged with it) has a key that is
+    not in ``declared`` (the DAG's params), naming the key and the nearest declared one: a
+    misspelt setting (``tolerence``) must not be silently ignored."""
+    import difflib
+
+    known = sorted(declared)
+    unknown = sorted(k for k in given if k not in declared)
+    if not unknown:
+        return
+    absent = [k for k in unknown if k in ABSENT_PARAMS]
+    if absent:
+        raise ConfigError(f"{absent[0]}: {ABSENT_PARAMS[absent[0]]}")
+    hints = []
+    for key in unknown:
+        near = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+        hints.append(f"{key!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
+    raise ConfigError(f"unknown {what} key{'s' if len(unknown) > 1 else ''} {', '.join(hints)}: the DAG has no such "
+                      f"param, and a run conf may set only its params ({', '.join(known)})")

@@ -41,7 +41,9 @@ from include.head import AlignmentDecision, EpochReport, HeadStatus, missing_rep
 from include.lifecycle import StopMode
 from include.manifest import Manifest
 from include.outputs import check_output_path_outside_stores
-from include.ownership import Holder, JobLease, JobOwner, claim
+from include.locations.borders import check_input_borders, check_store_borders
+from include.locations.owners import check_output_location
+from include.ownership import Holder, JobLease, JobOwner, check_claim, claim
 from include.runtime import EpochPlan, IterationJob, JobState
 from include.store import STORE_MARKER, ObjectStore
 
@@ -61,22 +63,42 @@ def mark_store(store: ObjectStore) -> None:
         store.put_if_absent(STORE_MARKER, json.dumps({"format": "iterations.store/1"}).encode())
 
 
+def check_borders(config: JobConfig, store: ObjectStore, store_options: dict, output_owner=None, *,
+                  take_over: bool = False) -> None:
+    """The borders a run's locations must keep, checked against the stores themselves before the
+    run's first write (its lease, its binding to a generation): its checkpoint store neither
+    inside nor around another store or job directory, its input nothing of a store, its output
+    not another job's (include.locations). LocationError / OutputOwned naming what it would reach."""
+    check_store_borders(store)
+    check_input_borders(config.input.location, config.checkpoint_location, store_options)
+    if config.output_path and output_owner is not None:
+        check_output_location(config.output_location, output_owner, take_over=take_over, store_options=store_options)
+
+
 def start_run(job: IterationJob, holder: Holder, *, dag_id: str | None = None, take_over: bool = False,
               lease_wait: float = 0.0, alive: Callable[[Holder], bool | None] | None = None,
               poll: float = 1.0, validate: bool = True) -> JobState:
     """Everything a run does before it writes: check the body, its parameters and the data
-    checks; probe the store's conditional writes (once per process), mark the store, refuse an output path inside a checkpoint store, claim the job (OwnershipError if it is another's and not taken
-    over), hold its lease (JobBusy naming the run that holds it, after ``lease_wait`` seconds),
-    then the job's state at its latest checkpoint. ``validate`` False: a step that plans
-    nothing (a commit: its attempt's plan was validated) skips loading the body's metadata."""
+    checks; probe the store's conditional writes (once per process); check the borders of the
+    store (no other store or job directory inside or above it), of the input (nothing of a
+    store) and of the output (not inside a store, not another job's); mark the store; refuse a
+    job of another owner unless taken over (OwnershipError); hold the job's lease (JobBusy
+    naming the run that holds it, after ``lease_wait`` seconds); only then record the owner (a
+    take-over replaces it under the lease); then the job's state at its latest checkpoint.
+    Every refusal comes before the first write. ``validate`` False: a step that plans nothing
+    (a commit: its attempt's plan was validated) skips loading the body's metadata."""
     if validate:
         job.check_expectations()  # the body, its parameters and the data checks, refused before anything is written
     job.store.check_conditional_writes()
-    mark_store(job.store)
+    if validate:  # the borders, once per planning step (a commit's step was planned by one that checked them)
+        check_borders(job.config, job.store, job.store_options, job.output_owner, take_over=take_over)
     check_output_path_outside_stores(job.config.output_path, **job.store_options)
-    claim(job.store, job.config.job_id, owner_of(job.config, dag_id), take_over=take_over,
-          claimed_by=holder.describe())
-    job.lease = JobLease(job.store, job.config.job_id).acquire(holder, wait=lease_wait, alive=alive, poll=poll)
+    owner = owner_of(job.config, dag_id)
+    check_claim(job.store, job.config.job_id, owner, take_over=take_over)
+    job.take_over = take_over
+    job.lease = JobLease(job.store, job.lease_id).acquire(holder, wait=lease_wait, alive=alive, poll=poll)
+    mark_store(job.store)
+    claim(job.store, job.config.job_id, owner, take_over=take_over, claimed_by=holder.describe())
     seed(job)  # a generation that recomputes a job from an epoch starts from a copy of its checkpoint
     return job.state()
 

@@ -10,6 +10,7 @@ from include.checkpoint import CheckpointLog
 from include.errors import CheckpointError
 from include.failpoints import failpoint, trace
 from include.lifecycle import Lifecycle, OperatorState
+from include.locations.owners import claim_output
 from include.manifest import Manifest
 from include.outputs import check_not_in_store, publish_dataset, publish_delta, publish_increment
 from include.plan import JobState
@@ -54,6 +55,9 @@ class Publication:
         if self.lease is not None:
             self.lease.check()  # a run that lost the job publishes nothing
         out = open_store(self.config.output_path, **self.store_options)
+        if not getattr(self, "_output_claimed", False):  # once per process: the location is this job's
+            claim_output(out, self.output_owner, take_over=self.take_over)
+            self._output_claimed = True
         stamp = {"job_id": manifest.job_id, "checkpoint_id": manifest.checkpoint_id, "attempt_id": manifest.attempt_id}
         published = {}
         for name, ds in sorted(manifest.outputs.items()):

@@ -15,8 +15,9 @@ from typing import Any, Mapping
 
 from include.errors import ObjectNotFound
 from include.failpoints import clock_skew
-from include.layout import JobLayout, check_attempt_id
+from include.layout import ATTEMPT_ID_PATTERN, JobLayout, check_attempt_id, report_foreign
 from include.lifecycle import StopMode
+from include.schemas import BATCH, BATCH_START, PUBLICATION, STOP_REQUEST, DamagedRecord
 from include.store import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -40,11 +41,20 @@ class Batches:
                        json.dumps({"batch_id": batch_id, "final_checkpoint_id": checkpoint_id}).encode())
 
     def finals(self) -> dict[str, int]:
-        """batch id -> its final checkpoint id."""
+        """batch id -> its final checkpoint id (a key that is not a batch record's is reported
+        and ignored; a damaged record is DamagedRecord naming it)."""
         out = {}
-        for o in self.store.list(f"{self.layout.root}/batches/"):
-            d = json.loads(self.store.get(o.key))
-            out[d["batch_id"]] = int(d["final_checkpoint_id"])
+        prefix = f"{self.layout.root}/batches/"
+        for o in self.store.list(prefix):
+            name = o.key[len(prefix):]
+            if not name.endswith(".json") or not ATTEMPT_ID_PATTERN.fullmatch(name[:-5]):
+                report_foreign(self.store, o.key, "a batch record is batches/<batch id>.json")
+                continue
+            d = BATCH.load(self.store.get(o.key), self.store.location(o.key))
+            if d["batch_id"] != name[:-5]:
+                raise DamagedRecord(f"{self.store.location(o.key)} is not a batch record of batch {name[:-5]}: it "
+                                    f"names batch {d['batch_id']!r}")
+            out[d["batch_id"]] = d["final_checkpoint_id"]
         return out
 
     def start(self, batch_id: str, next_epoch: int | None = None) -> int | None:
@@ -55,9 +65,10 @@ class Batches:
         if next_epoch is not None:
             self.store.put_if_absent(key, json.dumps({"start_epoch": next_epoch}).encode())
         try:
-            return int(json.loads(self.store.get(key))["start_epoch"])
+            data = self.store.get(key)
         except ObjectNotFound:
             return None
+        return BATCH_START.load(data, self.store.location(key))["start_epoch"]
 
 
 class Publications:
@@ -78,9 +89,15 @@ class Publications:
         prefix = f"{self.layout.root}/published/{checkpoint_id:010d}/"
         out = {}
         for o in self.store.list(prefix):
-            if o.key.endswith(".json"):
-                d = json.loads(self.store.get(o.key))
-                out[d["sink"]] = d
+            name = o.key[len(prefix):]
+            if not name.endswith(".json") or not ATTEMPT_ID_PATTERN.fullmatch(name[:-5]):
+                report_foreign(self.store, o.key, "a publication record is published/<id>/<sink>.json")
+                continue
+            d = PUBLICATION.load(self.store.get(o.key), self.store.location(o.key))
+            if (d["sink"], d["checkpoint_id"]) != (name[:-5], checkpoint_id):
+                raise DamagedRecord(f"{self.store.location(o.key)} is not the record of sink {name[:-5]} and checkpoint "
+                                    f"{checkpoint_id}: it names sink {d['sink']!r}, checkpoint {d['checkpoint_id']}")
+            out[d["sink"]] = d
         return out
 
     def record_written(self, location: str, name: str, version: str, keys: list[str]) -> None:
@@ -129,10 +146,12 @@ class Control:
         return request
 
     def stop_request(self) -> StopMode | None:
+        key = self.layout.stop_request()
         try:
-            return StopMode.parse(json.loads(self.store.get(self.layout.stop_request()))["mode"])
+            data = self.store.get(key)
         except ObjectNotFound:
             return None
+        return StopMode.parse(STOP_REQUEST.load(data, self.store.location(key))["mode"])
 
     def clear_stop_request(self) -> None:
         self.store.delete([self.layout.stop_request()])
@@ -144,8 +163,14 @@ class Control:
 
     def savepoints(self) -> list[int]:
         """Checkpoints the job was suspended at (kept by retention until deleted by the user)."""
-        ids = (self.layout.parse_id(o.key) for o in self.store.list(f"{self.layout.root}/savepoints/"))
-        return sorted(i for i in ids if i is not None)
+        out = []
+        for o in self.store.list(f"{self.layout.root}/savepoints/"):
+            cid = self.layout.parse_id(o.key)
+            if cid is None or o.key != self.layout.savepoint(cid):
+                report_foreign(self.store, o.key, "a savepoint record is savepoints/<10-digit id>.json")
+                continue
+            out.append(cid)
+        return sorted(out)
 
 
 __all__ = ["Batches", "Control", "Publications", "now_iso"]

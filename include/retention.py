@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from include.errors import CheckpointError, ConfigError, ObjectNotFound
 from include.failpoints import trace
+from include.layout import report_foreign
 from include.records import now_iso
 
 if TYPE_CHECKING:
@@ -50,9 +51,7 @@ class Retention:
         every attempt of those epochs is aborted, so that none of them can commit any more.
         The epochs after ``to_id`` are then computed again. Returns the rejected ids."""
         self.log.load(to_id, verify="none")  # it must be a kept, committed checkpoint
-        prefix = f"{self.layout.root}/checkpoints/"
-        later = sorted((i for o in self.store.list(prefix) if (i := self.layout.parse_id(o.key)) is not None
-                        and i > to_id), reverse=True)
+        later = sorted((i for i in self.log._ids("checkpoints", ".json") if i > to_id), reverse=True)
         if not later:
             return []
         at = now_iso()
@@ -81,8 +80,18 @@ class Retention:
         """Checkpoints rejected by a rewind: id -> the record (reason, the manifest as it was)."""
         out = {}
         for o in self.store.list(f"{self.layout.root}/rejected/"):
-            if (cid := self.layout.parse_id(o.key)) is not None:
-                out[cid] = json.loads(self.store.get(o.key))
+            cid = self.layout.parse_id(o.key)
+            if cid is None or o.key != self.layout.rejected(cid):
+                report_foreign(self.store, o.key, "a rejection is rejected/<10-digit id>.json")
+                continue
+            try:
+                record = json.loads(self.store.get(o.key))
+            except ValueError:
+                record = None
+            if not isinstance(record, dict):
+                report_foreign(self.store, o.key, "a rejection record is a JSON object")
+                continue
+            out[cid] = record
         return out
 
     def _summary(self, checkpoint_id: int) -> bytes:
@@ -140,25 +149,35 @@ class Retention:
         aborted = set()
         settled = []  # abort marks of epochs that are committed: nothing can adopt them any more
         for o in self.store.list(f"{self.layout.root}/aborted/"):
-            epoch_s, attempt = o.key.rsplit("/", 2)[-2:]
-            aborted.add((epoch_s, attempt))
-            if int(epoch_s) <= latest:
+            parsed = self.layout.epoch_and_attempt(o.key, "aborted")
+            if parsed is None or o.key != self.layout.aborted(*parsed):
+                report_foreign(self.store, o.key, "an attempt's fate is aborted/<epoch>/<attempt id>")
+                continue
+            aborted.add(parsed)
+            if parsed[0] <= latest:
                 settled.append(o.key)
         garbage = []
         live = set()
-        prefix = self.layout.attempts()
-        for o in self.store.list(prefix):
+        for o in self.store.list(self.layout.attempts()):
             if o.key in referenced:
                 continue
-            epoch_s, attempt = o.key[len(prefix):].split("/", 2)[:2]
-            if int(epoch_s) > latest and (epoch_s, attempt) not in aborted:
-                live.add(f"{int(epoch_s)}/{attempt}")
+            parsed = self.layout.epoch_and_attempt(o.key, "attempts")
+            if parsed is None or o.key == self.layout.attempt(*parsed):
+                report_foreign(self.store, o.key, "an attempt's objects are attempts/<epoch>/<attempt id>/...")
+                continue  # not ours: never deleted
+            if parsed[0] > latest and parsed not in aborted:
+                live.add(f"{parsed[0]}/{parsed[1]}")
                 continue
             garbage.append(o.key)
         # check results of retired epochs go with them (those of kept and later epochs stay)
-        checks = [o.key for o in self.store.list(f"{self.layout.root}/checks/")
-                  if (cid := self.layout.parse_id(o.key.rsplit("/", 3)[-3])) is not None
-                  and cid in ids and cid not in keep]
+        checks = []
+        for o in self.store.list(f"{self.layout.root}/checks/"):
+            parsed = self.layout.epoch_and_attempt(o.key, "checks")
+            if parsed is None or o.key == self.layout.checks(*parsed):
+                report_foreign(self.store, o.key, "check results are checks/<epoch>/<attempt id>/...")
+                continue
+            if parsed[0] in ids and parsed[0] not in keep:
+                checks.append(o.key)
         garbage += checks
         self.store.delete(garbage + settled)
         report.deleted_objects = len(garbage)

@@ -16,7 +16,7 @@ import logging
 from typing import Any, Callable, Mapping, Sequence
 
 from include.attempts import Attempts
-from include.body import resolve_body
+from include.body import body_reference, resolve_body
 from include.checkpoint import CheckpointLog
 from include.checks import CheckReport, CheckSettings
 from include.commit import Commit, DataCheckFailed
@@ -24,6 +24,7 @@ from include.config import JobConfig
 from include.coordination import Coordination
 from include.coordinator import Coordinator, Coordinators
 from include.errors import CheckpointError
+from include.locations.owners import OutputOwner
 from include.manifest import Manifest
 from include.ownership import Lease
 from include.plan import DEFAULT_CHECKS, Check, EpochPlan, JobState
@@ -52,6 +53,8 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
         publication_family: Sequence[str] = (),
         rewound_from: Mapping[str, Any] | None = None,
         may_publish: Callable[[], None] | None = None,
+        lease_id: str | None = None,
+        output_owner: OutputOwner | None = None,
     ):
         """``warm_start``: the final checkpoint (of another job in the same store) whose
         variables epoch 0 starts from, through the body's ``warm_start``; used only while this
@@ -61,7 +64,11 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
         scheduled batch's earlier generations). ``rewound_from``: this job is a generation that
         recomputes job ``job_id`` from ``epoch`` (include.generations: its first checkpoint is
         copied from there). ``may_publish``: raises to refuse publishing the terminated job's
-        outputs (an older generation's, once a newer one exists)."""
+        outputs (an older generation's, once a newer one exists). ``lease_id``: the job whose
+        lease a run of this one holds (the base of its generations, include.generations: one
+        run of any generation at a time); default this job. ``output_owner``: who this job
+        publishes as (include.locations.owners); default this job of its store, outside
+        Airflow."""
         if warm_start is not None and warm_start.kind != "final":
             raise CheckpointError(
                 f"a job warm-starts from a final checkpoint; checkpoint {warm_start.checkpoint_id} "
@@ -85,6 +92,10 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
         # this run's hold on the job (include.ownership; include.protocol.start_run): checked
         # before every commit and publication; None: not leased (a test driving phases by hand)
         self.lease: Lease | None = None
+        self.lease_id = lease_id or config.job_id
+        self.output_owner = output_owner or OutputOwner(store=config.checkpoint_root, job_id=self.lease_id,
+                                                        dag_id=None, body=body_reference(config.body))
+        self.take_over = False  # the run takes the job and its output locations over (start_run)
         self.publication_history = _History(self.log, [CheckpointLog(self.store, j) for j in publication_family])
 
     @property

@@ -24,16 +24,19 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from include.checkpoint import CheckpointLog
 from include.errors import CheckpointError, ConfigError, ObjectNotFound
 from include.generations import Lineage
 from include.head import HeadStatus
-from include.layout import check_job_id
+from include.layout import check_job_id, report_foreign
+from include.locations.borders import check_store_borders
 from include.manifest import Manifest
 from include.ownership import JobOwner
+from include.schemas import SCHEDULED_DATE, SCHEDULED_GENERATION, RecordKind
 from include.store import ObjectStore
 
 log = logging.getLogger("iterations")
@@ -73,20 +76,22 @@ class Schedule:
 
     # --- records ----------------------------------------------------------------------------
 
-    def _read(self, key: str) -> dict[str, Any] | None:
+    def _read(self, key: str, kind: RecordKind) -> dict[str, Any] | None:
         try:
-            return json.loads(self.store.get(key))
+            data = self.store.get(key)
         except ObjectNotFound:
             return None
+        return kind.load(data, self.store.location(key))
 
     def date_record(self, date: str) -> dict[str, Any]:
-        return self._read(f"{self.root}/dates/{date}.json") or {"date": date, "current": None, "pending": None}
+        return self._read(f"{self.root}/dates/{date}.json", SCHEDULED_DATE) or \
+            {"date": date, "current": None, "pending": None}
 
     def _write_date(self, record: dict[str, Any]) -> None:
         self.store.put(f"{self.root}/dates/{record['date']}.json", json.dumps(record, indent=1).encode())
 
     def generation(self, log_id: str) -> Generation:
-        d = self._read(f"{self.root}/generations/{log_id}.json")
+        d = self._read(f"{self.root}/generations/{log_id}.json", SCHEDULED_GENERATION)
         if d is None:
             raise CheckpointError(f"generation {log_id} of scheduled job {self.job_id} is not recorded")
         return Generation(log_id, d["date"], d["started_from"], bool(d["recompute"]), d.get("rewound_from"))
@@ -115,20 +120,32 @@ class Schedule:
 
     def dates(self) -> list[str]:
         prefix = f"{self.root}/dates/"
-        return sorted(o.key[len(prefix):-len(".json")] for o in self.store.list(prefix) if o.key.endswith(".json"))
+        out = []
+        for o in self.store.list(prefix):
+            name = o.key[len(prefix):]
+            if not re.fullmatch(r"[0-9]{8}T[0-9]{6}Z\.json", name):
+                report_foreign(self.store, o.key, "a scheduled date's record is dates/<YYYYMMDDTHHMMSSZ>.json")
+                continue
+            out.append(name[:-len(".json")])
+        return sorted(out)
 
     # --- the batch of a DAG run ---------------------------------------------------------------
 
     def attach(self, date: str, run: str, *, recompute: bool = False, rewind_to: int | None = None,
-               owner: JobOwner | None = None) -> Generation:
+               owner: JobOwner | None = None, hold: Callable[[], Any] | None = None) -> Generation:
         """The generation DAG run ``run`` (the batch of ``date``) works on; the first call of a
         run decides it, every later call (any task, any retry) gets the same one. ``rewind_to``:
         a new generation that recomputes the date's batch from that epoch (include.generations;
-        ``owner``: the run's, which must own the batch it rewinds)."""
+        ``owner``: the run's, which must own the batch it rewinds). ``hold``: called before the
+        first call writes anything: it takes the date's lease (``lineage(date).base``), so that
+        a recompute or a rewind waits for, or is refused by, a run that holds the batch."""
         lineage = self.lineage(date)
         known = lineage.run_generation(run)
         if known is not None:
             return self.generation(known)
+        if hold is not None:
+            check_store_borders(self.store)  # the first write of a run (its lease) stays inside its own store
+            hold()
         record = self.date_record(date)
         base = record["pending"] or record["current"]
         if rewind_to is not None:

@@ -190,6 +190,24 @@ def locked_expectation_names(body: Mapping[str, Any], author: Any = None) -> dic
     return out
 
 
+#: the namespace of the expectations a run's conf adds: ``<RUN_PREFIX><name>``
+RUN_PREFIX = "run."
+
+
+def run_expectation_name(name: str) -> str:
+    """The name an expectation a run adds goes by: in the run's own namespace."""
+    return name if name.startswith(RUN_PREFIX) else RUN_PREFIX + name
+
+
+def _shadows(name: str, owners: Mapping[str, str]) -> str | None:
+    """The locked expectation ``name`` would change or shadow: the same name, or one of the
+    names its column glob expands to (``<locked>[<column>]``, include.checks.profile.expand)."""
+    if name in owners:
+        return name
+    base = name.split("[", 1)[0]
+    return base if "[" in name and base in owners else None
+
+
 def run_settings(
     run: Any,
     author: Any,
@@ -200,37 +218,44 @@ def run_settings(
 ) -> CheckSettings:
     """A run's checks (``run``: its ``checks`` param, untrusted) layered over the DAG author's
     (``author``: the DAG's checks file, a ``CheckSettings`` or anything ``CheckSettings.parse``
-    takes), as ``CheckSettings.parse(run).over(author)``, with the run's entries checked against
-    the allow-list.
+    takes), with the run's entries checked against the allow-list.
 
     Unless ``run_may_relax`` (the DAG's author lets runs relax its checks), a run may only add
-    expectations: ConfigError if it sets ``"enabled": false``, or gives an entry (changing
-    kwargs, severity, description or ``enabled``) named like one of ``locked_names`` or of the
-    author's entries. ``locked_names``: the names of the runtime's and the body's expectations,
-    best ``locked_expectation_names(body.describe(), author)`` (a mapping name -> whose it is,
-    named in the error). With ``run_may_relax`` a run may change or disable anything."""
+    expectations, each in the run's own namespace (``run.<name>``: it can never change, shadow
+    or relax an expectation of the body, the author or the runtime, nor one of the names their
+    column globs expand to): ConfigError if it sets ``"enabled": false``, or gives an entry
+    named like one of ``locked_names`` or of the author's entries (or one of their expansions,
+    or named so that it would land on one in the run's namespace). ``locked_names``: the names
+    of the runtime's and the body's expectations, best ``locked_expectation_names(body.describe(),
+    author)`` (a mapping name -> whose it is, named in the error). With ``run_may_relax`` a run
+    may change or disable anything; its new entries still go by ``run.<name>``."""
     settings = CheckSettings.parse(run, where)
     base = CheckSettings.parse(author, "the DAG's checks")
-    if run_may_relax:
-        return settings.over(base)
     owners = dict(locked_names) if isinstance(locked_names, Mapping) else {n: "" for n in locked_names}
     for e in base.expectations:
         owners.setdefault(e["name"], "the DAG's checks")
+    if run_may_relax:
+        renamed = [e if e["name"] in owners else {**e, "name": run_expectation_name(e["name"])}
+                   for e in settings.expectations]
+        return CheckSettings(settings.enabled, tuple(renamed)).over(base)
     if not settings.enabled:
         raise ConfigError(f'{where}: "enabled": false would turn this DAG\'s data checks off; only the DAG\'s '
                           "author may allow a run to do that (the DAG lets runs relax its checks). A run may "
                           "add expectations with new names")
+    renamed = []
     for i, e in enumerate(settings.expectations):
-        owner = owners.get(e["name"])
-        if owner is not None:
+        target = _shadows(e["name"], owners) or _shadows(run_expectation_name(e["name"]), owners)
+        if target is not None:
+            owner = owners[target]
             whose = f" (one of {owner})" if owner else ""
             changes = ", ".join(k for k in ("type", "kwargs", "severity", "description", "enabled") if k in e)
             raise ConfigError(
-                f"{where}.expectations[{i}] ({e['name']}): a run may not change the expectation {e['name']!r}"
+                f"{where}.expectations[{i}] ({e['name']}): a run may not change the expectation {target!r}"
                 f"{whose}{' (it gives ' + changes + ')' if changes else ''}: only the DAG's author may allow "
                 "runs to change or disable its checks (the DAG lets runs relax its checks). A run may add "
-                "expectations with new names")
-    return settings.over(base)
+                f"expectations with new names (they go by {RUN_PREFIX}<name>)")
+        renamed.append({**e, "name": run_expectation_name(e["name"])})
+    return CheckSettings(settings.enabled, tuple(renamed)).over(base)
 
 
 # --- the profile -----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ a committed epoch's plan).
 from __future__ import annotations
 
 from include.errors import ObjectNotFound
-from include.layout import JobLayout, check_job_id
+from include.layout import JOB_ID_PATTERN, JobLayout, check_job_id, report_foreign
 from include.overview.model import (
     AttemptView,
     BatchView,
@@ -45,8 +45,10 @@ def list_jobs(store: ObjectStore) -> list[str]:
     jobs = set()
     for o in ReadOnlyStore(store).list("jobs/"):
         parts = o.key.split("/", 2)
-        if len(parts) == 3:
+        if len(parts) == 3 and JOB_ID_PATTERN.fullmatch(parts[1]):
             jobs.add(parts[1])
+        else:
+            report_foreign(store, o.key, "a job's objects are jobs/<job id>/...")
     return sorted(jobs)
 
 

@@ -8,8 +8,9 @@ from typing import Any
 from include.checkpoint import CheckpointLog
 from include.errors import CheckpointError, ConfigError, ObjectNotFound
 from include.generations import lineage_of
-from include.layout import JOB_ID_PATTERN, JobLayout, check_job_id
+from include.layout import ATTEMPT_ID_PATTERN, JOB_ID_PATTERN, JobLayout, check_job_id, report_foreign
 from include.manifest import Manifest
+from include.schemas import DamagedRecord
 from include.overview.model import (
     AttemptView,
     BatchView,
@@ -169,17 +170,31 @@ class _Reader:
                                         name == names[-1], name in retired))
         return views
 
+    def _parsed(self, sub: str, whole: bool = False) -> list[tuple[int, str, str]]:
+        """(epoch, attempt id, the rest of the key) of the keys under ``sub`` that are in the
+        layout's grammar (``whole``: the key is ``<sub>/<epoch>/<attempt>`` itself); any other
+        is reported and left out (include.layout.report_foreign)."""
+        out = []
+        for o in self.objects:
+            if not o.key.startswith(f"{self.layout.root}/{sub}/"):
+                continue
+            parsed = self.layout.epoch_and_attempt(o.key, sub)
+            base = f"{self.layout.root}/{sub}/{parsed[0]:010d}/{parsed[1]}" if parsed else ""
+            if parsed is None or (o.key == base) != whole:
+                report_foreign(self.store, o.key, f"{sub}/ holds <epoch>/<attempt id>{'' if whole else '/...'}")
+                continue
+            out.append((parsed[0], parsed[1], o.key[len(base) + 1:]))
+        return out
+
     def _attempts(self) -> dict[int, dict[str, AttemptView]]:
         out: dict[int, dict[str, AttemptView]] = {}
-        for rest in self._keys("attempts"):
-            epoch_s, attempt = rest.split("/", 2)[:2]
-            out.setdefault(int(epoch_s), {}).setdefault(attempt, AttemptView(attempt, "running"))
-        for rest in self._keys("aborted"):
-            epoch_s, attempt = rest.split("/", 1)
-            reason = self.log.abort_reason(int(epoch_s), attempt)
+        for epoch, attempt, _ in self._parsed("attempts"):
+            out.setdefault(epoch, {}).setdefault(attempt, AttemptView(attempt, "running"))
+        for epoch, attempt, _ in self._parsed("aborted", whole=True):
+            reason = self.log.abort_reason(epoch, attempt)
             if reason is None:  # the record of a commit's claim (checkpoint.claim_commit), not an abort
                 continue
-            view = out.setdefault(int(epoch_s), {}).setdefault(attempt, AttemptView(attempt, "aborted"))
+            view = out.setdefault(epoch, {}).setdefault(attempt, AttemptView(attempt, "aborted"))
             view.status = "aborted"
             view.reason = reason
         for epoch, tried in out.items():
@@ -193,19 +208,22 @@ class _Reader:
 
     def _checks(self) -> dict[int, list[CheckView]]:
         out: dict[int, list[CheckView]] = {}
-        for rest in self._keys("checks"):
-            epoch_s, attempt, name = rest.split("/", 2)
+        for epoch, attempt, name in self._parsed("checks"):
             if name != "validation.json":
                 continue
-            where = self.layout.checks(int(epoch_s), attempt)
-            data = self._json(f"{where}/validation.json") or {}
-            report = data.get("report") or {}
+            where = self.layout.checks(epoch, attempt)
+            data = self._json(f"{where}/validation.json")
+            report = data.get("report") if isinstance(data, dict) else None
+            if not isinstance(report, dict) or not isinstance(report.get("counts", {}), dict) \
+                    or not isinstance(report.get("outcomes", []), list):
+                raise DamagedRecord(f"{self.store.location(where + '/validation.json')} is not a data-check "
+                                    "result: a JSON object with a report of counts and outcomes is expected")
             problems = [_outcome_line(o) for o in report.get("outcomes", [])
-                        if o.get("status") in ("failed", "error")]
+                        if isinstance(o, dict) and o.get("status") in ("failed", "error")]
             counts = report.get("counts", {})
             html = f"{where}/data_docs.html"
-            out.setdefault(int(epoch_s), []).append(CheckView(
-                epoch=int(epoch_s), attempt_id=attempt, kind=report.get("kind", "epoch"),
+            out.setdefault(epoch, []).append(CheckView(
+                epoch=epoch, attempt_id=attempt, kind=report.get("kind", "epoch"),
                 success=bool(report.get("success")), counts=counts,
                 headline=(f"{counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
                           f"{counts.get('warned', 0)} warning(s), {counts.get('skipped', 0)} skipped"),
@@ -217,9 +235,11 @@ class _Reader:
                  epochs: dict[int, EpochView], finals: dict[str, int]) -> list[BatchView]:
         starts = {}
         for rest in self._keys("batch-starts"):
-            d = self._json(f"{self.layout.root}/batch-starts/{rest}")
-            if d is not None:
-                starts[rest.rsplit(".json", 1)[0]] = int(d["start_epoch"])
+            batch = rest[:-len(".json")] if rest.endswith(".json") else ""
+            if not ATTEMPT_ID_PATTERN.fullmatch(batch):
+                report_foreign(self.store, f"{self.layout.root}/batch-starts/{rest}", "batch-starts/<batch id>.json")
+                continue
+            starts[batch] = self.log.batches.start(batch)
         # checkpoint id -> (batch, kind, epoch, parent): the kept manifests and the retired ones' summaries
         records = {cid: (m.batch_id, m.kind, m.epoch, m.parent_id) for cid, m in manifests.items()}
         records.update({cid: (d.get("batch_id"), d.get("kind"), d.get("epoch"), d.get("parent_id"))

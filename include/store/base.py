@@ -125,6 +125,17 @@ class ObjectStore(ABC):
                 return self.location(prefix)
         return None
 
+    def marker_in_ancestors(self, marker: str) -> str | None:
+        """The nearest directory (or prefix) strictly above this store's root that holds
+        ``marker``: its location; None if none does, up to the top of the filesystem or bucket."""
+        return None
+
+    def markers_below(self, marker: str, limit: int = 10) -> list[str]:
+        """Keys strictly under this store's root that end with ``/<marker>`` (the roots of
+        stores nested inside this one), at most ``limit`` of them. Lists the whole store: for a
+        store being created, not one in use."""
+        return [o.key for o in self.list("") if o.key.endswith("/" + marker)][:limit]
+
     def check_reachable(self) -> None:
         """Fail fast, naming the store, if it cannot be used at all."""
         self.list("__probe__/")

@@ -146,6 +146,28 @@ class LocalStore(ObjectStore):
         """Nothing to check: ``put_if_absent`` links a complete file to its name, and linking
         to a taken name fails with EEXIST: exactly one creator wins, by construction."""
 
+    def marker_in_ancestors(self, marker: str) -> str | None:
+        path = os.path.dirname(self.root)
+        while True:
+            if os.path.isfile(os.path.join(path, *marker.split("/"))):
+                return path
+            parent = os.path.dirname(path)
+            if parent == path:
+                return None
+            path = parent
+
+    def markers_below(self, marker: str, limit: int = 10) -> list[str]:
+        found: list[str] = []
+        head, _, name = marker.rpartition("/")
+        for dirpath, dirs, files in os.walk(self.root):
+            if name in files and (not head or dirpath.endswith(os.sep + head.replace("/", os.sep))):
+                rel = os.path.relpath(os.path.join(dirpath, name), self.root).replace(os.sep, "/")
+                if rel != marker:
+                    found.append(rel)
+                    if len(found) >= limit:
+                        break
+        return sorted(found)
+
     def marker_above(self, key: str, marker: str) -> str | None:
         path = self._path(key) if key else self.root
         while True:

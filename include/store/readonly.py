@@ -54,3 +54,12 @@ class ReadOnlyStore(ObjectStore):
 
     def local_path(self, key: str) -> str | None:
         return self._store.local_path(key)
+
+    def marker_above(self, key: str, marker: str) -> str | None:
+        return self._store.marker_above(key, marker)
+
+    def marker_in_ancestors(self, marker: str) -> str | None:
+        return self._store.marker_in_ancestors(marker)
+
+    def markers_below(self, marker: str, limit: int = 10) -> list[str]:
+        return self._store.markers_below(marker, limit)

@@ -327,6 +327,28 @@ class S3Store(ObjectStore):
     def check_reachable(self) -> None:
         self._call("HEAD bucket", "", lambda: self.client.head_bucket(Bucket=self.bucket))
 
+    def _head_exists(self, key: str, full_key: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        def head() -> bool:
+            try:
+                self.client.head_object(Bucket=self.bucket, Key=full_key)
+                return True
+            except ClientError as e:
+                if e.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                    return False
+                raise
+
+        return self._call("HEAD", key, head)
+
+    def marker_in_ancestors(self, marker: str) -> str | None:
+        parts = [p for p in self.prefix.split("/") if p]
+        for n in range(len(parts) - 1, -1, -1):
+            prefix = "/".join(parts[:n])
+            if self._head_exists("", f"{prefix}/{marker}" if prefix else marker):
+                return f"s3://{self.bucket}/{prefix}"
+        return None
+
     def marker_above(self, key: str, marker: str) -> str | None:
         from botocore.exceptions import ClientError
 

@@ -1,0 +1,136 @@
+"""Which locations a run may name: the allowed roots, one rule for the runs and the view.
+
+A DAG run's ``input_path``, ``output_path`` and ``checkpoint_root`` must lie under one of the
+DAG's allowed roots: the places its author configured (the params' defaults: the input's
+directory, the checkpoint root, the output root), the project's local directory, and the
+deployment's ``ITERATIONS_ALLOWED_ROOTS`` (comma-separated). The root ``s3://`` allows every
+bucket (tests only). Each value is parsed into a ``Location`` first (include.locations.location:
+the grammar, symbolic links resolved), then compared segment by segment.
+
+``roots_for_dag`` is the one place that list is made: the operators check a run's values
+against it and the Iterations view checks the checkpoint root it is asked to read against the
+same list of the DAG that owns the job.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from include.locations.location import Location, LocationError
+
+ROOTS_ENV = "ITERATIONS_ALLOWED_ROOTS"
+CHECKPOINT_ROOTS_ENV = "ITERATIONS_CHECKPOINT_ROOTS"
+#: the params whose defaults give a DAG its roots
+LOCATION_PARAMS = ("input_path", "output_path", "checkpoint_root")
+
+
+@dataclass(frozen=True)
+class _Root:
+    text: str
+    location: Location | None  # None: any bucket ("s3://")
+
+
+def _parse_root(text: str) -> _Root:
+    text = text.strip()
+    if text.lower() in ("s3://", "s3a://"):
+        return _Root(text, None)
+    try:
+        return _Root(text, Location.parse(text, "allowed root"))
+    except LocationError as e:
+        raise LocationError(f"{e} (in {ROOTS_ENV} or a DAG's defaults)") from None
+
+
+def deployment_roots() -> list[str]:
+    """The deployment's ``ITERATIONS_ALLOWED_ROOTS``."""
+    return [r.strip() for r in os.environ.get(ROOTS_ENV, "").split(",") if r.strip()]
+
+
+def deployment_checkpoint_roots() -> list[str]:
+    """The deployment's ``ITERATIONS_CHECKPOINT_ROOTS``: places where no output may go."""
+    return [r.strip() for r in os.environ.get(CHECKPOINT_ROOTS_ENV, "").split(",") if r.strip()]
+
+
+class AllowedRoots:
+    """The roots a run's locations must lie under."""
+
+    def __init__(self, roots: Iterable[str]):
+        self.roots = [_parse_root(r) for r in roots if r and str(r).strip()]
+
+    @classmethod
+    def for_dag(cls, configured: Iterable[str]) -> "AllowedRoots":
+        """The DAG's configured roots plus the deployment's (``ITERATIONS_ALLOWED_ROOTS``)."""
+        return cls([*configured, *deployment_roots()])
+
+    def describe(self) -> str:
+        return ", ".join(r.text for r in self.roots) or "none"
+
+    def allows(self, location: Location) -> bool:
+        return any((r.location is None and location.is_s3) or (r.location is not None and r.location.contains(location))
+                   for r in self.roots)
+
+    def admit(self, what: str, value: object) -> Location:
+        """The canonical location of ``value`` if it lies under an allowed root; LocationError
+        naming ``what`` and the value otherwise."""
+        location = Location.parse(value, what)
+        if self.allows(location):
+            return location
+        resolved = f" (resolved {location.url!r})" if location.is_local and location.url != value else ""
+        raise LocationError(f"{what} {value!r}{resolved} is outside the allowed roots ({self.describe()}); "
+                            f"add a parent to {ROOTS_ENV} if it is meant to be used")
+
+    def check(self, what: str, value: object) -> str:
+        """``admit``'s canonical form, as a string."""
+        return self.admit(what, value).url
+
+
+def configured_roots(defaults: Mapping[str, object]) -> list[str]:
+    """The roots a DAG's params defaults imply: the input's directory (or prefix), the
+    checkpoint root and the output root themselves."""
+    roots = []
+    for name, value in defaults.items():
+        if not value:
+            continue
+        text = str(value)
+        if name == "input_path" and "{date}" in text:  # a scheduled input: the directory of the dates
+            location = Location.parse(text[:text.index("{date}")].rsplit("/", 1)[0] or "/", f"the default {name}")
+        else:
+            location = Location.parse(text, f"the default {name}")
+            if name == "input_path" and location.segments:
+                location = location.parent
+        roots.append(location.url)
+    return roots
+
+
+def dag_roots(defaults: Mapping[str, object], local_dir: str | None = None) -> list[str]:
+    """The roots a DAG's params defaults give it (``LOCATION_PARAMS``: ``configured_roots``) and
+    the project's local directory; the deployment's are added by ``AllowedRoots.for_dag``."""
+    from include.paths import LOCAL_DIR
+
+    return [*configured_roots({k: defaults.get(k) for k in LOCATION_PARAMS}), local_dir or LOCAL_DIR]
+
+
+def roots_for_dag(defaults: Mapping[str, object], local_dir: str | None = None) -> AllowedRoots:
+    """A DAG's allowed roots: the one rule its runs (iterations.dag_factory gives its operators
+    ``dag_roots``) and the Iterations view (for the DAGs its user may read) both apply."""
+    return AllowedRoots.for_dag(dag_roots(defaults, local_dir))
+
+
+def check_output_outside_checkpoints(output: Location | None, checkpoint_roots: Iterable[object]) -> None:
+    """LocationError if ``output`` overlaps one of ``checkpoint_roots`` (or one of the
+    deployment's, ``ITERATIONS_CHECKPOINT_ROOTS``): publishing there could damage a job's state.
+    Stores elsewhere are found by their markers (include.locations.borders)."""
+    if output is None:
+        return
+    for root in [*checkpoint_roots, *deployment_checkpoint_roots()]:
+        if not root:
+            continue
+        where = Location.parse(root, "checkpoint root")
+        if output.overlaps(where):
+            raise LocationError(f"output_path {output.url!r} overlaps the checkpoint root {where.url!r}: outputs never "
+                                "share a location with checkpoints; choose an output_path outside every checkpoint root")
+
+
+__all__ = ["AllowedRoots", "CHECKPOINT_ROOTS_ENV", "LOCATION_PARAMS", "ROOTS_ENV", "check_output_outside_checkpoints",
+           "configured_roots", "dag_roots", "deployment_checkpoint_roots", "deployment_roots", "roots_for_dag"]
