@@ -1,7 +1,8 @@
 """The iterations Airflow plugin: registers the operators' extra link ("Data checks", the
-report of the data checks a commit or finish task ran), and the Iterations view: a FastAPI app
+report of the data checks a commit or finish task ran), the Iterations view: a FastAPI app
 the API server mounts under ``/iterations`` (``iterations.views.app``), shown in the UI's
-Browse menu as an embedded page."""
+Browse menu as an embedded page, and the API server middleware that refuses a run conf key an
+iteration DAG has no param for (``iterations.closed_conf``)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
+from iterations.closed_conf import ClosedConfMiddleware
 from iterations.operators.base import DataChecksLink
 
 
@@ -34,6 +36,9 @@ class IterationsPlugin(AirflowPlugin):
     name = "iterations"
     operator_extra_links = [DataChecksLink()]
     fastapi_apps = [{"app": IterationsView(), "url_prefix": "/iterations", "name": "Iterations view"}]
+    # a run conf with a key the DAG has no param for is refused when it is triggered
+    fastapi_root_middlewares = [{"middleware": ClosedConfMiddleware, "args": [], "kwargs": {},
+                                 "name": "Closed run conf of the iteration DAGs"}]
     external_views = [
         {"name": "Iterations", "href": "/iterations/", "url_route": "iterations", "destination": "nav",
          "category": "browse"},

@@ -24,8 +24,8 @@ from include.config import JobConfig
 from include.generations import check_rewind_to
 from include.head import AlignmentDecision, HeadStatus
 from include.manifest import Manifest
-from include.ownership import LEASE_TTL_S, Holder
-from include.protocol import EpochOutcome, EpochRun, Step, metrics_text, owner_of, warm_up_checks
+from include.ownership import LEASE_TTL_S, Holder, JobLease
+from include.protocol import EpochOutcome, EpochRun, Step, check_borders, metrics_text, owner_of, warm_up_checks
 from include.runtime import (
     DEFAULT_CHECKS,
     Check,
@@ -92,8 +92,14 @@ class IterationRunner:
         job's newest generation: ``self.config.job_id`` names it."""
         self.store_options = dict(store_options or {})
         store = store or open_store(config.checkpoint_root, **self.store_options)
+        self.holder = Holder.this_process()
+
+        def hold() -> None:  # a rewind writes a new generation: inside its borders, under the job's lease, as a run
+            check_borders(config, store, self.store_options)
+            JobLease(store, config.job_id).acquire(self.holder, wait=lease_wait)
+
         log_id, lineage = generations.attach(store, config.job_id, None, rewind_to=check_rewind_to(rewind_to),
-                                             owner=owner_of(config, None))
+                                             owner=owner_of(config, None), hold=hold)
         self.lineage = lineage
         self.config = config = dataclasses.replace(config, job_id=log_id)
         self.attempt_retries = attempt_retries
@@ -106,7 +112,6 @@ class IterationRunner:
         self._executor = None
         self.take_over = take_over
         self.lease_wait = lease_wait
-        self.holder = Holder.this_process()
 
     @property
     def spark(self):

@@ -80,7 +80,9 @@ def job_params(
         "input_path": param(input_path, type="string", minLength=1,
                             description="Static input: a local path or s3://bucket/key (CSV with header, Parquet, JSON lines)."),
         "output_path": param(output_path, type=["null", "string"],
-                             description="Where finish publishes the outputs (local path or s3://bucket/prefix)."),
+                             description="Where finish publishes the outputs (local path or s3://bucket/prefix). "
+                                         "Left at its default, each job publishes under <default>/<job_id>; "
+                                         "a location another job published to first is refused."),
         "output_format": setting("output_format"),
         "checkpoint_root": param(checkpoint_root, type="string", minLength=1,
                                  description="Checkpoint store: a local directory or s3://bucket/prefix."),
@@ -215,7 +217,7 @@ def iteration_dag(
     before it has succeeded and its commit succeeded or was skipped (trigger rule
     ``none_failed``). Off: three tasks every epoch. docs/airflow.md says what it changes."""
     from include.checks import load_checks_file
-    from include.paths import configured_roots
+    from include.locations import LOCATION_PARAMS, dag_roots
     from iterations.operators.continuation import ContinuationOperator
     from iterations.operators.epoch import EpochCommitOperator, EpochHeadOperator, FinishOperator
     from iterations.sensors.alignment import AlignmentSensor
@@ -232,12 +234,12 @@ def iteration_dag(
     scheduled = schedule is not None
     checks = load_checks_file(os.path.join(PROJECT_ROOT, checks_file)) if checks_file else None
     # where a run's params may point: the directories/prefixes of the defaults, the embedded
-    # local directory, and the deployment's ITERATIONS_ALLOWED_ROOTS (include.paths)
-    defaults = {k: getattr(params.get(k), "value", None) for k in ("input_path", "output_path", "checkpoint_root")}
-    allowed_roots = [*configured_roots(defaults), LOCAL_DIR]
+    # local directory, and the deployment's ITERATIONS_ALLOWED_ROOTS (include.locations)
+    defaults = {k: getattr(params.get(k), "value", None) for k in LOCATION_PARAMS}
+    allowed_roots = dag_roots(defaults)  # the rule the Iterations view applies too
     common = {"body": body, "body_param_names": body_param_names, "aws_conn_id": aws_conn_id, "scheduled": scheduled,
               "checks": checks, "allowed_roots": allowed_roots, "allow_take_over": allow_take_over,
-              "relax_checks": relax_checks, "lease_wait": lease_wait,
+              "relax_checks": relax_checks, "lease_wait": lease_wait, "output_root": defaults["output_path"],
               "checkpoint_roots": [defaults["checkpoint_root"]] if defaults["checkpoint_root"] else []}
     if allow_take_over:
         params = {**params, "take_over": param(

@@ -138,10 +138,13 @@ def read_dataset(spark: SparkSession, store: ObjectStore, ds: DatasetRef, num_pa
 
 
 def read_input(spark: SparkSession, spec: InputSpec, num_partitions: int, **store_options: Any) -> DataFrame:
-    """Read a job's static input: local paths with Spark's own readers, S3 with the store source."""
+    """Read a job's static input at its canonical location (include.locations), literally:
+    local paths with Spark's own readers, given as ``file://`` URIs whose grammar leaves Hadoop
+    no glob, list or escape to expand; S3 with the store source, object by object."""
     options = {"header": "true", "inferSchema": "true"} if spec.format == "csv" else {}
     options.update(spec.options)
-    if not spec.is_s3:
+    location = spec.location  # parsed again: nothing outside the grammar reaches a reader
+    if location.is_local:
         path = _local_path(spec)
         if os.path.isdir(path) and not any(
             not n.startswith((".", "_")) for _, _, names in os.walk(path) for n in names
@@ -150,13 +153,13 @@ def read_input(spark: SparkSession, spec: InputSpec, num_partitions: int, **stor
         # Spark matches cached data by plan, across the sessions of a server: a plan that names
         # the files' sizes and times reads the input as it is now, not a copy cached earlier
         return spark.read.format(spec.format).options(**options).option(
-            "iterations.input.version", _local_version(path)).load(path)
+            "iterations.input.version", _local_version(path)).load(location.hadoop_path())
     return _read_s3_input(spark, spec, num_partitions, options, store_options)
 
 
 def _local_path(spec: InputSpec) -> str:
-    """The local input's path (``file://`` dropped); InputDataError when nothing is there."""
-    path = spec.path[len("file://"):] if spec.path.startswith("file://") else spec.path
+    """The local input's path; InputDataError when nothing is there."""
+    path = spec.location.path
     if not os.path.exists(path):
         raise InputDataError(f"input path {path} does not exist")
     return path
@@ -193,7 +196,8 @@ def input_version(spec: InputSpec, **store_options: Any) -> str:
 def _s3_objects(spec: InputSpec, store_options: Mapping[str, Any]) -> tuple[ObjectStore, list]:
     """The input's data files on S3 (names starting with ``.`` or ``_`` and empty objects
     left out), and the store they are in."""
-    bucket_url, _, key = spec.path.partition("://")[2].partition("/")
+    location = spec.location
+    bucket_url, key = location.bucket, location.path
     store = open_store(f"s3://{bucket_url}", **store_options)
     objects = [o for o in store.list(key) if not o.key.rsplit("/", 1)[-1].startswith((".", "_")) and o.size > 0]
     objects = [o for o in objects if o.key == key or o.key.startswith(key.rstrip("/") + "/") or not key]

@@ -104,15 +104,18 @@ class IterationOperator(BaseOperator):
         checks: dict[str, Any] | None = None,
         allowed_roots: Sequence[str] = (),
         checkpoint_roots: Sequence[str] = (),
+        output_root: str | None = None,
         allow_take_over: bool = False,
         relax_checks: bool = False,
         lease_wait: float = 60.0,
         **kwargs: Any,
     ) -> None:
         """``checks``: the DAG's data checks (its checks file), under the run's ``checks`` param.
-        ``allowed_roots``: where the run's paths may point (include.paths), besides
+        ``allowed_roots``: where the run's paths may point (include.locations), besides
         ITERATIONS_ALLOWED_ROOTS and the paths given in ``job``. ``checkpoint_roots``: the DAG's
-        checkpoint roots besides the run's own (no output may overlap one). ``allow_take_over``:
+        checkpoint roots besides the run's own (no output may overlap one). ``output_root``:
+        the DAG's default ``output_path``; a run that leaves it publishes under
+        ``<output_root>/<job_id>``, so that the jobs of one DAG never share an output. ``allow_take_over``:
         whether a run's ``take_over`` param may make another owner's job this DAG's.
         ``relax_checks``: whether a run's ``checks`` param may turn off or loosen the author's
         checks (otherwise it may only add expectations). ``lease_wait``: seconds a task waits
@@ -121,6 +124,7 @@ class IterationOperator(BaseOperator):
         self.params = own_params(self.params, self.dag if self.has_dag() else None)
         self.allowed_roots = list(allowed_roots)
         self.checkpoint_roots = list(checkpoint_roots)
+        self.output_root = output_root
         self.allow_take_over = allow_take_over
         self.relax_checks = relax_checks
         self.lease_wait = lease_wait
@@ -137,7 +141,17 @@ class IterationOperator(BaseOperator):
         skip_exit_collection()  # airflow dags test / tasks test: no seconds of collection at exit
 
     def settings(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        """The DAG run's params overridden by ``job``; empty strings count as unset."""
+        """The DAG run's params overridden by ``job``; empty strings count as unset. A run conf
+        is closed: a key the DAG has no param for fails the task at once, naming the key and
+        the nearest param (include.parameters.check_conf_keys)."""
+        from include.errors import ConfigError
+        from include.parameters import check_conf_keys
+
+        if self.has_dag() and self.dag.params is not None:
+            try:
+                check_conf_keys(dict(context["params"]), set(self.dag.params.keys()))
+            except ConfigError as e:
+                raise AirflowFailException(f"refused DAG run params: {e}") from e
         merged = {**dict(context["params"]), **dict(self.job)}
         return {k: v for k, v in merged.items() if v is not None and v != ""}
 
@@ -152,33 +166,42 @@ class IterationOperator(BaseOperator):
                              "or set the batch_date param")
         return batch_date(when)
 
-    def job_config(self, context: Mapping[str, Any]):
-        from include.config import InputSpec, JobConfig
+    def allowed(self):
+        """Where this DAG's runs may read and write (include.locations.roots_for_dag): the
+        roots of the DAG's defaults and of ``job``, the local directory, the deployment's."""
+        from include.locations import AllowedRoots, configured_roots
+
+        return AllowedRoots.for_dag([*self.allowed_roots, *configured_roots(
+            {k: self.job.get(k) for k in ("input_path", "output_path", "checkpoint_root")})])
+
+    def locations(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        """The run's settings with its locations admitted at the door (include.locations.door:
+        canonical, under the DAG's allowed roots, apart from every checkpoint root; a scheduled
+        batch's input and output are its date's; an output left at the DAG's default is the
+        job's own, ``<default>/<job_id>``). AirflowFailException naming the value otherwise (a
+        retry would fail the same way)."""
+        from include.errors import ConfigError
+        from include.locations.door import admit_run
 
         settings = self.settings(context)
         missing = [k for k in ("job_id", "input_path", "checkpoint_root") if not settings.get(k)]
         if missing:
             raise ValueError(f"missing job setting(s) {missing}: set them as DAG params or in job=")
-        if self.scheduled:  # batch D reads the input of D and publishes under <output_path>/<D>
-            date = self.batch_date(context)
-            settings["input_path"] = settings["input_path"].replace("{date}", f"{date[:4]}-{date[4:6]}-{date[6:8]}")
-            if settings.get("output_path"):
-                settings["output_path"] = f"{settings['output_path'].rstrip('/')}/{date}"
-        from include.errors import ConfigError
-        from include.paths import PathPolicy, check_output_path, configured_roots
-
-        policy = PathPolicy.for_dag([*self.allowed_roots, *configured_roots(
-            {k: self.job.get(k) for k in ("input_path", "output_path", "checkpoint_root")})])
         try:
-            for name in ("input_path", "output_path", "checkpoint_root"):
-                if settings.get(name):
-                    policy.check(name, settings[name])
-            check_output_path(settings.get("output_path"), [settings["checkpoint_root"], *self.checkpoint_roots])
+            settings = admit_run(settings, self.allowed(), checkpoint_roots=self.checkpoint_roots,
+                                 output_root=self.output_root,
+                                 date=self.batch_date(context) if self.scheduled else None)
             if settings.get("take_over") and not self.allow_take_over:
                 raise ConfigError(f"take_over: DAG {self.dag_id} does not allow a run to take a job over "
                                   "(its author sets allow_take_over)")
         except ConfigError as e:  # the params are wrong: a retry would fail the same way
             raise AirflowFailException(f"refused DAG run params: {e}") from e
+        return settings
+
+    def job_config(self, context: Mapping[str, Any]):
+        from include.config import InputSpec, JobConfig
+
+        settings = self.locations(context)
         return JobConfig(
             body=self.body,
             input=InputSpec(settings["input_path"], settings.get("input_format") or None),
@@ -286,12 +309,12 @@ class IterationOperator(BaseOperator):
             run_id = batch_id_of(context)
         return Holder.dag_run(self.dag_id, run_id)
 
-    def start(self, context: Mapping[str, Any], run, *, validate: bool = True):
-        """Before this task writes: the store probed, the job claimed for this DAG (its owner),
-        the lease held for this DAG run (include.protocol.EpochRun.start); the job's state."""
+    def alive(self, context: Mapping[str, Any]):
+        """Whether a lease holder is alive, as far as this task can tell: a DAG run holds the
+        job until it ends (True, False, or None when it cannot be told)."""
         ti = context.get("ti")
 
-        def alive(holder) -> bool | None:  # a DAG run holds the job until it ends
+        def alive(holder) -> bool | None:
             if holder.kind != "dag_run" or ti is None or not hasattr(ti, "get_dagrun_state"):
                 return None
             try:
@@ -304,9 +327,27 @@ class IterationOperator(BaseOperator):
                 return False if gone else None
             return state.rsplit(".", 1)[-1].lower() not in ("success", "failed")
 
+        return alive
+
+    def hold(self, context: Mapping[str, Any], store, lease_id: str):
+        """A callable that takes job ``lease_id``'s lease for this DAG run, waiting for (then
+        refused by) another live run as ``start`` does: given to include.generations.attach and
+        include.schedule.Schedule.attach, which call it before they write (a rewind, a
+        recompute, the run's binding to a generation)."""
+        from include.ownership import JobLease
+
+        def hold():
+            JobLease(store, lease_id).acquire(self.holder(context), wait=self.lease_wait,
+                                              alive=self.alive(context))
+
+        return hold
+
+    def start(self, context: Mapping[str, Any], run, *, validate: bool = True):
+        """Before this task writes: the store probed, the job claimed for this DAG (its owner),
+        the lease held for this DAG run (include.protocol.EpochRun.start); the job's state."""
         return run.start(self.holder(context), dag_id=self.dag_id,
                          take_over=bool(self.settings(context).get("take_over")),
-                         lease_wait=self.lease_wait, alive=alive, validate=validate)
+                         lease_wait=self.lease_wait, alive=self.alive(context), validate=validate)
 
     def skip_epoch_tasks(self, context: Mapping[str, Any], *, after: int | None,
                          also: Sequence[str] = ()) -> None:
@@ -336,8 +377,11 @@ class IterationOperator(BaseOperator):
         import dataclasses
 
         from include import generations
+        from include.body import body_reference
         from include.generations import check_rewind_to
-        from include.protocol import owner_of
+        from include.locations.owners import OutputOwner
+        from include.ownership import check_claim
+        from include.protocol import check_borders, owner_of
         from include.runtime import IterationJob
         from include.schedule import Schedule
         from include.store import open_store
@@ -349,22 +393,31 @@ class IterationOperator(BaseOperator):
         settings = self.settings(context)
         rewind_to = check_rewind_to(settings.get("rewind_to"))
         owner = owner_of(config, self.dag_id)
+        # who publishes: the job as configured (its generations and a schedule's dates are one job)
+        output_owner = OutputOwner(store=config.checkpoint_root, job_id=config.job_id, dag_id=self.dag_id,
+                                   body=body_reference(config.body))
+        with permanent_errors():  # the borders, before the run's first write (its lease, its generation)
+            check_borders(config, store, options, output_owner, take_over=bool(settings.get("take_over")))
         if self.scheduled:
             schedule = Schedule(store, config.job_id)
-            generation = schedule.attach(self.batch_date(context), batch_id_of(context),
-                                         recompute=bool(settings.get("recompute")), rewind_to=rewind_to, owner=owner)
+            date = self.batch_date(context)
+            lineage = schedule.lineage(date)
+            generation = schedule.attach(date, batch_id_of(context), recompute=bool(settings.get("recompute")),
+                                         rewind_to=rewind_to, owner=owner,
+                                         hold=self.hold(context, store, lineage.base))
             self.generation = (schedule, generation)
-            lineage = schedule.lineage(generation.date)
             extra = {"warm_start": schedule.warm_start_manifest(generation), "rewound_from": generation.rewound_from,
                      "publication_family": lineage.family(generation.job_id),
-                     "may_publish": lambda: schedule.check_may_publish(generation)}
+                     "may_publish": lambda: schedule.check_may_publish(generation), "lease_id": lineage.base}
             log_id = generation.job_id
         else:
+            with permanent_errors():  # a job of another owner: refused before its lease is touched
+                check_claim(store, config.job_id, owner, take_over=bool(settings.get("take_over")))
             log_id, lineage = generations.attach(store, config.job_id, batch_id_of(context), rewind_to=rewind_to,
-                                                 owner=owner)
+                                                 owner=owner, hold=self.hold(context, store, config.job_id))
             extra = generations.job_options(lineage, log_id)
         config = dataclasses.replace(config, job_id=log_id)
-        return IterationJob(config, store, store_options=options, **extra), options
+        return IterationJob(config, store, store_options=options, output_owner=output_owner, **extra), options
 
 
 class SparkAttemptOperator(IterationOperator):

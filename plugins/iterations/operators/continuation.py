@@ -70,7 +70,8 @@ class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
                                        f"{state.latest.checkpoint_id}: trigger the DAG again to resume")
         conf = dict(context["params"])
         conf["stop"] = "none"  # a stop param applied to the batch that asked for it
-        conf["recompute"] = False  # a continuation goes on with the batch's generation
+        if "recompute" in conf:  # a scheduled DAG's param (a run conf holds only the DAG's params)
+            conf["recompute"] = False  # a continuation goes on with the batch's generation
         conf["rewind_to"] = None  # ... and with the generation a rewind started
         if "take_over" in conf:
             conf["take_over"] = False  # the job is this DAG's now: nothing left to take over

@@ -24,7 +24,7 @@ class StopRequestOperator(IterationOperator):
         from include.errors import ConfigError
         from include.generations import Lineage
         from include.ownership import read_owner
-        from include.paths import PathPolicy
+        from include.locations import AllowedRoots
         from include.store import open_store
         from iterations.hooks.iteration_store import IterationStoreHook
 
@@ -32,8 +32,7 @@ class StopRequestOperator(IterationOperator):
         missing = [k for k in ("job_id", "checkpoint_root", "mode") if not settings.get(k)]
         if missing:
             raise ConfigError(f"missing setting(s) {missing} for a stop request")
-        root = settings["checkpoint_root"]
-        PathPolicy.for_dag(self.allowed_roots).check("checkpoint_root", root)  # the same rule as every run
+        root = AllowedRoots.for_dag(self.allowed_roots).check("checkpoint_root", settings["checkpoint_root"])
         # an existing store only: a request never creates directories elsewhere
         store = open_store(root, create=False, **IterationStoreHook(self.aws_conn_id).store_options(root))
         newest = Lineage.of_job(store, settings["job_id"]).newest()

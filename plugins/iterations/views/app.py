@@ -4,8 +4,9 @@ Read-only over ``include.overview`` (the same checkpoint log the operators write
 endpoint needs an authenticated Airflow user (a JWT as a Bearer token, or the UI's session
 cookie), and shows a job only to a user who may read a DAG that owns it
 (``iterations.views.access``, DESIGN.md section 7); any other job is answered as a job that does
-not exist. The checkpoint root asked for must be under the allowed roots (``include.paths``: the
-embedded local directory and ``ITERATIONS_ALLOWED_ROOTS``).
+not exist. The checkpoint root asked for must be under the roots of a DAG the user may read, by the rule
+that DAG's runs keep (``include.locations.roots_for_dag``), the embedded local directory or
+``ITERATIONS_ALLOWED_ROOTS``.
 
     GET /iterations/                                   HTML: the jobs of a checkpoint root
     GET /iterations/jobs/{job_id}                      HTML: the job's epochs, chart, finish
@@ -42,7 +43,7 @@ from include.overview import (
     job_overview,
     list_jobs,
 )
-from include.paths import PathPolicy
+from include.locations import LOCATION_PARAMS, AllowedRoots, dag_roots
 from iterations.dag_factory import DEFAULT_STORE, LOCAL_DIR
 from iterations.hooks.iteration_store import IterationStoreHook
 from iterations.operators.base import batch_id_of_run
@@ -82,12 +83,38 @@ class ViewError(Exception):
         self.message = message
 
 
-def open_root(root: str | None):
-    """The store at checkpoint root ``root`` (default: the embedded store), once the path
-    policy allows it. A local root that does not exist is not created."""
+def view_roots(access: JobAccess | None) -> AllowedRoots:
+    """The roots the view reads: those of every DAG the user may read, by the rule their runs
+    keep (include.locations.roots_for_dag over each DAG's params' defaults), the embedded local
+    directory, and the deployment's ``ITERATIONS_ALLOWED_ROOTS``."""
+    roots: list[str] = [LOCAL_DIR]
+    if access is not None:
+        from airflow.models.dag import DagModel
+        from airflow.models.serialized_dag import SerializedDagModel
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        with create_session() as session:
+            dag_ids = list(session.scalars(select(DagModel.dag_id).where(~DagModel.is_stale)))
+            for dag_id in sorted(access.readable_dags(dag_ids)):
+                dag = SerializedDagModel.get_dag(dag_id, session=session)
+                if dag is None:
+                    continue
+                defaults = {k: dag.params[k] for k in LOCATION_PARAMS if k in dag.params}
+                try:
+                    roots.extend(dag_roots(defaults))
+                except ConfigError:
+                    continue  # a DAG whose defaults are not locations gives the view no root
+    return AllowedRoots.for_dag(roots)
+
+
+def open_root(root: str | None, access: JobAccess | None = None):
+    """The store at checkpoint root ``root`` (default: the embedded store), once it lies under
+    a root of a DAG the user may read (``view_roots``). A local root that does not exist is not
+    created."""
     root = root or DEFAULT_STORE
     try:
-        PathPolicy.for_dag([LOCAL_DIR]).check("root", root)
+        root = view_roots(access).check("root", root)
     except ConfigError as e:
         raise ViewError(403, str(e)) from None
     if not root.startswith(("s3://", "s3a://")) and not os.path.isdir(root):
@@ -142,8 +169,9 @@ def _visible(access: JobAccess, store: Any, job_id: str) -> None:
 @app.get("/", response_class=HTMLResponse)
 def index(request: Request, user: GetUserDep, root: str | None = None) -> HTMLResponse:
     def render() -> str:
-        where, store = open_root(root)
-        return page.index_page(where, JobAccess(user).visible(store, list_jobs(store)), None, _base(request))
+        access = JobAccess(user)
+        where, store = open_root(root, access)
+        return page.index_page(where, access.visible(store, list_jobs(store)), None, _base(request))
 
     try:
         return HTMLResponse(_guard(render))
@@ -156,8 +184,9 @@ def index(request: Request, user: GetUserDep, root: str | None = None) -> HTMLRe
 def job_view(request: Request, user: GetUserDep, job_id: str, root: str | None = None, metric: str | None = None,
              batch: str | None = None) -> HTMLResponse:
     def render() -> str:
-        where, store = open_root(root)
-        _visible(JobAccess(user), store, job_id)
+        access = JobAccess(user)
+        where, store = open_root(root, access)
+        _visible(access, store, job_id)
         return page.job_page(job_overview(store, job_id, metric=metric), where, _base(request), batch=batch)
 
     return _html(render)
@@ -167,7 +196,7 @@ def _no_run(dag_id: str, run_id: str) -> str:
     return f"no run {run_id!r} of DAG {dag_id!r}"
 
 
-def job_of_run(dag_id: str, run_id: str) -> tuple[str, str, Any, str]:
+def job_of_run(dag_id: str, run_id: str, access: JobAccess | None = None) -> tuple[str, str, Any, str]:
     """(checkpoint log id, checkpoint root, its store, batch id) of a DAG run of an iteration DAG:
     its conf over its DAG's params; the run works on the generation its first task chose."""
     from airflow.models.dagrun import DagRun
@@ -188,7 +217,7 @@ def job_of_run(dag_id: str, run_id: str) -> tuple[str, str, Any, str]:
         raise ViewError(404, f"run {run_id!r} of DAG {dag_id!r} has no job_id and checkpoint_root params: "
                              "it is not a run of an iteration DAG")
     batch = batch_id_of_run(run_id)
-    root, store = open_root(str(params["checkpoint_root"]))
+    root, store = open_root(str(params["checkpoint_root"]), access)
     job_id = check_job_id(str(params["job_id"]))  # a run's conf is untrusted: no other key is read
     for key in (f"schedules/{job_id}/runs/{batch}.json", f"lineages/{job_id}/runs/{batch}.json"):
         try:  # the generation the run's first task chose (include.schedule, include.generations)
@@ -211,7 +240,7 @@ def run_view(request: Request, user: GetUserDep, dag_id: str, run_id: str) -> Re
     def resolve() -> tuple[str, str, str]:
         if not access.readable_dags([dag_id]):
             raise ViewError(404, _no_run(dag_id, run_id))
-        job_id, root, store, batch = job_of_run(dag_id, run_id)
+        job_id, root, store, batch = job_of_run(dag_id, run_id, access)
         _visible(access, store, job_id)
         return job_id, root, batch
 
@@ -227,8 +256,9 @@ def run_view(request: Request, user: GetUserDep, dag_id: str, run_id: str) -> Re
 def check_report_view(user: GetUserDep, job_id: str, epoch: int, attempt_id: str,
                       root: str | None = None) -> Response:
     def read() -> tuple[str, bytes]:
-        _, store = open_root(root)
-        _visible(JobAccess(user), store, job_id)
+        access = JobAccess(user)
+        _, store = open_root(root, access)
+        _visible(access, store, job_id)
         try:
             return check_report(store, job_id, epoch, attempt_id)
         except ObjectNotFound:
@@ -248,8 +278,9 @@ def check_report_view(user: GetUserDep, job_id: str, epoch: int, attempt_id: str
 @app.get("/api/jobs")
 def api_jobs(user: GetUserDep, root: str | None = None) -> dict[str, Any]:
     def read() -> dict[str, Any]:
-        where, store = open_root(root)
-        return {"root": where, "jobs": JobAccess(user).visible(store, list_jobs(store))}
+        access = JobAccess(user)
+        where, store = open_root(root, access)
+        return {"root": where, "jobs": access.visible(store, list_jobs(store))}
 
     return _json(read)
 
@@ -257,8 +288,9 @@ def api_jobs(user: GetUserDep, root: str | None = None) -> dict[str, Any]:
 @app.get("/api/jobs/{job_id}")
 def api_job(user: GetUserDep, job_id: str, root: str | None = None, metric: str | None = None) -> JSONResponse:
     def read() -> dict[str, Any]:
-        where, store = open_root(root)
-        _visible(JobAccess(user), store, job_id)
+        access = JobAccess(user)
+        where, store = open_root(root, access)
+        _visible(access, store, job_id)
         return {"root": where, **job_overview(store, job_id, metric=metric).to_dict()}
 
     return JSONResponse(_finite(_json(read)))
