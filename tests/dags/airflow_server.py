@@ -84,8 +84,9 @@ class AirflowApi:
         raise TimeoutError(f"run {run_id} of {dag_id} not done in {timeout}s: "
                            f"{ {k: v['state'] for k, v in self.task_instances(dag_id, run_id).items()} }")
 
-    def cli(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run([AIRFLOW, *args], env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    def cli(self, *args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run([AIRFLOW, *args], env=env or self.env, cwd=ROOT, capture_output=True, text=True,
+                              timeout=timeout)
 
 
 

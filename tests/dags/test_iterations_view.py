@@ -150,7 +150,7 @@ def test_bad_values_are_refused_naming_them(api_server, view_stores, tmp_path):
     status, body = get(f"/iterations/api/jobs?{q('/etc')}")
     assert status == 403 and "root '/etc'" in body and "outside the allowed roots" in body
     status, body = get(f"/iterations/api/jobs?{q(view_stores.root + '/..' * 12 + '/etc')}")
-    assert status == 403 and "outside the allowed roots" in body
+    assert status == 403 and "has a '..' segment" in body
     status, body = get(f"/iterations/api/jobs?{q('relative/store')}")
     assert status == 403 and "must be an absolute path" in body
     missing = str(tmp_path / "no-store")
@@ -195,7 +195,7 @@ def test_an_s3_root_is_read_through_the_aws_connection(api_server, view_stores, 
     status, _, body = api_server.fetch(f"/iterations/api/jobs?{q(f's3://{bucket}/elsewhere')}", token)
     assert status == 200 and json.loads(body)["jobs"] == []
     status, _, body = api_server.fetch(f"/iterations/api/jobs?{q('s3://Bad_Bucket/x')}", token)
-    assert status == 403 and "'Bad_Bucket' is not a valid bucket name" in body.decode()
+    assert status == 403 and "'Bad_Bucket' is not an S3 bucket name" in body.decode()
     assert listing() == before, "the view wrote to the bucket"
 
 
@@ -453,3 +453,71 @@ def test_html_from_the_store_is_shown_as_text(api_server, hostile_store):
         assert escape(HOSTILE) in html, job
         # what the store holds is what a reader sees, exactly: as text and as attribute values
         assert HOSTILE in page.texts and HOSTILE in page.attributes, (job, page.texts)
+
+
+# --- locations and records (issue 45) -------------------------------------------------------------
+
+
+def test_a_damaged_record_is_a_page_naming_it_never_a_traceback(api_server, view_stores, tmp_path):
+    """A batch record without its batch id, a data-check result that is not one: the page and
+    the JSON say which record, with a 5xx status; nothing is computed on them."""
+    root = str(tmp_path / "store")
+    shutil.copytree(view_stores.root, root)
+    store = LocalStore(root)
+    [batch] = [o.key for o in store.list(f"jobs/{FINISHED_JOB}/batches/") if o.key.endswith("b1.json")]
+    store.put(batch, json.dumps({"final_checkpoint_id": 2}).encode())
+    token = api_server.login("viewer")
+    status, ctype, body = api_server.fetch(f"/iterations/jobs/{FINISHED_JOB}?{q(root)}", token)
+    assert status == 502 and ctype.startswith("text/html"), (status, body[-2000:])
+    assert "is not a batch record: it has no &#x27;batch_id&#x27;" in body.decode() and "b1.json" in body.decode()
+    assert "Traceback" not in body.decode()
+    status, _, body = api_server.fetch(f"/iterations/api/jobs/{FINISHED_JOB}?{q(root)}", token)
+    assert status == 502 and "is not a batch record" in json.loads(body)["detail"], body
+    store.put(batch, json.dumps({"batch_id": "b1", "final_checkpoint_id": 2}).encode())
+    refused, epoch_id, attempt = JobLayout(REFUSED_JOB), view_stores.refused_epoch, view_stores.refused_attempt
+    store.put(f"{refused.checks(epoch_id, attempt)}/validation.json", b"[1, 2]")
+    status, _, body = api_server.fetch(f"/iterations/jobs/{REFUSED_JOB}?{q(root)}", token)
+    assert status == 502 and "is not a data-check result" in body.decode(), (status, body[-2000:])
+
+
+def test_the_view_reads_the_roots_a_dags_runs_may_use(api_server, view_stores, view_dag_runs, tmp_path):
+    """A DAG whose default checkpoint root lies outside the view's own local directory and the
+    deployment's roots: its runs may use it, so the view reads it too (one rule for both); a
+    place no readable DAG allows stays refused."""
+    elsewhere = f"/var/tmp/iterations-view-{os.getpid()}"
+    store_root = f"{elsewhere}/store"  # iterate_pagerank's default checkpoint root, parsed as below
+    shutil.rmtree(elsewhere, ignore_errors=True)
+    shutil.copytree(view_stores.root, store_root)
+    token = api_server.login("viewer")
+    # written now, not skipped for its last write's age (min_serialized_dag_update_interval)
+    fresh = {**api_server.env, "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "0"}
+    try:
+        status, _, body = api_server.fetch(f"/iterations/api/jobs?{q(store_root)}", token)
+        assert status == 403 and "outside the allowed roots" in body.decode(), body
+        done = api_server.cli("dags", "reserialize", env={**fresh, "ITERATIONS_LOCAL_DIR": elsewhere})
+        assert done.returncode == 0, done.stderr[-3000:]
+        status, _, body = api_server.fetch(f"/iterations/api/jobs?{q(store_root)}", token)
+        assert status == 200 and FINISHED_JOB in json.loads(body)["jobs"], body
+        status, _, body = api_server.fetch(f"/iterations/api/jobs?{q('/var/tmp')}", token)
+        assert status == 403, body
+    finally:
+        assert api_server.cli("dags", "reserialize", env=fresh).returncode == 0
+        shutil.rmtree(elsewhere, ignore_errors=True)
+
+
+def test_a_run_conf_key_the_dag_has_no_param_for_is_refused_when_triggered(api_server, view_dag_runs):
+    """The trigger form and the REST API: the API server answers 400 naming the key and the
+    nearest param; nothing is created. A conf of known keys is accepted as before."""
+    import urllib.error
+
+    before = len(api_server.runs("iterate_pagerank"))
+    for path, body in (("/api/v2/dags/iterate_pagerank/dagRuns", {"logical_date": None, "conf": {"tolerence": 0.1}}),
+                       ("/api/v2/backfills", {"dag_id": "iterate_pagerank", "from_date": "2026-01-01T00:00:00Z",
+                                              "to_date": "2026-01-02T00:00:00Z", "dag_run_conf": {"tolerence": 1}})):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            api_server.post(path, body)
+        detail = json.loads(e.value.read())["detail"]
+        assert e.value.code == 400 and "'tolerence' (did you mean 'tolerance'?)" in detail, detail
+    assert len(api_server.runs("iterate_pagerank")) == before, "no run was created"
+    run_id = api_server.trigger("iterate_pagerank", {"tolerance": 0.1, "continuation": False})
+    assert run_id and len(api_server.runs("iterate_pagerank")) == before + 1

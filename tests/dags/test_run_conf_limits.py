@@ -117,3 +117,66 @@ def test_the_stop_dag_keeps_to_the_allowed_roots_and_to_existing_jobs(local, tmp
     ok, log, _ = dags_test(env, "iterations_stop", {"job_id": "nobody", "checkpoint_root": str(root / "ckpt"),
                                                    "mode": "suspend"})
     assert not ok and "no job 'nobody'" in log and not os.listdir(root / "ckpt"), log[-3000:]
+
+
+# --- locations: resolved once, owned (issue 45) -----------------------------------------------
+
+
+def test_glob_list_or_escape_syntax_never_reaches_a_reader(local, tmp_path):
+    """An input written in Hadoop glob syntax that would expand to a file outside the allowed
+    roots (``{x,../../secret}``) is refused naming the character, before Spark sees it: the
+    secret is never read, nothing is published."""
+    env, root = local
+    secret = write_edges(tmp_path / "secret" / "edges.csv", graph_with_dangling(5, 0.5, seed=9))
+    (root / "in").mkdir(parents=True, exist_ok=True)
+    assert os.path.realpath(root / "in" / ".." / ".." / "secret" / "edges.csv") == secret
+    for hostile, char in ((f"{root}/in/{{x,../../secret}}/edges.csv", "'{'"), (f"{root}/in/*/edges.csv", "'*'"),
+                          (f"{root}/in/a,{secret}", "','"), (f"{root}/in/%2e%2e/%2e%2e/secret/edges.csv", "'%'")):
+        ok, log, tries = dags_test(env, "iterate_pagerank", pagerank_conf(root, input_path=hostile))
+        assert not ok and f"contains the character {char}" in log and tries["epoch_0.run"] == 1, log[-3000:]
+    assert not (root / "out").exists() and not (root / "ckpt").exists(), "nothing read, written or published"
+
+
+def test_a_run_never_reaches_another_jobs_store_or_output(local):
+    """The victim's run first; then runs that name the victim's store as their checkpoint root's
+    parent, its state as their input, its output as their own, or a misspelt setting: each is
+    refused by its first task naming what it would have reached; the victim's job is intact."""
+    env, root = local
+    victim = pagerank_conf(root, job_id="victim")
+    ok, log, _ = dags_test(env, "iterate_pagerank", victim)
+    assert ok, log[-3000:]
+    store = LocalStore(victim["checkpoint_root"])
+    before = {o.key: store.get(o.key) for o in store.list("jobs/victim/")}
+    state = [o.key for o in store.list("jobs/victim/") if o.key.endswith(".parquet")][0]
+    owner = json.loads((root / "out" / "_OWNER.json").read_text())["owner"]
+    assert (owner["job_id"], owner["dag_id"]) == ("victim", "iterate_pagerank")
+    for conf, says in (
+            (pagerank_conf(root, job_id="intruder", checkpoint_root=f"{root}/ckpt/jobs/victim/checkpoints",
+                           output_path=str(root / "out2")), "lies inside the checkpoint store"),
+            (pagerank_conf(root, job_id="intruder", input_path=store.local_path(state), output_path=str(root / "out2"),
+                           checkpoint_root=str(root / "ckpt2")), "lies inside the checkpoint store"),
+            (pagerank_conf(root, job_id="intruder"), "belongs to job victim of the store"),
+            ({**pagerank_conf(root, job_id="victim"), "tolerence": 0.1}, "'tolerence' (did you mean 'tolerance'?)")):
+        ok, log, tries = dags_test(env, "iterate_pagerank", conf)
+        assert not ok and says in log and tries["epoch_0.run"] == 1, log[-3000:]
+    assert {o.key: store.get(o.key) for o in store.list("jobs/victim/")} == before, "the victim's job untouched"
+    assert json.loads((root / "out" / "ranks" / "_PUBLISHED.json").read_text())["job_id"] == "victim"
+    assert not [p for p in (root / "ckpt2").rglob("*") if p.is_file()], "nothing written in the intruder's store"
+    assert not (root / "out2").exists()
+    log_ = CheckpointLog(store, "victim")
+    for cid in log_.checkpoint_ids():
+        log_.load(cid, verify="full")
+    ok, log, _ = dags_test(env, "iterate_pagerank", victim)
+    assert ok and "job victim is TERMINATED" in log, log[-3000:]
+
+
+def test_jobs_of_one_dag_publish_apart_by_default(local):
+    """A run that leaves output_path at the DAG's default publishes under <default>/<job_id>."""
+    env, root = local
+    for job in ("first", "second"):
+        conf = {k: v for k, v in pagerank_conf(root, job_id=job).items() if k != "output_path"}
+        ok, log, _ = dags_test(env, "iterate_pagerank", conf)
+        assert ok, log[-3000:]
+    outputs = root / "output" / "pagerank"  # the DAG's default output_path, under its local directory
+    for job in ("first", "second"):
+        assert json.loads((outputs / job / "ranks" / "_PUBLISHED.json").read_text())["job_id"] == job

@@ -1,7 +1,7 @@
 """Fuzz every DAG's params from their JSON schema (hypothesis-jsonschema), with hostile values
 mixed in: path traversal (``../``), other buckets, other schemes, shell metacharacters,
-``--conf`` strings, control characters. What the operators accept must be harmless: every path
-under an allowed root (checked here independently of include.paths), the job id a plain name,
+``--conf`` strings, control characters, Hadoop glob and list syntax, URI escapes. What the operators accept must be harmless: every path
+under an allowed root (checked here independently of include.locations), the job id a plain name,
 and the spark-submit arguments one list element per value. The rest is refused with a
 ConfigError/ValueError (or AirflowFailException) naming the value.
 """
@@ -31,13 +31,24 @@ def hostile_paths(local_root: str) -> list[str]:
         f"s3://{ALLOWED_BUCKET}/jobs/./x", f"s3://{ALLOWED_BUCKET}/jobsX/x", f"s3://user:pw@{ALLOWED_BUCKET}/jobs/x",
         f"s3://{ALLOWED_BUCKET}:9000/jobs/x", f"s3://{ALLOWED_BUCKET}/jobs/x?versionId=1",
         "file:///etc/passwd", "hdfs://namenode/x", "http://169.254.169.254/latest/meta-data/",
+        f"{local_root}/{{..,x}}/secret", f"{local_root}/*", f"{local_root}/[a-z]*/x", f"{local_root}/a,/etc/passwd",
+        f"{local_root}/%2e%2e/%2e%2e/etc", f"{local_root}/a\\b", f"s3://{ALLOWED_BUCKET}/jobs/{{a,b}}",
+        f"s3a://{ALLOWED_BUCKET}/jobs/x", f"s3://{ALLOWED_BUCKET}/jobs/a b", f"{local_root}/caf\u00e9",
         f"{local_root}/fine/edges.csv", f"s3://{ALLOWED_BUCKET}/jobs/fine/edges.csv",
     ]
 
 
+#: characters a reader downstream (Hadoop's globbing and lists, URI decoding) would interpret
+INTERPRETED = set("*?[]{}\\,%#:@~ ")
+
+
 def _under_roots(path: str, local_roots: list[str]) -> bool:
-    """Independent of include.paths: a resolved local path under a root, or an S3 key that
-    normalises to itself under the allowed bucket/prefix."""
+    """Independent of include.locations: a resolved local path under a root, or an S3 key that
+    normalises to itself under the allowed bucket/prefix; none holding a character a reader
+    would interpret."""
+    scheme, sep, rest = path.partition("://")
+    if INTERPRETED & set(rest if sep else path):
+        return False
     if path.startswith(("s3://", "s3a://")):
         u = urlparse(path)
         key = u.path.lstrip("/")

@@ -495,21 +495,48 @@ def test_a_run_may_not_relax_the_authors_checks(run_conf, message):
     if "no_dominant_node" in json.dumps(run_conf):
         with pytest.raises(ConfigError, match="no_dominant_node"):
             run_settings(run_conf, author, ["rank_mass"])
-    # the DAG lets runs relax its checks: today's layering
+    # the DAG lets runs relax its checks: the run's entries change the author's by name, and its
+    # new ones go by run.<name>
     relaxed = run_settings(run_conf, author, locked_expectation_names(BODY, author), run_may_relax=True)
-    assert relaxed == CheckSettings.parse(run_conf).over(author)
+    given = CheckSettings.parse(run_conf)
+    locked = locked_expectation_names(BODY, author)
+    renamed = tuple(e if e["name"] in locked else {**e, "name": "run." + e["name"]} for e in given.expectations)
+    assert relaxed == CheckSettings(given.enabled, renamed).over(author)
 
 
 def test_a_run_may_add_expectations():
     from include.checks import locked_expectation_names, run_settings
 
     settings = run_settings(json.dumps({"expectations": [NEW]}), AUTHOR, locked_expectation_names(BODY))
-    assert settings.enabled and [e["name"] for e in settings.expectations] == ["no_dominant_node", "mine"]
+    assert settings.enabled and [e["name"] for e in settings.expectations] == ["no_dominant_node", "run.mine"]
     assert [s.name for s in merge([*BODY["expectations"], *settings.expectations])] == \
-        ["rank_mass", "ranks_cover_input", "no_dominant_node", "mine"]
+        ["rank_mass", "ranks_cover_input", "no_dominant_node", "run.mine"]
     assert run_settings(None, AUTHOR, locked_expectation_names(BODY)) == CheckSettings.parse(AUTHOR)
     with pytest.raises(ConfigError, match="kwarg 'row_condition' is refused"):  # adding is allow-listed too
         run_settings({"expectations": [{**NEW, "kwargs": {**NEW["kwargs"], "row_condition": "x"}}]}, AUTHOR, ())
+
+
+@pytest.mark.parametrize("name, shadowed", [
+    ("rank_mass[ranks.rank.sum]", "rank_mass"),  # a name the body's column glob expands to
+    ("run.no_dominant_node", None),
+    ("no_dominant_node[ranks.rank.max]", "no_dominant_node"),
+])
+def test_a_run_never_shadows_an_expectation_glob_expansions_included(name, shadowed):
+    """A run's expectations go by run.<name>: none can take the place of one of the body's, the
+    author's or the runtime's, nor of a name their column globs expand to (expand: name[col])."""
+    from include.checks import locked_expectation_names, run_settings
+
+    entry = {"name": name, "type": "expect_column_values_to_be_between",
+             "kwargs": {"column": "ranks.rank.max", "max_value": 1.0}}
+    if shadowed is not None:
+        with pytest.raises(ConfigError, match=f"may not change the expectation '{shadowed}'"):
+            run_settings({"expectations": [entry]}, AUTHOR, locked_expectation_names(BODY, AUTHOR))
+        return
+    settings = run_settings({"expectations": [entry]}, AUTHOR, locked_expectation_names(BODY, AUTHOR))
+    mine = [e for e in settings.expectations if e["name"].startswith("run.")]
+    assert [e["name"] for e in mine] == [name]
+    locked = locked_expectation_names(BODY, AUTHOR)
+    assert not any(e["name"] == n or e["name"].startswith(n + "[") for e in mine for n in locked)
 
 
 # --- columns no checkpoint can have ----------------------------------------------------------

@@ -1,0 +1,143 @@
+"""Locations (include.locations): one canonical form at the door, in a grammar no reader
+downstream can interpret, under the allowed roots, compared segment by segment."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from include.config import InputSpec, JobConfig
+from include.errors import ConfigError
+from include.locations import AllowedRoots, Location, LocationError, configured_roots, dag_roots
+
+
+@pytest.fixture
+def roots(tmp_path):
+    (tmp_path / "data").mkdir()
+    return AllowedRoots([str(tmp_path / "data"), "s3://good-bucket/jobs"])
+
+
+@pytest.mark.parametrize("text,canonical", [
+    ("/tmp", "/tmp"),
+    ("/tmp/", "/tmp"),
+    ("file:///tmp", "/tmp"),
+    ("s3://bucket-1/a/b", "s3://bucket-1/a/b"),
+    ("s3a://bucket-1/a/b/", "s3://bucket-1/a/b"),
+    ("S3://bucket-1/k=v/part-0.parquet", "s3://bucket-1/k=v/part-0.parquet"),
+    ("s3://bucket-1", "s3://bucket-1"),
+])
+def test_one_canonical_form(text, canonical):
+    assert Location.parse(text).url == canonical
+    assert Location.parse(Location.parse(text).url) == Location.parse(text), "the canonical form parses to itself"
+
+
+@pytest.mark.parametrize("tail,char", [
+    ("{..,x}/secret", "'{'"), ("*", "'*'"), ("x?", "'?'"), ("[a-z]/x", "'['"), ("a,b", "','"),
+    ("%2e%2e/etc", "'%'"), ("a\\b", "'\\\\'"), ("a#b", "'#'"), ("a:b", "':'"), ("u@x", "'@'"), ("~x", "'~'"),
+    ("a b", "a space"), ("x;rm -rf ~", "';'"), ("$(id)", "'$'"), ("`id`", "'`'"), ("a|b", "'|'"),
+    ("caf\u00e9", "U+00E9"), ("x\ny", "control character"), ("a+b", "'+'"), ("!x", "'!'"),
+])
+def test_characters_a_reader_would_interpret_are_refused_by_name(roots, tmp_path, tail, char):
+    with pytest.raises(LocationError) as e:
+        roots.check("input_path", f"{tmp_path}/data/{tail}")
+    assert "input_path" in str(e.value) and char in str(e.value), str(e.value)
+    with pytest.raises(LocationError, match="input_path"):
+        roots.check("input_path", f"s3://good-bucket/jobs/{tail}")
+
+
+@pytest.mark.parametrize("path,says", [
+    ("{root}/data/../../etc/passwd", "'..' segment"),
+    ("{root}/data/./x", "'.' segment"),
+    ("{root}/data//x", "empty segment"),
+    ("/etc/passwd", "outside the allowed roots"),
+    ("relative/edges.csv", "must be an absolute path"),
+    ("--conf spark.driver.extraJavaOptions=-Dx=1", "looks like a command-line option"),
+    ("file://host/etc/passwd", "file:///absolute/path"),
+    ("hdfs://nn/x", "only absolute local paths, file:/// and s3:// URLs"),
+    ("s3://other-bucket/jobs/x", "outside the allowed roots"),
+    ("s3://good-bucket/jobsX/x", "outside the allowed roots"),
+    ("s3://good-bucket/jobs/../x", "'..' segment"),
+    ("s3://good-bucket/jobs//x", "empty segment"),
+    ("s3://key:secret@good-bucket/jobs/x", "not an S3 bucket name"),
+    ("s3://good-bucket:9000/jobs/x", "not an S3 bucket name"),
+    ("s3://Bad_Bucket/jobs/x", "not an S3 bucket name"),
+    ("", "non-empty string"),
+    (" {root}/data/x", "white space"),
+])
+def test_locations_elsewhere_are_refused_naming_the_value(roots, tmp_path, path, says):
+    path = path.replace("{root}", str(tmp_path))
+    with pytest.raises(ConfigError) as e:
+        roots.check("checkpoint_root", path)
+    assert says in str(e.value) and "checkpoint_root" in str(e.value), str(e.value)
+
+
+def test_a_symlink_is_resolved_and_its_target_checked(roots, tmp_path):
+    os.symlink("/etc", tmp_path / "data" / "escape")
+    with pytest.raises(LocationError, match="resolved '/etc/passwd'"):
+        roots.check("input_path", f"{tmp_path}/data/escape/passwd")
+    (tmp_path / "data" / "real").mkdir()
+    os.symlink(tmp_path / "data" / "real", tmp_path / "data" / "link")
+    assert roots.check("input_path", f"{tmp_path}/data/link/x.csv") == f"{tmp_path}/data/real/x.csv"
+
+
+def test_prefixes_that_share_a_stem_are_different_places():
+    ckpt, ckpt2 = Location.parse("s3://b-1/ckpt"), Location.parse("s3://b-1/ckpt2")
+    assert not ckpt.contains(ckpt2) and not ckpt.overlaps(ckpt2)
+    assert ckpt.contains(Location.parse("s3a://b-1/ckpt/jobs/x")) and Location.parse("s3://b-1").contains(ckpt)
+    assert not Location.parse("/a/b").overlaps(Location.parse("/a/bc"))
+    assert not Location.parse("/a").overlaps(Location.parse("s3://aaa/a"))
+
+
+def test_the_deployment_adds_roots(monkeypatch, tmp_path):
+    monkeypatch.setenv("ITERATIONS_ALLOWED_ROOTS", f"{tmp_path}/more,s3://extra-bucket")
+    roots = AllowedRoots.for_dag([f"{tmp_path}/data"])
+    assert roots.check("output_path", f"{tmp_path}/more/x") and roots.check("output_path", "s3://extra-bucket/any/x")
+    with pytest.raises(ConfigError, match="outside"):
+        roots.check("output_path", "s3://other-bucket/x")
+
+
+def test_roots_from_the_params_defaults():
+    assert configured_roots({"input_path": "/d/in/edges.csv", "output_path": "/d/out", "checkpoint_root": None}) == [
+        "/d/in", "/d/out"]
+    assert configured_roots({"input_path": "s3://bbb/in/edges.csv"}) == ["s3://bbb/in"]
+    assert configured_roots({"input_path": "s3://bbb/edges.csv"}) == ["s3://bbb"]
+    assert configured_roots({"input_path": "/d/in/{date}/edges.csv"}) == ["/d/in"], "a scheduled input's dates"
+    assert dag_roots({"checkpoint_root": "s3://bbb/ckpt"}, local_dir="/d/local") == ["s3://bbb/ckpt", "/d/local"]
+
+
+def test_a_job_config_holds_canonical_locations(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = JobConfig(job_id="j", body="pagerank", input="in/edges.csv", checkpoint_root="s3a://bbb/ckpt/",
+                       output_path="file://" + str(tmp_path / "out"))
+    assert config.input.path == str(tmp_path / "in" / "edges.csv"), "a library caller's relative path: from the cwd"
+    assert (config.checkpoint_root, config.output_path) == ("s3://bbb/ckpt", str(tmp_path / "out"))
+    assert config.input.location == Location("file", "", str(tmp_path / "in" / "edges.csv"))
+    with pytest.raises(LocationError, match="'\\*'"):
+        InputSpec(str(tmp_path / "in" / "*.csv"))
+    with pytest.raises(ConfigError, match="overlaps the checkpoint root"):
+        JobConfig(job_id="j", body="pagerank", input="/in/e.csv", checkpoint_root="s3://bbb/ckpt",
+                  output_path="s3a://bbb/ckpt/out")
+
+
+_SEGMENT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=12)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+@given(st.lists(_SEGMENT, min_size=1, max_size=4))
+def test_whatever_is_admitted_is_in_the_grammar_and_under_the_root(segments):
+    """Any text after an allowed root: refused, or admitted as a location under the root
+    whose every character is one of the grammar's (nothing left for a reader to expand)."""
+    roots = AllowedRoots(["/srv/allowed", "s3://good-bucket/jobs"])
+    for prefix in ("/srv/allowed/", "s3://good-bucket/jobs/", "s3a://good-bucket/jobs/"):
+        text = prefix + "/".join(segments)
+        try:
+            location = roots.admit("input_path", text)
+        except LocationError:
+            continue
+        assert roots.allows(location)
+        assert all(c.isascii() and (c.isalnum() or c in "._-=/") for c in location.path), location
+        assert ".." not in location.segments and "" not in location.segments
+        assert Location.parse(location.url) == location
