@@ -16,11 +16,51 @@ import uuid
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The embedded defaults (local store, outputs) of this test process, never the checkout's .local:
+# parallel workers (pytest-xdist) must not share a job's default store.
+os.environ.setdefault("ITERATIONS_LOCAL_DIR", tempfile.mkdtemp(prefix="iterations-local-"))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 from stack.procs import free_port  # noqa: E402  (tests import it from here)
 
 # py4j logs from __del__ at interpreter exit, after pytest closed its streams.
+# Parallel workers (./run.sh test: pytest-xdist, --dist loadscope) take whole modules, the
+# modules that wait longest first, so the longest ones run side by side rather than last. Seconds
+# of one serial run; modules not listed follow in collection order. Modules sharing a
+# package-scoped server run on one worker (SHARED_SCOPES).
+LONGEST_FIRST = (
+    "tests/dags/test_stack.py", "tests/dags/test_cluster.py", "tests/dags/test_dags_run.py",
+    "tests/faults/test_sweep.py", "tests/integration/test_pagerank.py", "tests/dags/test_run_conf_limits.py",
+    "tests/integration/test_phases_in_processes.py", "tests/dags/test_commit_in_head.py",
+    "tests/dags/test_run_job_remote.py", "tests/dags/test_fault_sweep.py", "tests/integration/test_incremental.py",
+    "tests/dags/test_iterations_view.py",
+)
+SHARED_SCOPES = {"tests/dags/test_iterations_browser.py": "tests/dags/test_iterations_view.py"}
+
+
+def _module(nodeid: str) -> str:
+    module = nodeid.split("::", 1)[0]
+    return SHARED_SCOPES.get(module, module)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {m: i for i, m in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(_module(item.nodeid), len(rank)))  # stable: order kept within
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        """loadscope, with SHARED_SCOPES merged and the collection's order kept."""
+
+        def _split_scope(self, nodeid):
+            return _module(nodeid)
+
+    config.option.loadscopereorder = False
+    return ByModule(config, log)
+
+
 logging.getLogger("py4j").setLevel(logging.WARNING)
 # Airflow imported by a test must never write into the user's ~/airflow.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="iterations-airflow-home-"))
