@@ -74,13 +74,16 @@ class Event:
 
 class Delivery:
     """What became of one sent event: ``sent`` (passed straight through an open valve),
-    ``blocked`` (held by a shut valve), then ``released`` or ``dropped``."""
+    ``blocked`` (held by a shut valve), then ``released``, ``dropped``, or ``failed`` (released,
+    but its delivery raised: ``error`` holds the exception, as Flink's send result completes
+    exceptionally)."""
 
-    __slots__ = ("event", "state")
+    __slots__ = ("event", "state", "error")
 
     def __init__(self, event: Event, state: str):
         self.event = event
         self.state = state
+        self.error: BaseException | None = None
 
     @property
     def delivered(self) -> bool:
@@ -122,17 +125,24 @@ class Valve:
 
     def open(self) -> list[Event]:
         """Open and release the held events, in send order (so in order per partition too);
-        no event can slip in between (released under the lock)."""
+        no event can slip in between (released under the lock). An event whose delivery raises
+        is ``failed`` (its Delivery keeps the error; OperatorEventValveTest's
+        releasedEventsForwardSendFailures): the others are still released, none twice, and
+        the valve opens. Returns the events delivered."""
         with self._lock:
             if not self._shut:
                 return []
             released = []
-            for d in self._blocked:
-                self._deliver(d.event)
+            held, self._blocked = self._blocked, []
+            self._shut = False
+            for d in held:
+                try:
+                    self._deliver(d.event)
+                except Exception as e:  # the sender's to handle, as a failed send of an open valve is
+                    d.state, d.error = "failed", e
+                    continue
                 d.state = "released"
                 released.append(d.event)
-            self._blocked.clear()
-            self._shut = False
             return released
 
     def reset(self) -> list[Event]:
@@ -243,6 +253,7 @@ class CoordinatorHolder:
         self._lock = threading.RLock()
         self._seq = 0
         self._inbox: list[Event] = []
+        self._was_shut = False  # the valve's state when the last trigger shut it
         self.valve = Valve(self._inbox.append)
         self.ctx = CoordinatorContext(self)
 
@@ -276,21 +287,37 @@ class CoordinatorHolder:
 
     def trigger(self, epoch: int) -> tuple[list[Event], dict[str, Any]]:
         """Checkpoint ``epoch`` is triggered: last call for its inbox, snapshot, valve shut.
-        Returns (the inbox of ``epoch``, the snapshot)."""
+        Returns (the inbox of ``epoch``, the snapshot). A snapshot that raises or is not
+        JSON-able is a CoordinatorError raised before the valve shuts or the inbox is handed
+        out: a retry finds every event where it was."""
         self.next_epoch = epoch
         self.coordinator.on_epoch_start(epoch, self.ctx)
         with self._lock:
-            snapshot = {"seq": self._seq, "state": copy.deepcopy(self.coordinator.snapshot()),
-                        "input_finished": bool(self.coordinator.input_finished())}
+            try:
+                snapshot = {"seq": self._seq, "state": copy.deepcopy(self.coordinator.snapshot()),
+                            "input_finished": bool(self.coordinator.input_finished())}
+                json.dumps(snapshot)
+            except (TypeError, ValueError) as e:
+                raise CoordinatorError(f"coordinator {self.name!r}: snapshot is not JSON-able: {e}") from None
+            except Exception as e:
+                raise CoordinatorError(f"coordinator {self.name!r}: snapshot of epoch {epoch} failed: {e}") from e
+            self._was_shut = self.valve.is_shut
             self.valve.shut()
             inbox = list(self._inbox)
             self._inbox.clear()
             self.next_epoch = epoch + 1
-        try:
-            json.dumps(snapshot)
-        except (TypeError, ValueError) as e:
-            raise CoordinatorError(f"coordinator {self.name!r}: snapshot is not JSON-able: {e}") from None
         return inbox, snapshot
+
+    def abort_trigger(self, epoch: int, inbox: list[Event]) -> None:
+        """The checkpoint of ``epoch`` this holder was triggered for will not be taken (another
+        coordinator's snapshot failed; Flink's abortCurrentTriggering): the inbox it handed out
+        goes back in front of what came since, and the valve is as it was before the trigger
+        (opened, releasing what it held since, in order)."""
+        with self._lock:
+            self._inbox[:0] = inbox
+            if not self._was_shut:
+                self.valve.open()
+            self.next_epoch = epoch
 
     def reports(self, epoch: int, reports: Iterable[tuple[int, Mapping[str, Any]]],
                 inbox: Iterable[Mapping[str, Any]] = ()) -> None:
@@ -370,9 +397,17 @@ class Coordinators:
         self.pending_trigger = None
 
     def trigger(self, epoch: int) -> tuple[dict[str, list[Event]], dict[str, Any]]:
+        """Trigger every coordinator for checkpoint ``epoch``, all or none: when one fails, the
+        ones triggered before it are aborted (their inboxes back, valves as before) and the
+        error raised, so a retry in this process loses no event."""
         inboxes, snapshots = {}, {}
-        for name, holder in self.holders.items():
-            inboxes[name], snapshots[name] = holder.trigger(epoch)
+        try:
+            for name, holder in self.holders.items():
+                inboxes[name], snapshots[name] = holder.trigger(epoch)
+        except BaseException:
+            for name, inbox in inboxes.items():
+                self.holders[name].abort_trigger(epoch, inbox)
+            raise
         self.pending_trigger = (epoch, inboxes, snapshots)
         return inboxes, snapshots
 

@@ -11,6 +11,7 @@ from include.coordinator import (
     Coordinator,
     CoordinatorError,
     CoordinatorHolder,
+    Coordinators,
     Event,
     Valve,
 )
@@ -118,6 +119,76 @@ class Counter(Coordinator):
 
     def reset_to(self, state):
         self.next = 0 if state is None else state["next"]
+
+
+def test_released_events_whose_forwarding_fails_are_marked_and_the_rest_released():
+    """OperatorEventValveTest.releasedEventsForwardSendFailures: a held event whose delivery
+    raises when the valve opens is ``failed`` with the error (the sender's to handle); the
+    events after it are still released in order, the valve opens, and no event is delivered twice."""
+    delivered: list[Event] = []
+
+    def deliver(e: Event) -> None:
+        if e.seq == 1:
+            raise ConnectionError("partition 3 is gone")
+        delivered.append(e)
+
+    valve = Valve(deliver)
+    valve.shut()
+    sends = [valve.send(ev(3, 0)), valve.send(ev(3, 1)), valve.send(ev(4, 2))]
+    released = valve.open()
+    assert [e.seq for e in released] == [0, 2] and [e.seq for e in delivered] == [0, 2]
+    assert [d.state for d in sends] == ["released", "failed", "released"]
+    assert isinstance(sends[1].error, ConnectionError) and not sends[1].delivered
+    assert not valve.is_shut and valve.blocked() == []
+    valve.shut()
+    assert valve.open() == [] and [e.seq for e in delivered] == [0, 2], "nothing delivered twice"
+
+
+class Flaky(Counter):
+    """A Counter whose snapshot fails (raises, or is not JSON-able) until ``healed``."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how, self.healed = how, False
+
+    def snapshot(self):
+        if self.healed:
+            return super().snapshot()
+        if self.how == "raises":
+            raise RuntimeError("snapshot store unavailable")
+        return {"next": object()}
+
+
+@pytest.mark.parametrize("how", ["raises", "not JSON-able"])
+def test_a_failed_trigger_loses_no_event_of_any_coordinator(how):
+    """abortCurrentTriggering with two coordinators: the second one's snapshot fails after the
+    first was triggered. The trigger is refused naming the coordinator; the first's inbox is
+    back and its valve open as before, so the retry in this process hands every event out once,
+    in order, with the events sent between the two triggers after them."""
+    good, flaky = Counter(), Flaky(how)
+    coords = Coordinators({"good": CoordinatorHolder("good", good, 2), "flaky": CoordinatorHolder("flaky", flaky, 2)})
+    coords.restore(None, None, next_epoch=0)
+    good.tick(), good.tick(), flaky.tick()
+    with pytest.raises(CoordinatorError, match="coordinator 'flaky'"):
+        coords.trigger(0)
+    assert coords.pending_trigger is None
+    between = good.tick()
+    assert between.state == "sent", "the good coordinator's valve is open again"
+    flaky.healed = True
+    inboxes, snapshots = coords.trigger(0)
+    assert [e.payload for e in inboxes["good"]] == [0, 1, 2] and [e.payload for e in inboxes["flaky"]] == [0]
+    assert snapshots["good"]["seq"] == 3 and snapshots["flaky"]["state"] == {"next": 1}
+    assert good.tick().state == "blocked", "shut by the trigger that succeeded"
+
+
+def test_a_single_coordinator_whose_snapshot_fails_keeps_its_inbox():
+    flaky = Flaky("raises")
+    h = CoordinatorHolder("flaky", flaky, 2)
+    h.restore(None, next_epoch=0)
+    flaky.tick()
+    with pytest.raises(CoordinatorError, match="snapshot of epoch 0 failed: snapshot store unavailable"):
+        h.trigger(0)
+    assert not h.valve.is_shut and [e.payload for e in h.pending()] == [0]
 
 
 def test_holder_checkpoint_protocol():
