@@ -3,7 +3,7 @@
 #   ./run.sh demo   set up everything, then run PageRank end to end on the embedded default
 #                   (local Spark, local checkpoint store under .local/)
 #   ./run.sh test   set up everything, then run the test suite (ITERATIONS_TEST_WORKERS parallel
-#                   workers, 3 by default; pytest's own arguments follow, e.g. -m "not slow" -n 0)
+#                   workers, 2 by default; pytest's own arguments follow, e.g. -m "not slow" -n 0)
 #   ./run.sh stack  set up, then start the production stack natively (PostgreSQL, Redis, Celery,
 #                   Spark standalone, moto_server): `./run.sh stack stop` stops it (docs/cluster.md)
 #   ./run.sh setup  only set up (.venv with pinned requirements, Java 17 and chromium if missing)
@@ -119,7 +119,7 @@ case "$cmd" in
     ensure_stack_services
     # most tests wait on servers and subprocesses rather than compute: whole modules run on
     # parallel workers (tests/conftest.py orders them, longest first)
-    exec "$VENV/bin/python" -m pytest -n "${ITERATIONS_TEST_WORKERS:-3}" --dist loadscope "$@"
+    exec "$VENV/bin/python" -m pytest -n "${ITERATIONS_TEST_WORKERS:-2}" --dist loadscope "$@"
     ;;
   *)
     echo "usage: ./run.sh demo|test|stack|setup [args...]" >&2

@@ -25,11 +25,12 @@ from stack.procs import free_port  # noqa: E402  (tests import it from here)
 
 # py4j logs from __del__ at interpreter exit, after pytest closed its streams.
 # Parallel workers (./run.sh test: pytest-xdist, --dist loadscope) take whole modules, the
-# modules that wait longest first, so the longest ones run side by side rather than last. Seconds
-# of one serial run; modules not listed follow in collection order. Modules sharing a
-# package-scoped server run on one worker (SHARED_SCOPES).
+# longest first (each worker is handed two to start with), so the longest ones do not run last;
+# the stack's and the cluster's (each a Spark standalone cluster) go to one worker, one after the
+# other. Modules not listed follow in collection order. Modules sharing a package-scoped server
+# run on one worker (SHARED_SCOPES).
 LONGEST_FIRST = (
-    "tests/dags/test_stack.py", "tests/dags/test_cluster.py", "tests/dags/test_dags_run.py",
+    "tests/dags/test_stack.py", "tests/dags/test_dags_run.py", "tests/dags/test_cluster.py",
     "tests/faults/test_sweep.py", "tests/integration/test_pagerank.py", "tests/dags/test_run_conf_limits.py",
     "tests/integration/test_phases_in_processes.py", "tests/dags/test_commit_in_head.py",
     "tests/dags/test_run_job_remote.py", "tests/dags/test_fault_sweep.py", "tests/integration/test_incremental.py",

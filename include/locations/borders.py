@@ -116,14 +116,9 @@ def check_local_tree(location: Location, allows, what: str) -> None:
 
 def _local_marker_above(path: str, marker: str) -> str | None:
     """The nearest directory at or above ``path`` (a file's directory) holding ``marker``."""
-    here = path if os.path.isdir(path) else os.path.dirname(path)
-    while True:
-        if os.path.isfile(os.path.join(here, *marker.split("/"))):
-            return here
-        parent = os.path.dirname(here)
-        if parent == here:
-            return None
-        here = parent
+    from include.store.local import marker_at_or_above
+
+    return marker_at_or_above(path if os.path.isdir(path) else os.path.dirname(path), marker)
 
 
 def _local_job_dir_above(path: str) -> str | None:

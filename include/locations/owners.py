@@ -112,16 +112,14 @@ def check_output_location(location: Location, owner: OutputOwner, *, take_over: 
     nothing was published to: only what lies above it is checked). Creates nothing."""
     from include.store import open_store
 
+    from include.store.local import marker_at_or_above
+
     if location.is_local and not os.path.isdir(location.path):
-        here = os.path.dirname(location.path)
-        while True:
-            if os.path.isfile(os.path.join(here, OUTPUT_OWNER)):
-                raise OutputOwned(f"output {location.url} lies inside the output location {here}, which another job "
-                                  "published to: an output location holds no other; choose an output_path beside it")
-            parent = os.path.dirname(here)
-            if parent == here:
-                return
-            here = parent
+        here = marker_at_or_above(os.path.dirname(location.path), OUTPUT_OWNER)
+        if here is not None:
+            raise OutputOwned(f"output {location.url} lies inside the output location {here}, which another job "
+                              "published to: an output location holds no other; choose an output_path beside it")
+        return
     check_output_owner(open_store(location.url, create=False, **dict(store_options or {})), owner,
                        take_over=take_over)
 

@@ -147,14 +147,7 @@ class LocalStore(ObjectStore):
         to a taken name fails with EEXIST: exactly one creator wins, by construction."""
 
     def marker_in_ancestors(self, marker: str) -> str | None:
-        path = os.path.dirname(self.root)
-        while True:
-            if os.path.isfile(os.path.join(path, *marker.split("/"))):
-                return path
-            parent = os.path.dirname(path)
-            if parent == path:
-                return None
-            path = parent
+        return marker_at_or_above(os.path.dirname(self.root), marker)
 
     def markers_below(self, marker: str, limit: int = 10) -> list[str]:
         found: list[str] = []
@@ -169,11 +162,15 @@ class LocalStore(ObjectStore):
         return sorted(found)
 
     def marker_above(self, key: str, marker: str) -> str | None:
-        path = self._path(key) if key else self.root
-        while True:
-            if os.path.isfile(os.path.join(path, *marker.split("/"))):
-                return path
-            parent = os.path.dirname(path)
-            if parent == path:
-                return None
-            path = parent
+        return marker_at_or_above(self._path(key) if key else self.root, marker)
+
+
+def marker_at_or_above(path: str, marker: str) -> str | None:
+    """The nearest directory at or above ``path`` that holds the file ``marker`` (a relative key)."""
+    while True:
+        if os.path.isfile(os.path.join(path, *marker.split("/"))):
+            return path
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path = parent

@@ -153,7 +153,8 @@ def test_a_job_longer_than_a_batch_goes_on_in_the_same_dags_test(airflow_env, tm
     new = {run: state for run, state in runs().items() if run not in before}
     assert list(new.values()) == ["success"] * 3, new  # three batches, nothing left queued
 
-    off = dags_test(env, "iterate_pagerank", {**conf, "job_id": "pr-off", "continuation": False})
+    off = dags_test(env, "iterate_pagerank", {**conf, "job_id": "pr-off", "output_path": str(tmp_path / "out-off"),
+                                              "continuation": False})  # pr-cont's output is pr-cont's
     assert "continuation is off for this run" in off
 
 
