@@ -144,15 +144,13 @@ def check_output_path_outside_stores(output_path: str | None, **store_options: A
     if output_path.startswith(("s3://", "s3a://")):
         check_not_in_store(open_store(output_path, **store_options))
         return
+    from include.store.local import marker_at_or_above
+
     path = os.path.abspath(output_path[len("file://"):] if output_path.startswith("file://") else output_path)
-    while True:
-        if os.path.isfile(os.path.join(path, *STORE_MARKER.split("/"))):
-            raise OutputError(f"output {output_path} lies inside a checkpoint store ({path}): outputs never "
-                              "overlap a checkpoint root; choose another output_path")
-        parent = os.path.dirname(path)
-        if parent == path:
-            return
-        path = parent
+    store_root = marker_at_or_above(path, STORE_MARKER)
+    if store_root is not None:
+        raise OutputError(f"output {output_path} lies inside a checkpoint store ({store_root}): outputs never "
+                          "overlap a checkpoint root; choose another output_path")
 
 
 def publish_dataset(source: ObjectStore, out: ObjectStore, name: str, ds: DatasetRef, stamp: Mapping[str, Any],

@@ -111,7 +111,6 @@ def check_output_location(location: Location, owner: OutputOwner, *, take_over: 
     """``check_output_owner`` for an output location that may not exist yet (a local directory
     nothing was published to: only what lies above it is checked). Creates nothing."""
     from include.store import open_store
-
     from include.store.local import marker_at_or_above
 
     if location.is_local and not os.path.isdir(location.path):
