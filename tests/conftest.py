@@ -49,6 +49,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(_module(item.nodeid), len(rank)))  # stable: order kept within
 
 
+@pytest.hookimpl(optionalhook=True)  # a plain `pytest -p no:xdist` run has no such hook
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
@@ -66,6 +67,12 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 # Airflow imported by a test must never write into the user's ~/airflow.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="iterations-airflow-home-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+# Every JVM the tests start (local Spark sessions, the Spark Connect servers, the standalone
+# clusters' masters, workers, drivers and executors) is short-lived and works on small data: the
+# client compiler alone and the serial collector spend far less CPU on a 2-core machine than C2
+# and the parallel collectors, which the suite is bound by (bench/RESULTS.md, "Test suite").
+# Speed only: the JVM runs the same code. A user's JAVA_TOOL_OPTIONS is kept.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 # The DAG tests give runs paths under the temporary directory and random moto buckets.
 os.environ.setdefault("ITERATIONS_ALLOWED_ROOTS", f"{os.path.realpath(tempfile.gettempdir())},s3://")
 
