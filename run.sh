@@ -62,7 +62,7 @@ ensure_venv() {
   local stamp="$VENV/.installed"
   local want
   # the pins, the project's packaging, and where the checkout is (an editable install points at it)
-  want=$( (cat requirements.txt constraints.txt pyproject.toml; echo "$ROOT $UV_VERSION") | sha256sum | cut -d' ' -f1)
+  want=$( (cat requirements.txt constraints.txt pyproject.toml; echo "$ROOT $UV_VERSION bytecode") | sha256sum | cut -d' ' -f1)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
   if [ ! -x "$VENV/bin/python" ]; then
     log "creating virtual environment in .venv with $($PY --version)"
@@ -83,6 +83,11 @@ ensure_venv() {
   # the project itself, editable (pyproject.toml): include, spark_jobs and the plugin package
   # iterations import from this checkout in every process, Spark's Python workers included
   "${uv[@]}" --no-deps -e .
+  # bytecode for every installed module, once: where PYTHONDONTWRITEBYTECODE is set (CI
+  # machines, containers) Python would otherwise compile Airflow, pandas, pyarrow... from source
+  # in every process it starts, each task and each Spark Python worker (bench/RESULTS.md)
+  log "compiling the installed packages to bytecode"
+  "$VENV/bin/python" -m compileall -q -j 0 "$VENV/lib" >/dev/null
   # uv keeps each revision of pyspark's sdist it builds (1.9 GB; the index serves a new revision
   # to each setup): keep only what is reachable, or every fresh clone grows the cache
   "$VENV/bin/uv" cache prune -q
@@ -94,6 +99,9 @@ setup() {
   ensure_java
   ensure_chromium
   ensure_venv
+  # the project's own modules too (only what changed since the last run is compiled again; a
+  # file that does not compile is left to fail where it is imported, with Python's own message)
+  "$VENV/bin/python" -m compileall -q -j 0 include spark_jobs plugins dags stack tests bench examples >/dev/null 2>&1 || true
   export PYSPARK_PYTHON="$VENV/bin/python"
   export PYSPARK_DRIVER_PYTHON="$VENV/bin/python"
 }
