@@ -68,9 +68,10 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="iterations-airflow-home-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 # Every JVM the tests start (local Spark sessions, the Spark Connect servers, the standalone
-# clusters' masters, workers, drivers and executors) is short-lived and works on small data: the
-# client compiler alone and the serial collector spend far less CPU on a 2-core machine than C2
-# and the parallel collectors, which the suite is bound by (bench/RESULTS.md, "Test suite").
+# clusters' masters, workers, drivers and executors) works on small data, most of them briefly:
+# the client compiler alone and the serial collector leave more of a 2-core machine's CPU, which
+# the suite is bound by, to the tests. The long runs of short jobs in one session are the
+# exception, slower with it (bench/RESULTS.md, "Test suite").
 # Speed only: the JVM runs the same code. A user's JAVA_TOOL_OPTIONS is kept.
 os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 # The DAG tests give runs paths under the temporary directory and random moto buckets.
