@@ -22,6 +22,7 @@ os.environ.setdefault("ITERATIONS_LOCAL_DIR", tempfile.mkdtemp(prefix="iteration
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 from stack.procs import free_port  # noqa: E402  (tests import it from here)
+from tests.jvm import tool_options  # noqa: E402
 
 # py4j logs from __del__ at interpreter exit, after pytest closed its streams.
 # Parallel workers (./run.sh test: pytest-xdist, --dist loadscope) take whole modules, the
@@ -67,13 +68,9 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 # Airflow imported by a test must never write into the user's ~/airflow.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="iterations-airflow-home-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-# Every JVM the tests start (local Spark sessions, the Spark Connect servers, the standalone
-# clusters' masters, workers, drivers and executors) works on small data, most of them briefly:
-# the client compiler alone and the serial collector leave more of a 2-core machine's CPU, which
-# the suite is bound by, to the tests. The long runs of short jobs in one session are the
-# exception, slower with it (bench/RESULTS.md, "Test suite").
-# Speed only: the JVM runs the same code. A user's JAVA_TOOL_OPTIONS is kept.
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+# Every JVM the tests start: the client compiler, the serial collector and the class-data
+# archive ./run.sh builds (tests/jvm.py says why). Speed only; a user's JAVA_TOOL_OPTIONS is kept.
+os.environ.setdefault("JAVA_TOOL_OPTIONS", tool_options())
 # The DAG tests give runs paths under the temporary directory and random moto buckets.
 os.environ.setdefault("ITERATIONS_ALLOWED_ROOTS", f"{os.path.realpath(tempfile.gettempdir())},s3://")
 
