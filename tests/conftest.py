@@ -26,10 +26,10 @@ from tests.jvm import tool_options  # noqa: E402
 
 # py4j logs from __del__ at interpreter exit, after pytest closed its streams.
 # Parallel workers (./run.sh test: pytest-xdist, --dist loadscope) take whole modules, the
-# longest first (each worker is handed two to start with), so the longest ones do not run last;
-# the stack's and the cluster's (each a Spark standalone cluster) go to one worker, one after the
-# other. Modules not listed follow in collection order. Modules sharing a package-scoped server
-# run on one worker (SHARED_SCOPES).
+# longest first (each worker is handed two to start with), so the longest ones do not run last.
+# Modules not listed follow in collection order. Modules sharing a package-scoped server run on
+# one worker (SHARED_SCOPES), and so do the stack's and the cluster's (each starts a Spark
+# standalone cluster): one after the other, never two clusters at once.
 LONGEST_FIRST = (
     "tests/dags/test_stack.py", "tests/dags/test_dags_run.py", "tests/dags/test_cluster.py",
     "tests/faults/test_sweep.py", "tests/integration/test_pagerank.py", "tests/dags/test_run_conf_limits.py",
@@ -37,7 +37,8 @@ LONGEST_FIRST = (
     "tests/dags/test_run_job_remote.py", "tests/dags/test_fault_sweep.py", "tests/integration/test_incremental.py",
     "tests/dags/test_iterations_view.py",
 )
-SHARED_SCOPES = {"tests/dags/test_iterations_browser.py": "tests/dags/test_iterations_view.py"}
+SHARED_SCOPES = {"tests/dags/test_iterations_browser.py": "tests/dags/test_iterations_view.py",
+                 "tests/dags/test_cluster.py": "tests/dags/test_stack.py"}
 
 
 def _module(nodeid: str) -> str:
