@@ -22,7 +22,7 @@ os.environ.setdefault("ITERATIONS_LOCAL_DIR", tempfile.mkdtemp(prefix="iteration
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 from stack.procs import free_port  # noqa: E402  (tests import it from here)
-from tests.jvm import tool_options  # noqa: E402
+from tests.jvm import long_lived_env, tool_options  # noqa: E402
 
 # py4j logs from __del__ at interpreter exit, after pytest closed its streams.
 # Parallel workers (./run.sh test: pytest-xdist, --dist loadscope) take whole modules, the
@@ -86,7 +86,13 @@ S3_ENV = {
 def spark():
     from spark_jobs.session import get_spark
 
-    session = get_spark("iterations-tests")
+    before = os.environ.get("JAVA_TOOL_OPTIONS")
+    os.environ.update(long_lived_env(dict(os.environ)))  # the JVM pyspark starts reads them
+    try:
+        session = get_spark("iterations-tests")
+    finally:
+        if before is not None:
+            os.environ["JAVA_TOOL_OPTIONS"] = before
     yield session
     session.stop()
 

@@ -194,3 +194,26 @@ class StatsdListener:
         self._stop.set()
         self._thread.join(timeout=5)
         self.sock.close()
+
+
+def wait_held(holds, point: str, *, alive=lambda: True, context=lambda: "", timeout: float = 600,
+              poll: float = 0.2) -> int:
+    """Wait until a process stops at failure point ``point`` armed to ``hold`` (its ``.held`` file
+    in the directory ``holds``); the pid of the process holding. Fails as soon as ``alive()`` is
+    false (the run ended first) or after ``timeout`` seconds, with ``context()`` (a log's tail)."""
+    import time
+
+    path = os.path.join(holds, f"{point}.held")
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if not alive():
+            raise AssertionError(f"the run ended before {point} was reached:\n{context()}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{point} not reached in {timeout:.0f}s:\n{context()}")
+        time.sleep(poll)
+    return int(open(path).read())
+
+
+def release_hold(holds, point: str) -> None:
+    """Let the process held at failure point ``point`` go on."""
+    open(os.path.join(holds, f"{point}.release"), "w").close()

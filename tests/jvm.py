@@ -5,7 +5,10 @@ drivers, the standalone clusters' daemons and executors) takes ``JAVA_TOOL_OPTIO
 environment. The suite is bound by CPU on a 2-core machine, so:
 
 - the client compiler alone and the serial collector (``OPTIONS``): most of these JVMs work
-  on small data, briefly;
+  on small data, briefly. The two that live through a worker's whole run (the tests' own
+  session, the DAG tests' Spark Connect server: ``tool_options(long_lived=True)``) run
+  hundreds of small Spark jobs a minute for half an hour, and there the optimizing compiler
+  repays its compile time: they keep the JDK's tiered compilation;
 - a class-data-sharing archive (JDK CDS, ``ARCHIVE``): a Spark JVM's start is mostly loading
   and verifying some ten thousand classes out of pyspark's jars. ``python -m tests.jvm``
   (``./run.sh test`` runs it after each install) runs a small PageRank and k-means in a local
@@ -25,19 +28,31 @@ import sys
 import tempfile
 
 OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+LONG_LIVED = "-XX:+UseSerialGC"
 ARCHIVE = os.path.join(sys.prefix, "spark-classes.jsa")  # in the virtual environment it matches
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
-def tool_options() -> str:
-    """``JAVA_TOOL_OPTIONS`` for the tests' JVMs: ``OPTIONS``, and the archive if it was built."""
+def tool_options(long_lived: bool = False) -> str:
+    """``JAVA_TOOL_OPTIONS`` for the tests' JVMs: ``OPTIONS`` (``LONG_LIVED`` for a JVM that
+    serves the whole run), and the archive if it was built."""
+    options = LONG_LIVED if long_lived else OPTIONS
     if os.path.isfile(ARCHIVE):
-        return f"{OPTIONS} -XX:SharedArchiveFile={ARCHIVE} {_QUIET}"
-    return OPTIONS
+        return f"{options} -XX:SharedArchiveFile={ARCHIVE} {_QUIET}"
+    return options
+
+
+def long_lived_env(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for starting a JVM that serves the whole run: its ``JAVA_TOOL_OPTIONS`` switched
+    to ``tool_options(long_lived=True)`` when they are the suite's default (a user's own are
+    kept as they are)."""
+    if env.get("JAVA_TOOL_OPTIONS") == tool_options():
+        return {**env, "JAVA_TOOL_OPTIONS": tool_options(long_lived=True)}
+    return dict(env)
 
 
 _WORKLOAD = """
-import pathlib, sys, tempfile
+import pathlib, sys
 import numpy as np, pandas as pd
 from spark_jobs.runner import IterationRunner
 from spark_jobs.session import get_spark
@@ -80,5 +95,6 @@ def build(archive: str = ARCHIVE) -> None:
 
 
 if __name__ == "__main__":
-    build(sys.argv[1] if len(sys.argv) > 1 else ARCHIVE)
-    print(ARCHIVE if len(sys.argv) < 2 else sys.argv[1])
+    target = sys.argv[1] if len(sys.argv) > 1 else ARCHIVE
+    build(target)
+    print(target)

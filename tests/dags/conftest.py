@@ -10,6 +10,7 @@ import pytest
 
 from tests import warm_airflow
 from tests.conftest import ROOT, free_port
+from tests.jvm import long_lived_env
 
 AIRFLOW = os.path.join(os.path.dirname(sys.executable), "airflow")
 
@@ -39,6 +40,10 @@ def airflow_env(tmp_path_factory):
     (connect_dir / "failpoints").write_text("")
     env.pop("ITERATIONS_DRIVER_PID", None)
     subprocess.run([AIRFLOW, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    # the embedded Spark Connect server, started here (else the first DAG run would): it serves
+    # every DAG test of this worker, with the long-lived JVM's settings (tests/jvm.py)
+    subprocess.run([sys.executable, "-m", "spark_jobs.connect_server", "start"], env=long_lived_env(env), cwd=ROOT,
+                   check=True, capture_output=True, timeout=300)
     # every `airflow dags test` / `tasks test` with this home is forked from one warm process
     server = warm_airflow.WarmAirflow(env, ROOT)
     warm_airflow.SERVERS.append(server)

@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 
 import pytest
 
@@ -20,7 +19,7 @@ from include.failpoints import DIR_ENV
 from tests.dags.conftest import airflow, start_airflow
 from stack.spark import StandaloneCluster
 from tests.helpers import (failure_free_ranks, graph_with_dangling, s3_checkpoint_ids, s3_published_ranks,
-                           write_edges)
+                           release_hold, wait_held, write_edges)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
 
@@ -118,17 +117,8 @@ def finished(proc: subprocess.Popen, log_path, timeout: float = 900) -> str:
 
 def held(holds: str, spec: str, proc: subprocess.Popen, log_path, timeout: float = 600) -> int:
     """Wait until a task stops at the hold ``spec``; the pid of the process holding."""
-    path = os.path.join(holds, f"{spec}.held")
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        assert proc.poll() is None, f"the run ended before {spec} was reached:\n{open(log_path).read()[-6000:]}"
-        assert time.monotonic() < deadline, f"{spec} not reached in {timeout:.0f}s"
-        time.sleep(0.2)
-    return int(open(path).read())
-
-
-def release(holds: str, spec: str) -> None:
-    open(os.path.join(holds, f"{spec}.release"), "w").close()
+    return wait_held(holds, spec, alive=lambda: proc.poll() is None, timeout=timeout,
+                     context=lambda: open(log_path).read()[-6000:])
 
 
 def fault_conf(job, edges, bucket, epochs) -> dict:
@@ -148,7 +138,7 @@ def test_a_worker_lost_in_the_middle_of_an_epoch(cluster, holds, airflow_env, sp
         cluster.lose_worker(victim, also=pid)
         log = finished(proc, log_path)
     finally:
-        release(holds, WORKER_LOST_AT)
+        release_hold(holds, WORKER_LOST_AT)
         if proc.poll() is None:
             proc.kill()
         cluster.start_worker(int(victim.rsplit("-", 1)[1]))
@@ -203,7 +193,7 @@ def test_the_driver_of_an_epoch_killed(cluster, holds, airflow_env, spark, moto_
         for pid in drivers:
             os.kill(pid, signal.SIGKILL)
     finally:
-        release(holds, DRIVER_KILLED_AT)  # the killed attempt's task may write on: it is fenced
+        release_hold(holds, DRIVER_KILLED_AT)  # the killed attempt's task may write on: it is fenced
     log = finished(proc, log_path)
 
     first, second = attempts_of(log, 0)  # the Airflow retry of epoch_0.run made a new attempt
@@ -229,7 +219,7 @@ def test_the_spark_connect_server_restarted_between_epochs(cluster, holds, airfl
         apps = [a["id"] for a in cluster.status()["activeapps"] if "Connect" in a["name"]]
         cluster.restart_connect()
     finally:
-        release(holds, CONNECT_RESTART_AT)
+        release_hold(holds, CONNECT_RESTART_AT)
     log = finished(proc, log_path)
 
     now = [a["id"] for a in cluster.status()["activeapps"] if "Connect" in a["name"]]

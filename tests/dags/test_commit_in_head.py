@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import sqlite3
-import subprocess
 import time
 
 import pytest
@@ -19,7 +18,7 @@ import pytest
 from include.config import JobConfig
 from spark_jobs.runner import IterationRunner
 from tests.dags.conftest import start_airflow
-from tests.helpers import graph_with_dangling, ranks_of, read_published, write_edges
+from tests.helpers import graph_with_dangling, ranks_of, read_published, release_hold, wait_held, write_edges
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -53,16 +52,14 @@ def test_the_head_commits_unless_a_report_is_missing(airflow_env, spark, tmp_pat
     proc = start_airflow(env, "dags", "test", "iterate_pagerank", "--conf", json.dumps(conf), log_path=out.name)
     aside = tmp_path / "report.json"
     try:
-        held = holds / "head.after_run@epoch=1.held"
         deadline = time.monotonic() + 300
-        while not held.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, open(out.name).read()[-3000:]
-            time.sleep(0.2)
+        wait_held(holds, "head.after_run@epoch=1", alive=lambda: proc.poll() is None, timeout=300,
+                  context=lambda: open(out.name).read()[-3000:])
         reports = glob.glob(str(store / "**" / "attempts" / f"{1:010d}" / "**" / "_reports" / "**" / "*part-00001*"),
                             recursive=True)
         assert len(reports) == 1, reports
         shutil.move(reports[0], aside)
-        (holds / "head.after_run@epoch=1.release").touch()
+        release_hold(holds, "head.after_run@epoch=1")
         waiting = re.compile(r"epoch 1 attempt \S+: waiting for 1 report\(s\): ranks/1")  # the sensor's trigger
         while not waiting.search(open(out.name).read()):
             assert proc.poll() is None and time.monotonic() < deadline, open(out.name).read()[-3000:]

@@ -29,7 +29,7 @@ from stack.services import Stack
 from tests.conftest import ROOT
 from tests.dags.airflow_server import StackApi, processes_titled
 from tests.helpers import (failure_free_ranks, graph_with_dangling, read_published, s3_checkpoint_ids,
-                           s3_published_ranks, write_edges)
+                           release_hold, s3_published_ranks, wait_held, write_edges)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
 
@@ -191,15 +191,10 @@ def test_postgresql_then_the_triggerer_restarted_in_the_middle_of_a_batch(stack,
     costs time, not results.)"""
     job = "pr-stack-restarts"
     conf, edges = _job(stack, job, seed=32, epochs=2)
-    armed, point = os.path.join(holds, "armed"), f"head.after_run@job={job}@epoch=1"
-    with open(armed, "w") as f:
-        f.write(f"{point}=hold")
+    armed, point = os.path.join(holds, "armed"), _arm(holds, f"head.after_run@job={job}@epoch=1")
     try:
         run_id = api.trigger("iterate_pagerank", conf)
-        deadline = time.monotonic() + 400
-        while not os.path.exists(os.path.join(holds, f"{point}.held")):
-            assert time.monotonic() < deadline, f"epoch 1's Spark job never ended: {api.log_tail()}"
-            time.sleep(0.2)
+        wait_held(holds, point, timeout=400, context=api.log_tail)  # epoch 1's Spark job ended
         assert 0 in s3_checkpoint_ids(stack.s3_endpoint, "iterations-checkpoints", job)
         stack.restart("postgres")
         reports = [k for k in _keys(stack, "iterations-checkpoints", f"ckpt/jobs/{job}/attempts/{1:010d}/")
@@ -210,7 +205,7 @@ def test_postgresql_then_the_triggerer_restarted_in_the_middle_of_a_batch(stack,
         s3.delete_object(Bucket="iterations-checkpoints", Key=reports[0])
     finally:
         open(armed, "w").close()
-        open(os.path.join(holds, f"{point}.release"), "w").close()
+        release_hold(holds, point)
 
     sensor = "epoch_1.align"
     try:
@@ -258,11 +253,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _hold(holds: str, point: str) -> tuple[str, str]:
-    """Arm failure point ``point`` to hold where it is reached; (its .held file, its .release file)."""
+def _arm(holds: str, point: str) -> str:
+    """Arm failure point ``point`` to hold where it is reached; the point."""
     with open(os.path.join(holds, "armed"), "w") as f:
         f.write(f"{point}=hold")
-    return os.path.join(holds, f"{point}.held"), os.path.join(holds, f"{point}.release")
+    return point
 
 
 def test_a_run_task_marked_failed_stops_its_spark_job_then_the_next_run_resumes(stack, api, holds, spark, tmp_path):
@@ -277,15 +272,11 @@ def test_a_run_task_marked_failed_stops_its_spark_job_then_the_next_run_resumes(
     store = os.path.join(work, "store")
     conf = {"job_id": job, "input_path": edges, "checkpoint_root": store, "output_path": os.path.join(work, "out"),
             "max_epochs": 2, "tolerance": 0, "num_partitions": 2, "continuation": False}
-    held, release = _hold(holds, f"tail.partition_written@job={job}@epoch=1@partition=0")
+    point = _arm(holds, f"tail.partition_written@job={job}@epoch=1@partition=0")
     try:
         run_id = api.trigger("iterate_pagerank", conf)
-        deadline = time.monotonic() + 300
-        while not os.path.exists(held):
-            assert time.monotonic() < deadline, f"epoch 1 never reached its tail: {api.log_tail()}"
-            assert api.run_state("iterate_pagerank", run_id) in ("queued", "running"), api.log_tail()
-            time.sleep(0.2)
-        worker = int(open(held).read())
+        worker = wait_held(holds, point, timeout=300, context=api.log_tail,
+                           alive=lambda: api.run_state("iterate_pagerank", run_id) in ("queued", "running"))
         quoted = urllib.parse.quote(run_id, safe="")
         api._request("PATCH", f"/api/v2/dags/iterate_pagerank/dagRuns/{quoted}/taskInstances/epoch_1.run",
                      {"new_state": "failed"})
@@ -297,7 +288,7 @@ def test_a_run_task_marked_failed_stops_its_spark_job_then_the_next_run_resumes(
         print(f"the held Spark task's worker was gone {stopped:.1f} s after its task was marked failed")
     finally:
         open(os.path.join(holds, "armed"), "w").close()
-        open(release, "w").close()
+        release_hold(holds, point)
     assert api.wait_run("iterate_pagerank", run_id, timeout=300) == "failed"
     assert "cancelled (task epoch_1.run was stopped)" in _task_log(api, "iterate_pagerank", run_id, "epoch_1.run")
     aborted = glob.glob(os.path.join(store, "jobs", job, "aborted", f"{1:010d}", "*"))

@@ -39,6 +39,7 @@ from include.head import HeadStatus
 from include.ownership import JobBusy
 from spark_jobs.runner import IterationRunner
 from include.runtime import IterationJob
+from tests.helpers import release_hold, wait_held
 
 ROOT = str(Path(__file__).resolve().parents[2])
 PAGERANK_EPOCHS = 5
@@ -388,7 +389,6 @@ def concurrent_runs(spark, work: Path, seed: int) -> Outcome:
     must stop at once with JobBusy naming the first (include.ownership) instead of the two
     aborting each other's attempts; the first, released, finishes the job; nothing is committed
     twice. (A second runner that starts after the first finished finds the job done.)"""
-    import time
 
     rng = random.Random(f"concurrent:{seed}")
     w = pagerank_workload(work, seed)
@@ -411,14 +411,10 @@ def concurrent_runs(spark, work: Path, seed: int) -> Outcome:
         first = threading.Thread(target=run, args=("first",))
         try:
             first.start()
-            deadline = time.monotonic() + 600
-            while not (holds / f"{point}.held").exists():
-                if not first.is_alive() or time.monotonic() > deadline:
-                    raise AssertionError(f"the first run never reached {point}: {errors}")
-                time.sleep(0.05)
+            wait_held(holds, point, alive=first.is_alive, context=lambda: str(errors), poll=0.05)
             run("second")  # here, while the first holds the job
         finally:
-            (holds / f"{point}.release").touch()
+            release_hold(holds, point)
             first.join(600)
             failpoints.configure("")
     out.runs += 2
