@@ -9,6 +9,7 @@ of the stack is left running after ``stop``."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import re
@@ -191,8 +192,7 @@ def test_postgresql_then_the_triggerer_restarted_in_the_middle_of_a_batch(stack,
     costs time, not results.)"""
     job = "pr-stack-restarts"
     conf, edges = _job(stack, job, seed=32, epochs=2)
-    armed, point = os.path.join(holds, "armed"), _arm(holds, f"head.after_run@job={job}@epoch=1")
-    try:
+    with _armed(holds, f"head.after_run@job={job}@epoch=1") as point:
         run_id = api.trigger("iterate_pagerank", conf)
         wait_held(holds, point, timeout=400, context=api.log_tail)  # epoch 1's Spark job ended
         assert 0 in s3_checkpoint_ids(stack.s3_endpoint, "iterations-checkpoints", job)
@@ -203,9 +203,6 @@ def test_postgresql_then_the_triggerer_restarted_in_the_middle_of_a_batch(stack,
         s3 = _s3(stack)
         held_back = s3.get_object(Bucket="iterations-checkpoints", Key=reports[0])["Body"].read()
         s3.delete_object(Bucket="iterations-checkpoints", Key=reports[0])
-    finally:
-        open(armed, "w").close()
-        release_hold(holds, point)
 
     sensor = "epoch_1.align"
     try:
@@ -253,11 +250,19 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _arm(holds: str, point: str) -> str:
-    """Arm failure point ``point`` to hold where it is reached; the point."""
-    with open(os.path.join(holds, "armed"), "w") as f:
-        f.write(f"{point}=hold")
-    return point
+@contextlib.contextmanager
+def _armed(holds: str, point: str, action: str = "hold"):
+    """Failure point ``point`` armed with ``action`` (by default to hold where it is reached)
+    for the block; then disarmed, and whatever it holds released."""
+    armed = os.path.join(holds, "armed")
+    with open(armed, "w") as f:
+        f.write(f"{point}={action}")
+    try:
+        yield point
+    finally:
+        open(armed, "w").close()
+        if action == "hold":
+            release_hold(holds, point)
 
 
 def test_a_run_task_marked_failed_stops_its_spark_job_then_the_next_run_resumes(stack, api, holds, spark, tmp_path):
@@ -272,8 +277,7 @@ def test_a_run_task_marked_failed_stops_its_spark_job_then_the_next_run_resumes(
     store = os.path.join(work, "store")
     conf = {"job_id": job, "input_path": edges, "checkpoint_root": store, "output_path": os.path.join(work, "out"),
             "max_epochs": 2, "tolerance": 0, "num_partitions": 2, "continuation": False}
-    point = _arm(holds, f"tail.partition_written@job={job}@epoch=1@partition=0")
-    try:
+    with _armed(holds, f"tail.partition_written@job={job}@epoch=1@partition=0") as point:
         run_id = api.trigger("iterate_pagerank", conf)
         worker = wait_held(holds, point, timeout=300, context=api.log_tail,
                            alive=lambda: api.run_state("iterate_pagerank", run_id) in ("queued", "running"))
@@ -286,9 +290,6 @@ def test_a_run_task_marked_failed_stops_its_spark_job_then_the_next_run_resumes(
             time.sleep(0.1)
         stopped = time.monotonic() - marked
         print(f"the held Spark task's worker was gone {stopped:.1f} s after its task was marked failed")
-    finally:
-        open(os.path.join(holds, "armed"), "w").close()
-        release_hold(holds, point)
     assert api.wait_run("iterate_pagerank", run_id, timeout=300) == "failed"
     assert "cancelled (task epoch_1.run was stopped)" in _task_log(api, "iterate_pagerank", run_id, "epoch_1.run")
     aborted = glob.glob(os.path.join(store, "jobs", job, "aborted", f"{1:010d}", "*"))
@@ -403,18 +404,13 @@ def test_a_task_killed_after_its_commit_landed_is_retried_exactly_once(stack, ap
     work = Path(stack.home) / "local" / "kmeans-killed"
     w = kmeans_workload(work, seed=2)
     cfg = w.config(work, job_id="km-stack-killed")
-    armed, point = os.path.join(holds, "armed"), "commit.after_write@epoch=1"
-    with open(armed, "w") as f:
-        f.write(f"{point}=kill-once")
-    try:
+    with _armed(holds, "commit.after_write@epoch=1", "kill-once") as point:
         api.unpause("iterate_kmeans")
         run_id = api.trigger("iterate_kmeans", {
             "job_id": cfg.job_id, "input_path": cfg.input.path, "checkpoint_root": cfg.checkpoint_root,
             "output_path": cfg.output_path, "max_epochs": cfg.max_epochs, "tolerance": 0,
             "num_partitions": cfg.num_partitions, **cfg.body_params})
         _wait_job(api, cfg.job_id, batches=-(-cfg.max_epochs // EPOCHS_PER_BATCH), dag_id="iterate_kmeans")
-    finally:
-        open(armed, "w").close()
     assert os.path.exists(os.path.join(holds, f"{point}.fired")), "the task was killed"
     assert api.task_instances("iterate_kmeans", run_id)["epoch_1.run"]["try_number"] >= 2
     out = audit(Outcome("killed after its commit", 2), spark, w, cfg, Path(holds) / "trace.jsonl", tmp_path)

@@ -29,8 +29,6 @@ def test_scenario(spark, tmp_path, name, seed):
         assert out.recomputed <= 1, f"a recovery recomputes at most the epoch in flight: {out}"
     if name == "kill in finish/publication":  # every epoch was committed: none is computed again
         assert out.recomputed == 0, out
-    if name == "clock skew +-10 min":  # the scenario itself checks the jump between its stamps
-        assert out.facts["sign"] in (-1, 1), out
 
 
 @pytest.mark.s3
