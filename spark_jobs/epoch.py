@@ -31,6 +31,10 @@ from include.store import ObjectStore, open_store
 
 log = logging.getLogger("iterations")
 
+# EpochExecutor(driver_tail_bytes=...): a variable stored in at most this many bytes is small
+# enough for the driver to hold and write (in memory, Parquet's size a few times over)
+DRIVER_TAIL_BYTES = 4 << 20
+
 
 class EpochExecutor:
     """Runs attempts on one Spark session, keeping each job's static data cached between epochs.
@@ -40,13 +44,23 @@ class EpochExecutor:
     the plan restores exactly the files that attempt wrote (same object keys: the checkpoint
     it committed). Anything else (another attempt's checkpoint, a rewind, a new executor after a
     crash) reads the store. For an executor that runs epoch after epoch of a job on one session
-    (the library runner); one that runs a single attempt gains nothing from it."""
+    (the library runner); one that runs a single attempt gains nothing from it.
+
+    ``driver_tail_bytes``: on a classic session (not Spark Connect), an epoch's variable whose
+    previous value took at most this many bytes in the store is written by the driver
+    (``write_dataset(on_driver=True)``): one Spark job collects it, instead of a shuffle and a
+    Python worker writing it; kept, it is a local frame. The rule reads only the checkpoint the
+    plan restores, so an attempt that computes the epoch again writes it the same way. Epoch 0
+    (restoring nothing) and Spark Connect sessions always write in Spark: there what is kept must
+    stay on the server, for the next task process to take over. -1: never."""
 
     def __init__(self, spark, store_options: Mapping[str, Any] | None = None, *, handoff: bool = False,
-                 shared: bool = False):
+                 shared: bool = False, driver_tail_bytes: int = DRIVER_TAIL_BYTES):
         self.spark = spark
         self.store_options = dict(store_options or {})
         self.handoff = handoff
+        # a classic session's small variables are written by its driver (``driver_tail``)
+        self.driver_tail_bytes = driver_tail_bytes if type(spark).__module__ == "pyspark.sql.session" else -1
         # a Spark Connect session that later processes attach to (an Airflow batch's): what the
         # tail kept is also named in the session, for the next process to take over
         self.shared = shared and handoff and type(spark).__module__.startswith("pyspark.sql.connect")
@@ -418,10 +432,19 @@ class EpochExecutor:
         if declared:
             self._write(plan, store, result.outputs, declared, data_dir="outputs", report_dir="_outputs")
         return self._write(plan, store, result.variables, list(plan.heads), data_dir="",
-                           report_dir="_reports", keys=plan.heads, metrics=metrics, facts=result.facts, kept=kept)
+                           report_dir="_reports", keys=plan.heads, metrics=metrics, facts=result.facts, kept=kept,
+                           on_driver=self._driver_tail(plan))
+
+    def _driver_tail(self, plan: EpochPlan) -> frozenset[str]:
+        """The heads the driver writes (``driver_tail_bytes``): those whose dataset in the
+        checkpoint the plan restores is that small."""
+        if plan.restore is None or self.driver_tail_bytes < 0:
+            return frozenset()
+        return frozenset(name for name, ds in plan.restore_datasets().items()
+                         if name in plan.heads and ds.size <= self.driver_tail_bytes)
 
     def _write(self, plan, store, frames, names, *, data_dir, report_dir, keys=None, metrics=None,
-               facts=None, kept=None) -> list[EpochReport]:
+               facts=None, kept=None, on_driver=frozenset()) -> list[EpochReport]:
         """The tail: write each named dataset under the attempt, one report per partition."""
         from spark_jobs.storeio import write_dataset
 
@@ -443,6 +466,7 @@ class EpochExecutor:
                 facts=facts,
                 kept=kept,
                 job_id=plan.job_id,
+                on_driver=name in on_driver,
             )
         return reports
 

@@ -71,6 +71,7 @@ class IterationRunner:
         take_over: bool = False,
         lease_wait: float = 0.0,
         rewind_to: int | None = None,
+        driver_tail_bytes: int | None = None,
     ):
         """``warm_start``: a final checkpoint (of another job, same store) epoch 0 starts from.
         ``coordinators``: extra coordinators by name (``include.coordinator``).
@@ -89,7 +90,11 @@ class IterationRunner:
         ``rewind_to``: recompute the job from this epoch as a new generation of it, which starts
         from a copy of checkpoint ``rewind_to - 1`` and replaces the outputs when it ends
         (include.generations; each runner given it starts a new one). The runner works on the
-        job's newest generation: ``self.config.job_id`` names it."""
+        job's newest generation: ``self.config.job_id`` names it.
+        ``driver_tail_bytes``: on a classic session, an epoch's variable whose previous value
+        took at most this many bytes in the store is collected and written by the driver
+        instead of a shuffle and Spark's Python workers (``EpochExecutor``); None: 4 MiB, -1:
+        never."""
         self.store_options = dict(store_options or {})
         store = store or open_store(config.checkpoint_root, **self.store_options)
         self.holder = Holder.this_process()
@@ -104,6 +109,7 @@ class IterationRunner:
         self.config = config = dataclasses.replace(config, job_id=log_id)
         self.attempt_retries = attempt_retries
         self.handoff = handoff
+        self.driver_tail_bytes = driver_tail_bytes
         self.wait_for_input = wait_for_input
         self.poll_interval = poll_interval
         self.job = IterationJob(config, store, checks=checks, store_options=self.store_options, warm_start=warm_start,
@@ -124,9 +130,11 @@ class IterationRunner:
     @property
     def executor(self):
         if self._executor is None:
-            from spark_jobs.epoch import EpochExecutor
+            from spark_jobs.epoch import DRIVER_TAIL_BYTES, EpochExecutor
 
-            self._executor = EpochExecutor(self.spark, self.store_options, handoff=self.handoff)
+            self._executor = EpochExecutor(self.spark, self.store_options, handoff=self.handoff,
+                                           driver_tail_bytes=DRIVER_TAIL_BYTES if self.driver_tail_bytes is None
+                                           else self.driver_tail_bytes)
         return self._executor
 
     def retire(self, generation: str, *, dag_id: str | None = None) -> dict[str, int]:

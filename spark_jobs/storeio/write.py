@@ -35,6 +35,7 @@ def write_dataset(
     facts: Mapping[str, float] | None = None,
     kept: dict[str, tuple[DataFrame, DataFrame]] | None = None,
     job_id: str = "",
+    on_driver: bool = False,
 ) -> list[EpochReport]:
     """Write ``df`` as P partitions of Parquet under ``prefix`` and one report per partition
     under ``report_prefix``. ``metrics``: name -> (column, aggregation); metric columns are
@@ -61,6 +62,13 @@ def write_dataset(
     made from pandas or Arrow) is written by the driver itself, the same way: a Spark job per
     small dataset would cost more than the data.
 
+    ``on_driver``: the caller knows ``df`` is small (``spark_jobs.epoch`` decides by the size
+    of the variable the epoch started from): its records, each with Spark's partition id, are
+    collected by one Spark job and written by the driver, as a local frame is, instead of by a
+    shuffle and Spark's Python workers; what is kept is then a local frame of them, marked for
+    broadcast joins as a small variable read from the store is. Each partition's file holds
+    the same bytes either way (its name says which task wrote it: here "driver").
+
     ``job_id``: only named to the failure points (tests place faults in one job's tail).
     """
     metrics = dict(metrics or {})
@@ -81,7 +89,7 @@ def write_dataset(
         schema_json = StructType([source.schema[c] for c in data_columns]).json()
     else:
         schema_json = df.select(*data_columns).schema.json()
-        local = df.isLocal()  # rows the driver holds (a frame made from pandas or Arrow): no Spark job
+        local = on_driver or df.isLocal()  # rows the driver holds (a frame made from pandas or Arrow): no Spark job
         df = df.withColumn(_PID, F.pmod(F.hash(*[F.col(c) for c in (key_columns or data_columns)]),
                                         F.lit(num_partitions)))
         if not local:
@@ -128,7 +136,7 @@ def write_dataset(
             # a type the driver does not hash as Spark does: Spark computes only the partition
             # ids (a collect over the local relation runs no Spark job; toArrow runs one)
             table = held.append_column(_PID, pa.array([row[0] for row in df.select(_PID).collect()], pa.int32()))
-        else:
+        else:  # the rows and their partition ids, in one Spark job (none for a local relation)
             table = df.toArrow()
         order = pc.sort_indices(table, sort_keys=[(c, "ascending", "at_start") for c in (_PID, *key_columns)])
         table = table.take(order)
@@ -140,7 +148,10 @@ def write_dataset(
     reports = by_partition(head, [EpochReport.from_json(t) for t in texts])
     if kept is not None:
         stored = sum(f.size for r in reports.values() for f in r.files)
-        kept[head] = (records, None) if local else (sized_for_joins(df.select(*data_columns), stored), df)
+        if local:  # nothing held in Spark; a small collected variable joins as one read from the store would
+            kept[head] = (sized_for_joins(records, stored) if held is None else records, None)
+        else:
+            kept[head] = (sized_for_joins(df.select(*data_columns), stored), df)
     for p in range(num_partitions):
         if p not in reports:
             empty = {name: 0.0 for name, (_c, agg) in metrics.items() if agg == "sum"}

@@ -11,7 +11,7 @@ import pytest
 from include import failpoints
 from spark_jobs.runner import IterationRunner
 from include.runtime import IterationJob
-from spark_jobs.epoch import EpochExecutor
+from spark_jobs.epoch import DRIVER_TAIL_BYTES, EpochExecutor
 from tests.helpers import graph_with_dangling, pagerank_config, ranks_of, write_edges
 
 pytestmark = pytest.mark.spark
@@ -36,22 +36,26 @@ def persistent_rdds(spark) -> set[int]:
 
 
 def test_handoff_gives_the_same_checkpoints_bit_for_bit(spark, tmp_path, edges, caplog):
+    """With and without the handoff, and with the small ranks written by the driver (the
+    default for a variable this small, from epoch 1) or by Spark's tail: the same bytes."""
     caplog.set_level(logging.INFO, logger="iterations")
     before = persistent_rdds(spark)
     runs = {}
-    for handoff in (False, True):
-        cfg = pagerank_config(tmp_path / str(handoff), edges, job_id=f"pr-{handoff}", max_epochs=5, tolerance=0.0,
-                              retain_last=10)
-        runs[handoff] = (IterationRunner(cfg, spark, handoff=handoff).run(), IterationJob(cfg))
-    lines = variables_lines(caplog, "pr-True")
-    assert lines == [f"job pr-True epoch {e}: variables {KEPT}" for e in range(1, 5)] + \
-        [f"job pr-True final 5: variables {KEPT}"]
-    assert variables_lines(caplog, "pr-False") == [], "without the handoff nothing is kept (nor logged)"
+    for handoff, tail in ((False, "driver"), (True, "driver"), (True, "spark")):
+        cfg = pagerank_config(tmp_path / f"{handoff}-{tail}", edges, job_id=f"pr-{handoff}-{tail}", max_epochs=5,
+                              tolerance=0.0, retain_last=10)
+        runner = IterationRunner(cfg, spark, handoff=handoff, driver_tail_bytes=-1 if tail == "spark" else None)
+        runs[handoff, tail] = (runner.run(), IterationJob(cfg))
+    for job_id in ("pr-True-driver", "pr-True-spark"):
+        assert variables_lines(caplog, job_id) == [f"job {job_id} epoch {e}: variables {KEPT}" for e in range(1, 5)] \
+            + [f"job {job_id} final 5: variables {KEPT}"]
+    assert variables_lines(caplog, "pr-False-driver") == [], "without the handoff nothing is kept (nor logged)"
     # every checkpoint holds the same files' bytes (SHA-256 per object), epoch by epoch
     for epoch in range(5):
-        digests = [[f.sha256 for f in runs[h][1].log.load(epoch).variables["ranks"].files] for h in (False, True)]
-        assert digests[0] == digests[1], f"epoch {epoch}"
-    assert ranks_of(runs[True][0].outputs["ranks"]) == ranks_of(runs[False][0].outputs["ranks"])
+        digests = [[f.sha256 for f in job.log.load(epoch).variables["ranks"].files] for _run, job in runs.values()]
+        assert digests[0] == digests[1] == digests[2], f"epoch {epoch}"
+    outputs = [ranks_of(run.outputs["ranks"]) for run, _job in runs.values()]
+    assert outputs[0] == outputs[1] == outputs[2]
     assert persistent_rdds(spark) - before == set(), "the kept variables are freed when the job finishes"
 
 
@@ -81,11 +85,14 @@ def test_only_the_checkpoint_the_executor_wrote_is_taken_from_memory(spark, tmp_
     x.release(), y.release()
 
 
-def test_a_failed_attempt_keeps_nothing(spark, tmp_path, edges, caplog):
+@pytest.mark.parametrize("tail", ["spark", "driver"])
+def test_a_failed_attempt_keeps_nothing(spark, tmp_path, edges, caplog, tail):
+    """Kept in Spark (blocks of a local checkpoint, freed) or on the driver (a local frame)."""
     caplog.set_level(logging.INFO, logger="iterations")
     before = persistent_rdds(spark)
     cfg = pagerank_config(tmp_path, edges, job_id="pr-fail", max_epochs=10, tolerance=0.0)
-    job, executor = IterationJob(cfg), EpochExecutor(spark, handoff=True)
+    job = IterationJob(cfg)
+    executor = EpochExecutor(spark, handoff=True, driver_tail_bytes=-1 if tail == "spark" else DRIVER_TAIL_BYTES)
     for _ in range(2):
         plan = job.plan_epoch()
         executor.run(plan, job.store)
@@ -100,7 +107,11 @@ def test_a_failed_attempt_keeps_nothing(spark, tmp_path, edges, caplog):
     finally:
         failpoints.configure("")
     left = persistent_rdds(spark) - before
-    assert left < kept and len(left) == len(kept) - 1, "the variables kept from epoch 1 are freed after the failure"
+    assert "pr-fail" not in executor._kept, "the variables kept from epoch 1 are forgotten after the failure"
+    if tail == "spark":
+        assert left < kept and len(left) == len(kept) - 1, "the variables kept from epoch 1 are freed after the failure"
+    else:
+        assert left == kept, "a local frame holds no blocks in Spark"
     plan = job.plan_epoch()
     executor.run(plan, job.store)  # the retry starts from the store
     job.commit(plan)
@@ -120,7 +131,8 @@ def test_kept_variables_lost_with_an_executor_are_read_back_in_the_same_attempt(
     caplog.set_level(logging.INFO, logger="iterations")
     cfg = pagerank_config(tmp_path / "lost", edges, job_id="pr-lost", max_epochs=10, tolerance=0.0,
                           retain_last=10)
-    job, executor = IterationJob(cfg), EpochExecutor(spark, handoff=True)
+    # blocks in Spark to lose: the tail runs in Spark, however small the ranks
+    job, executor = IterationJob(cfg), EpochExecutor(spark, handoff=True, driver_tail_bytes=-1)
     for epoch in range(4):
         plan = job.plan_epoch()
         if epoch == 2:  # the blocks of epoch 1's kept ranks disappear, the executor's record of them stays
