@@ -106,6 +106,7 @@ def test_files_added_during_the_run_each_processed_once_across_a_failure(spark, 
     assert final.coordinators["splits"]["state"]["pending"] == [] and final.coordinators["splits"]["state"]["ended"]
 
 
+@pytest.mark.slow  # two run_job processes, each with its own Spark driver
 def test_sigkill_while_files_arrive(spark, tmp_path):
     """run_job is SIGKILLed inside a commit while a writer keeps dropping files; the restarted
     job processes every file exactly once."""

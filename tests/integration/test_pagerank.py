@@ -25,7 +25,8 @@ def hand_graph():
 @pytest.mark.parametrize(
     "name, graph, damping",
     [
-        ("random-with-dangling", graph_with_dangling(40, 0.1, seed=1), 0.85),
+        pytest.param("random-with-dangling", graph_with_dangling(40, 0.1, seed=1), 0.85,
+                     marks=pytest.mark.slow),  # about 160 epochs to 1e-11
         ("hand-made", hand_graph(), 0.6),
         ("star", nx.DiGraph([(0, i) for i in range(1, 12)] + [(i, 0) for i in range(1, 6)]), 0.5),
     ],
@@ -58,6 +59,7 @@ def test_second_run_changes_nothing(spark, tmp_path):
     assert ranks_of(again.outputs["ranks"]) == ranks_of(first.outputs["ranks"])
 
 
+@pytest.mark.slow  # three runs to convergence at 1e-10
 def test_warm_start_from_yesterdays_ranks_on_a_changed_graph(spark, tmp_path):
     """A scheduled job's next batch: epoch 0 starts from the previous job's final ranks, carried
     to today's graph (a new node gets 1/N, a removed one drops out, ranks sum to 1 again);

@@ -19,6 +19,7 @@ from tests.helpers import graph_with_dangling, pagerank_config, ranks_of
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 
 
+@pytest.mark.slow  # a whole PageRank job over moto_server's HTTP
 def test_pagerank_on_s3(spark, tmp_path, moto_endpoint, bucket):
     graph = graph_with_dangling(25, 0.15, seed=4)
     s3 = boto3.client("s3", endpoint_url=moto_endpoint, region_name="us-east-1")
