@@ -33,6 +33,7 @@ epoch's checkpoint commits, so a running job's trajectory can be watched and plo
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -43,6 +44,8 @@ if TYPE_CHECKING:  # pyspark is imported where a function runs: the body's metad
 
 from include.body import EpochContext, IterationBody, StepResult, param
 from include.errors import InputDataError
+
+log = logging.getLogger("iterations")
 
 # k-means++ runs on the driver when the points' features are at most this many numbers (one
 # collect, then no Spark job per round); beyond, one Spark job per round
@@ -322,6 +325,8 @@ class KMeans(IterationBody):
         k = len(C)
         sums, counts = np.zeros((k, dim)), np.zeros(k, dtype=np.int64)
         held = _points_on_driver(data, k)
+        log.info("k-means epoch %d: Lloyd's pass %s (%d points x %d features, k=%d)", ctx.epoch,
+                 "on the driver" if held is not None else "in Spark", data["num_points"], dim, k)
         if held is not None:  # small: the driver holds each partition's points (the same sums)
             for X in held:
                 part_sums, part_counts = K.partition_sums([X], C, dim)

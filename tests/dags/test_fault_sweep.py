@@ -17,15 +17,20 @@ def test_every_protocol_step_is_covered():
     assert covered == {p.split("@")[0] for p in POINTS}, "each failure point is in the CI subset"
 
 
-@pytest.mark.parametrize("name,commit_in_head", [*((n, False) for n in sorted(GROUPS)),
-                                                 ("head, tail, align, commit", True)])
+@pytest.mark.parametrize("commit_in_head", [True, False], ids=["default shape", "commit tasks"])
+@pytest.mark.parametrize("name", sorted(GROUPS))
 def test_failures_at_protocol_steps_end_like_the_failure_free_run(airflow_env, spark, tmp_path, name,
                                                                   commit_in_head):
-    """With ``commit_in_head`` the align and commit points fail the run task, whose retry
-    adopts the complete attempt (or finds it committed) instead of running it again."""
+    """Every group under both shapes of the DAG: ``commit_in_head`` on (``iteration_dag``'s
+    default), where the align, commit and epoch-publication points fail the run task, whose
+    retry adopts the complete attempt (or finds it committed) instead of running it again; and
+    off, where they fail the align and commit tasks. The default shape's input is small (Lloyd's
+    pass on the driver), the other one's takes the Spark pass (``kmeans_workload``)."""
     points = GROUPS[name]
-    out = run_dag(airflow_env, tmp_path, seed=1, points=points, name=name, commit_in_head=commit_in_head)
+    out = run_dag(airflow_env, tmp_path, seed=1, points=points, name=name, commit_in_head=commit_in_head,
+                  spark_pass=not commit_in_head)
     assert out.facts["succeeded"], out.detail
+    assert out.facts["passes"] == {"on the driver" if commit_in_head else "in Spark"}, out.facts["passes"]
     assert sorted(out.facts["fired"]) == sorted(points), "each point fired once"
     tries = task_tries(out.facts["log"])
     for point in points:

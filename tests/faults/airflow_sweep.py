@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -102,13 +103,15 @@ def point_for(template: str, rng: random.Random) -> str:
 
 
 def run_dag(env: dict[str, str], work: Path, seed: int, points: list[str], name: str,
-            timeout: float = 900, commit_in_head: bool = False) -> Outcome:
+            timeout: float = 900, commit_in_head: bool = False, spark_pass: bool = False) -> Outcome:
     """One ``airflow dags test iterate_kmeans`` run of a fresh job with ``points`` armed (each
     fires once); the outcome audited against the failure-free run (``sweep.audit``).
-    ``commit_in_head``: the DAG's option of that name on (ITERATIONS_COMMIT_IN_HEAD)."""
+    ``commit_in_head``: the DAG's option of that name on (ITERATIONS_COMMIT_IN_HEAD).
+    ``spark_pass``: an input whose Lloyd's pass runs in Spark (``sweep.kmeans_workload``); the
+    epochs' passes (from the k-means log lines) are in ``facts["passes"]``."""
     from spark_jobs.session import get_spark
 
-    w = kmeans_workload(work, seed)
+    w = kmeans_workload(work, seed, spark_pass)
     cfg = w.config(work)
     trace = work / "trace.jsonl"
     fired_dir = Path(env[failpoints.DIR_ENV])
@@ -131,7 +134,8 @@ def run_dag(env: dict[str, str], work: Path, seed: int, points: list[str], name:
     fired = sorted(p.name[:-len(".fired")] for p in fired_dir.glob("*.fired"))
     out.faults = len(fired)
     out.facts = {"fired": fired, "log": log, "returncode": done.returncode,
-                 "succeeded": done.returncode == 0 and "state=success" in log}
+                 "succeeded": done.returncode == 0 and "state=success" in log,
+                 "passes": set(re.findall(r"k-means epoch \d+: Lloyd's pass (in Spark|on the driver)", log))}
     if not out.facts["succeeded"]:
         out.lost += 1
         out.detail += f"; the run failed (exit {done.returncode}): {log[-3000:]}"

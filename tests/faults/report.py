@@ -142,14 +142,15 @@ def airflow_rows(rows: dict[str, list[Outcome]], seeds: list[int], started: floa
     warm_airflow.SERVERS.append(server)
     failed = False
     try:
-        for template in POINTS:
-            name = "airflow: " + template.split("@")[0]
+        # both shapes of the DAG: commit_in_head on (iteration_dag's default) and off
+        for template, commit_in_head in ((t, c) for t in POINTS for c in (True, False)):
+            name = ("airflow: " if commit_in_head else "airflow, commit tasks: ") + template.split("@")[0]
             for seed in seeds:
                 point = point_for(template, random.Random(f"{template}:{seed}"))
                 work = Path(tempfile.mkdtemp(prefix="fault-sweep-", dir=home))
                 t0 = time.monotonic()
                 try:
-                    out = run_dag(env, work, seed, [point], name)
+                    out = run_dag(env, work, seed, [point], name, commit_in_head=commit_in_head)
                     if out.faults != 1:
                         out.wrong += 1
                         out.detail += f"; {point} fired {out.faults} times"
