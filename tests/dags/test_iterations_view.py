@@ -521,3 +521,49 @@ def test_a_run_conf_key_the_dag_has_no_param_for_is_refused_when_triggered(api_s
     assert len(api_server.runs("iterate_pagerank")) == before, "no run was created"
     run_id = api_server.trigger("iterate_pagerank", {"tolerance": 0.1, "continuation": False})
     assert run_id and len(api_server.runs("iterate_pagerank")) == before + 1
+
+
+def test_the_view_of_a_store_a_real_dag_run_wrote(api_server, airflow_env, tmp_path):
+    """Not a library run's store with runs patched to success: ``airflow dags test`` of the
+    PageRank DAG records its run in the API server's database and writes its job to the store
+    (on the DAG tests' Spark Connect server); the run's link leads to its job and batch, and
+    the job's epochs, batch, checks and published output are what the run did."""
+    import re
+
+    from tests.helpers import graph_with_dangling, write_edges
+
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(20, 0.15, seed=8))
+    root, out = str(tmp_path / "store"), str(tmp_path / "out")
+    conf = {"job_id": "pr-real", "input_path": edges, "checkpoint_root": root, "output_path": out, "max_epochs": 3,
+            "tolerance": 0, "num_partitions": 2, "continuation": False, "retain_last": 10}  # nothing retired
+    env = {**api_server.env, **{k: airflow_env[k] for k in ("ITERATIONS_SPARK_CONNECT_PORT",
+                                                            "ITERATIONS_SPARK_CONNECT_DIR")}}
+    done = api_server.cli("dags", "test", "iterate_pagerank", "--conf", json.dumps(conf), env=env, timeout=600)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0 and "state=success" in log, log[-5000:]
+    [run] = [r for r in api_server.runs("iterate_pagerank") if (r.get("conf") or {}).get("job_id") == "pr-real"]
+    run_id = run["dag_run_id"]
+    assert run["state"] == "success"
+
+    token = api_server.login("viewer")
+    status, _, body = api_server.fetch(f"/iterations/api/jobs/pr-real?{q(root)}", token)
+    assert status == 200, body
+    got = json.loads(body)
+    assert (got["job_id"], got["status"]) == ("pr-real", "TERMINATED")
+    assert [(e["epoch"], e["status"]) for e in got["epochs"]] == [(0, "committed"), (1, "committed"), (2, "committed")]
+    committed = {int(m[1]): float(m[2]) for m in re.finditer(r"epoch (\d+) committed: feedback=\d+ l1_delta=(\S+)", log)}
+    assert sorted(committed) == [0, 1, 2]
+    for e in got["epochs"]:
+        assert e["metrics"]["l1_delta"] == pytest.approx(committed[e["epoch"]], rel=1e-3)
+        assert e["checks"] and all(c["success"] for c in e["checks"]), e["checks"]
+    [batch] = got["batches"]
+    [ranks] = got["finish"]["outputs"]
+    assert (ranks["name"], ranks["state"], ranks["location"]) == ("ranks", "PUBLISHED", os.path.join(out, "ranks"))
+
+    status, _, location = api_server.fetch(f"/iterations/runs/iterate_pagerank/{quote(run_id, safe='')}", token)
+    assert status == 307 and location.decode() == f"/iterations/jobs/pr-real?{q(root, batch=batch['batch_id'])}", \
+        (status, location)
+    status, _, body = api_server.fetch(location.decode(), token)
+    page = _Rows()
+    page.feed(body.decode())
+    assert [int(r["data-epoch"]) for r in page.rows if "current" in r["class"].split()] == [0, 1, 2]
