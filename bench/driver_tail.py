@@ -52,6 +52,12 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
+def last_job(tracker) -> int:
+    """The id of the newest Spark job (ids count up from 0; the tracker forgets old jobs, so
+    the difference of two ids counts the jobs in between, not the lengths of two lists)."""
+    return max(tracker.getJobIdsForGroup(None), default=-1)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=40)
@@ -78,11 +84,11 @@ def main(argv: list[str] | None = None) -> None:
             cfg = pagerank_config(work / f"{tail}-{rnd}", edges, job_id=f"pr-{tail}-{rnd}", max_epochs=args.epochs,
                                   tolerance=0.0, retain_last=args.epochs + 1)
             runner = IterationRunner(cfg, spark, driver_tail_bytes=TAILS[tail])
-            jobs_before = len(tracker.getJobIdsForGroup(None))
+            jobs_before = last_job(tracker)
             wall, cpu = time.perf_counter(), tree_cpu(os.getpid())
             runner.run()
             wall, cpu = time.perf_counter() - wall, tree_cpu(os.getpid()) - cpu
-            jobs = len(tracker.getJobIdsForGroup(None)) - jobs_before
+            jobs = last_job(tracker) - jobs_before
             if rnd > 0:
                 per_epoch[tail].append((wall / args.epochs, cpu / args.epochs, jobs / args.epochs))
             last[tail] = IterationJob(cfg)
