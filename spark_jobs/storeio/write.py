@@ -4,6 +4,7 @@ hashed, profiled for the data checks, and reported."""
 from __future__ import annotations
 
 import io
+import logging
 from typing import Any, Iterator, Mapping, Sequence
 
 from pyspark.sql import DataFrame
@@ -17,6 +18,8 @@ from include.store import ObjectStore
 from spark_jobs.frames import arrow_frame, arrow_of
 from spark_jobs.storeio.hashing import partition_ids
 from spark_jobs.storeio.sizing import sized_for_joins
+
+log = logging.getLogger("iterations")
 
 
 def write_dataset(
@@ -62,16 +65,18 @@ def write_dataset(
     made from pandas or Arrow) is written by the driver itself, the same way: a Spark job per
     small dataset would cost more than the data.
 
-    ``on_driver``: the caller knows ``df`` is small (``spark_jobs.epoch`` decides by the size
-    of the variable the epoch started from): its records, each with Spark's partition id, are
-    collected by one Spark job and written by the driver, as a local frame is, instead of by a
-    shuffle and Spark's Python workers; what is kept is then a local frame of them, marked for
-    broadcast joins as a small variable read from the store is. Each partition's file holds
+    ``on_driver``: the caller expects ``df`` to be small (``spark_jobs.epoch`` decides by the
+    size of the variable the epoch started from): its records, each with Spark's partition id,
+    are collected by one Spark job and written by the driver, as a local frame is, instead of by
+    a shuffle and Spark's Python workers; what is kept is then a local frame of them, marked for
+    broadcast joins as a small variable read from the store is. Records past what the driver may
+    collect (``spark.driver.maxResultSize``) are written in Spark after all. Each partition's file holds
     the same bytes either way (its name says which task wrote it: here "driver").
 
     ``job_id``: only named to the failure points (tests place faults in one job's tail).
     """
     metrics = dict(metrics or {})
+    collected = None
     metric_columns = {col for col, _ in metrics.values()}
     columns = df.columns
     for name, (col, _agg) in metrics.items():
@@ -89,9 +94,12 @@ def write_dataset(
         schema_json = StructType([source.schema[c] for c in data_columns]).json()
     else:
         schema_json = df.select(*data_columns).schema.json()
-        local = on_driver or df.isLocal()  # rows the driver holds (a frame made from pandas or Arrow): no Spark job
+        local = df.isLocal()  # rows the driver holds (a frame made from pandas or Arrow): no Spark job
         df = df.withColumn(_PID, F.pmod(F.hash(*[F.col(c) for c in (key_columns or data_columns)]),
                                         F.lit(num_partitions)))
+        if on_driver and not local:
+            collected = _collect(df, head, epoch)
+            local = collected is not None
         if not local:
             df = df.repartition(_PID).sortWithinPartitions(_PID, *key_columns)
             if kept is not None:
@@ -136,7 +144,9 @@ def write_dataset(
             # a type the driver does not hash as Spark does: Spark computes only the partition
             # ids (a collect over the local relation runs no Spark job; toArrow runs one)
             table = held.append_column(_PID, pa.array([row[0] for row in df.select(_PID).collect()], pa.int32()))
-        else:  # the rows and their partition ids, in one Spark job (none for a local relation)
+        elif collected is not None:  # the rows and their partition ids, in one Spark job
+            table = collected
+        else:  # a local relation: no Spark job
             table = df.toArrow()
         order = pc.sort_indices(table, sort_keys=[(c, "ascending", "at_start") for c in (_PID, *key_columns)])
         table = table.take(order)
@@ -162,6 +172,22 @@ def write_dataset(
 
 
 _PID = "__iterations_partition"
+
+
+def _collect(df: DataFrame, head: str, epoch: int) -> Any | None:
+    """``df`` (its records and their partition ids) as one Arrow table on the driver: one Spark
+    job. None when its results are more than ``spark.driver.maxResultSize`` allows (Spark stops
+    the job before the driver holds them): a variable that was small in the checkpoint the epoch
+    started from can grow past what the driver may hold in one epoch, and is then written in
+    Spark, by the same rule whenever the epoch is computed again."""
+    try:
+        return df.toArrow()
+    except Exception as e:
+        if "maxResultSize" not in str(e):
+            raise
+        log.warning("epoch %s: %r grew past what the driver may collect (spark.driver.maxResultSize): "
+                    "written in Spark instead", epoch, head)
+        return None
 
 
 def by_partition(head: str, reports: Sequence[EpochReport]) -> dict[int, EpochReport]:

@@ -140,3 +140,58 @@ def test_a_local_frame_with_arrays_is_written_without_a_spark_job(spark, tmp_pat
         got = [row for f in a.files for row in pq.read_table(io.BytesIO(store.get(f.key))).to_pylist()]
         want = [row for f in b.files for row in pq.read_table(io.BytesIO(store.get(f.key))).to_pylist()]
         assert got == want
+
+
+# A session whose driver may collect at most 1 MiB of results: a variable the epoch expected to
+# be small (on_driver) grew past it. Run in a process of its own (one SparkContext per process).
+_GROWN = """
+import json, logging, os, sys, tempfile
+from pathlib import Path
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+from pyspark.sql import SparkSession, functions as F
+spark = (SparkSession.builder.master("local[2]").config("spark.driver.maxResultSize", "1m")
+         .config("spark.ui.enabled", "false").getOrCreate())
+spark.sparkContext.setLogLevel("OFF")
+from include.store import LocalStore
+from spark_jobs.storeio import write_dataset
+root = Path(sys.argv[1])
+out = {}
+for name, rows in (("grown", 200_000), ("small", 2_000)):
+    df = spark.range(rows).select(F.col("id").alias("node"), (F.col("id") * 0.5).alias("rank"),
+                                  F.sha2(F.col("id").cast("string"), 256).alias("pad"))
+    for on_driver in (True, False):
+        kept = {}
+        reports = write_dataset(df, store=LocalStore(root / f"{name}-{on_driver}"), prefix="v/ranks",
+                                report_prefix="v/_r/ranks", head="ranks", epoch=3, attempt_id="a3",
+                                num_partitions=3, key_columns=("node",), kept=kept, on_driver=on_driver)
+        out[f"{name}-{on_driver}"] = {"sha256": [[f.sha256 for f in r.files] for r in reports],
+                                      "tasks": sorted({f.key.rsplit("-", 1)[1].split(".")[0] for r in reports for f in r.files}),
+                                      "kept_in_spark": kept["ranks"][1] is not None}
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.slow  # a Spark driver of its own
+def test_a_variable_grown_past_what_the_driver_may_collect_is_written_in_spark(tmp_path):
+    """``on_driver``: the tail collects the records to the driver, unless they are more than
+    ``spark.driver.maxResultSize``: then it writes them in Spark (warning), the same bytes."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": ROOT}
+    done = subprocess.run([sys.executable, "-c", _GROWN, str(tmp_path)], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    [line] = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+    got = json.loads(line[len("RESULT "):])
+    assert "epoch 3: 'ranks' grew past what the driver may collect (spark.driver.maxResultSize): written in Spark " \
+        "instead" in done.stderr
+    assert done.stderr.count("grew past what the driver may collect") == 1, "only the grown variable"
+    assert got["grown-True"]["kept_in_spark"] and got["grown-True"]["tasks"] != ["driver"], "written in Spark"
+    assert not got["small-True"]["kept_in_spark"] and got["small-True"]["tasks"] == ["driver"]
+    for name in ("grown", "small"):
+        assert got[f"{name}-True"]["sha256"] == got[f"{name}-False"]["sha256"], name
