@@ -29,29 +29,6 @@ if ROOT not in sys.path:
 TAILS = {"spark": -1, "driver": None}  # driver_tail_bytes: -1 never, None the default
 
 
-def tree_cpu(pid: int) -> float:
-    """CPU seconds of a process and all its descendants (from /proc)."""
-    hz = os.sysconf("SC_CLK_TCK")
-    children: dict[int, list[int]] = {}
-    cpu: dict[int, float] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                rest = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(rest[1]), []).append(int(entry))
-        cpu[int(entry)] = (int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14])) / hz
-    total, todo = 0.0, [pid]
-    while todo:
-        p = todo.pop()
-        total += cpu.get(p, 0.0)
-        todo += children.get(p, [])
-    return total
-
-
 def last_job(tracker) -> int:
     """The id of the newest Spark job (ids count up from 0; the tracker forgets old jobs, so
     the difference of two ids counts the jobs in between, not the lengths of two lists)."""
@@ -68,6 +45,7 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--rounds, --epochs and --nodes must be at least 2 (got {args.rounds}, {args.epochs}, {args.nodes})")
     logging.basicConfig(level=logging.WARNING)
 
+    from bench.common import tree_cpu_seconds
     from include.runtime import IterationJob
     from spark_jobs.runner import IterationRunner
     from spark_jobs.session import get_spark
@@ -85,9 +63,9 @@ def main(argv: list[str] | None = None) -> None:
                                   tolerance=0.0, retain_last=args.epochs + 1)
             runner = IterationRunner(cfg, spark, driver_tail_bytes=TAILS[tail])
             jobs_before = last_job(tracker)
-            wall, cpu = time.perf_counter(), tree_cpu(os.getpid())
+            wall, cpu = time.perf_counter(), tree_cpu_seconds()
             runner.run()
-            wall, cpu = time.perf_counter() - wall, tree_cpu(os.getpid()) - cpu
+            wall, cpu = time.perf_counter() - wall, tree_cpu_seconds() - cpu
             jobs = last_job(tracker) - jobs_before
             if rnd > 0:
                 per_epoch[tail].append((wall / args.epochs, cpu / args.epochs, jobs / args.epochs))

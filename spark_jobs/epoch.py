@@ -28,6 +28,7 @@ from include.failpoints import failpoint
 from include.head import EpochReport
 from include.runtime import EpochPlan
 from include.store import ObjectStore, open_store
+from spark_jobs.session import is_classic
 
 log = logging.getLogger("iterations")
 
@@ -52,15 +53,17 @@ class EpochExecutor:
     Python worker writing it; kept, it is a local frame. The rule reads only the checkpoint the
     plan restores, so an attempt that computes the epoch again writes it the same way. Epoch 0
     (restoring nothing) and Spark Connect sessions always write in Spark: there what is kept must
-    stay on the server, for the next task process to take over. -1: never."""
+    stay on the server, for the next task process to take over. None: ``DRIVER_TAIL_BYTES``;
+    -1: never."""
 
     def __init__(self, spark, store_options: Mapping[str, Any] | None = None, *, handoff: bool = False,
-                 shared: bool = False, driver_tail_bytes: int = DRIVER_TAIL_BYTES):
+                 shared: bool = False, driver_tail_bytes: int | None = None):
         self.spark = spark
         self.store_options = dict(store_options or {})
         self.handoff = handoff
-        # a classic session's small variables are written by its driver (``driver_tail``)
-        self.driver_tail_bytes = driver_tail_bytes if type(spark).__module__ == "pyspark.sql.session" else -1
+        # a classic session's small variables are written by its driver (``_driver_tail``)
+        self.driver_tail_bytes = -1 if not is_classic(spark) else \
+            DRIVER_TAIL_BYTES if driver_tail_bytes is None else driver_tail_bytes
         # a Spark Connect session that later processes attach to (an Airflow batch's): what the
         # tail kept is also named in the session, for the next process to take over
         self.shared = shared and handoff and type(spark).__module__.startswith("pyspark.sql.connect")

@@ -47,7 +47,9 @@ def _deferred_frame(spark: SparkSession, table: Any) -> DataFrame | None:
     its schema is known at once, computed as ``createDataFrame`` computes it. None on a Spark
     Connect session (its frames are plans the client builds) or for a table with timestamps
     (whose type depends on the session's time settings)."""
-    if type(spark).__module__ != "pyspark.sql.session" or any("timestamp" in str(f.type) for f in table.schema):
+    from spark_jobs.session import is_classic
+
+    if not is_classic(spark) or any("timestamp" in str(f.type) for f in table.schema):
         return None
     if not _DEFERRED:
         from pyspark.sql.classic.dataframe import DataFrame as ClassicDataFrame

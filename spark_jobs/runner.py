@@ -130,11 +130,10 @@ class IterationRunner:
     @property
     def executor(self):
         if self._executor is None:
-            from spark_jobs.epoch import DRIVER_TAIL_BYTES, EpochExecutor
+            from spark_jobs.epoch import EpochExecutor
 
             self._executor = EpochExecutor(self.spark, self.store_options, handoff=self.handoff,
-                                           driver_tail_bytes=DRIVER_TAIL_BYTES if self.driver_tail_bytes is None
-                                           else self.driver_tail_bytes)
+                                           driver_tail_bytes=self.driver_tail_bytes)
         return self._executor
 
     def retire(self, generation: str, *, dag_id: str | None = None) -> dict[str, int]:

@@ -49,6 +49,12 @@ def get_spark(
     return spark
 
 
+def is_classic(spark) -> bool:
+    """A classic session: its driver runs in this process (a local session, spark-submit's
+    driver), so the driver can hold small frames itself; not a Spark Connect client."""
+    return type(spark).__module__ == "pyspark.sql.session"
+
+
 def make_active(spark) -> None:
     """Make ``spark`` this thread's active session, if it is a Spark Connect one. pyspark 4.3
     binds the frame a Connect ``localCheckpoint`` returns (the tail's handoff) to

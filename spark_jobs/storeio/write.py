@@ -159,7 +159,7 @@ def write_dataset(
     if kept is not None:
         stored = sum(f.size for r in reports.values() for f in r.files)
         if local:  # nothing held in Spark; a small collected variable joins as one read from the store would
-            kept[head] = (sized_for_joins(records, stored) if held is None else records, None)
+            kept[head] = (sized_for_joins(records, stored) if collected is not None else records, None)
         else:
             kept[head] = (sized_for_joins(df.select(*data_columns), stored), df)
     for p in range(num_partitions):

@@ -11,7 +11,7 @@ import pytest
 from include import failpoints
 from spark_jobs.runner import IterationRunner
 from include.runtime import IterationJob
-from spark_jobs.epoch import DRIVER_TAIL_BYTES, EpochExecutor
+from spark_jobs.epoch import EpochExecutor
 from tests.helpers import graph_with_dangling, pagerank_config, ranks_of, write_edges
 
 pytestmark = pytest.mark.spark
@@ -92,7 +92,7 @@ def test_a_failed_attempt_keeps_nothing(spark, tmp_path, edges, caplog, tail):
     before = persistent_rdds(spark)
     cfg = pagerank_config(tmp_path, edges, job_id="pr-fail", max_epochs=10, tolerance=0.0)
     job = IterationJob(cfg)
-    executor = EpochExecutor(spark, handoff=True, driver_tail_bytes=-1 if tail == "spark" else DRIVER_TAIL_BYTES)
+    executor = EpochExecutor(spark, handoff=True, driver_tail_bytes=-1 if tail == "spark" else None)
     for _ in range(2):
         plan = job.plan_epoch()
         executor.run(plan, job.store)
