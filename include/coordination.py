@@ -75,8 +75,7 @@ class Coordination:
         pending = coords.pending_trigger
         if self._coords_valid and pending is not None and pending[0] == plan.epoch and pending[2] == plan.coordinators:
             return coords
-        coords.restore(plan.coordinators, plan.parent_id, plan.epoch + 1)
-        coords.shut()
+        coords.restore(plan.coordinators, plan.parent_id, plan.epoch + 1, shut=True)
         coords.pending_trigger = (plan.epoch, {}, plan.coordinators or {})
         self._coords_valid = True
         return coords

@@ -272,10 +272,15 @@ class CoordinatorHolder:
 
     # --- the checkpoint protocol ------------------------------------------------------------
 
-    def restore(self, snapshot: Mapping[str, Any] | None, next_epoch: int) -> None:
-        """Reset to a checkpoint's snapshot (None: fresh): held events dropped, inbox emptied."""
+    def restore(self, snapshot: Mapping[str, Any] | None, next_epoch: int, *, shut: bool = False) -> None:
+        """Reset to a checkpoint's snapshot (None: fresh): held events dropped, inbox emptied.
+        ``shut``: the snapshot is a trigger's whose checkpoint has not committed yet (a commit in
+        another process): the valve is shut before the coordinator starts, so what it sends
+        from then on is held, as it would have been had it run on since the trigger."""
         with self._lock:
             self.valve.reset()
+            if shut:
+                self.valve.shut()
             self._inbox.clear()
             self.next_epoch = next_epoch
             self._seq = int(snapshot["seq"]) if snapshot else 0
@@ -389,10 +394,11 @@ class Coordinators:
     def __bool__(self) -> bool:
         return bool(self.holders)
 
-    def restore(self, snapshots: Mapping[str, Any] | None, checkpoint_id: int | None, next_epoch: int) -> None:
+    def restore(self, snapshots: Mapping[str, Any] | None, checkpoint_id: int | None, next_epoch: int, *,
+                shut: bool = False) -> None:
         snapshots = snapshots or {}
         for name, holder in self.holders.items():
-            holder.restore(snapshots.get(name), next_epoch)
+            holder.restore(snapshots.get(name), next_epoch, shut=shut)
         self.at_checkpoint = checkpoint_id
         self.pending_trigger = None
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -414,10 +415,36 @@ class EpochRun:
         """An attempt found committed (an earlier try's reply was lost): publish what is left."""
         return self._committed(plan, manifest, self.job.notify_checkpoint_complete(manifest))
 
-    def epoch(self) -> EpochOutcome:
-        """plan -> run -> align -> commit, the reports handed from one phase to the next."""
-        plan = self.plan()
-        reports = self.run(plan)
+    def plan_and_run(self, retries: int = 0, planned: Callable[[EpochPlan], None] | None = None,
+                     ) -> tuple[EpochPlan, Sequence[EpochReport] | None]:
+        """plan -> run (``planned(plan)`` called in between). An attempt that failed leaving
+        some partitions without a report is planned and run again, up to ``retries`` times, in
+        this process: the coordinators are told which partitions failed (their held events for
+        those partitions dropped, ``Coordinator.partition_failed``) and are not reset, and the
+        new attempt gets the same inbox (Flink's failover of the failed subtasks while the
+        coordinator goes on). Any other failure, or the last one, is raised."""
+        while True:
+            plan = self.plan()
+            if planned is not None:
+                planned(plan)
+            try:
+                return plan, self.run(plan)
+            except Exception as e:
+                failed, failed_plan = self.failed_partitions, self.failed_plan
+                if retries <= 0 or not failed or failed_plan is None:
+                    raise
+                retries -= 1
+                log.warning("job %s epoch %d: attempt %s failed in partition(s) %s (%s: %s); retrying in this "
+                            "process with the same inbox (%d more %s)", self.job.config.job_id, plan.epoch,
+                            plan.attempt_id, ", ".join(map(str, failed)), type(e).__name__, _last_line(e), retries,
+                            "retry" if retries == 1 else "retries")
+                for p in failed:
+                    self.job.partition_failed(failed_plan, p)
+
+    def epoch(self, retries: int = 0) -> EpochOutcome:
+        """plan -> run -> align -> commit, the reports handed from one phase to the next;
+        ``retries``: an attempt that failed in some partitions is run again (``plan_and_run``)."""
+        plan, reports = self.plan_and_run(retries)
         failpoint("epoch.before_align", job=self.job.config.job_id, epoch=plan.epoch)
         return self.commit(plan, self.align(plan, reports), reports)
 
@@ -479,6 +506,15 @@ class EpochRun:
             if self.job.abort(plan, reason="unfinished by an earlier run or try; superseded by a new attempt"):
                 log.warning("checkpoint %d: aborted attempt %s left unfinished by an earlier run or try",
                             checkpoint_id, plan.attempt_id)
+
+
+def _last_line(error: BaseException) -> str:
+    """An error's message in one line. A Python worker's error from Spark carries the worker's
+    traceback and the JVM's: its last ``SomeError: message`` line says what failed."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    raised = [line for line in lines if re.match(r"[\w.]*(Error|Exception)\w*: \S", line)
+              and not line.startswith(("org.apache.", "java.", "py4j."))]
+    return (raised[-1] if raised else lines[0] if lines else "")[:300]
 
 
 def state_of(manifest: Manifest) -> JobState:

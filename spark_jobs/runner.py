@@ -25,7 +25,7 @@ from include.generations import check_rewind_to
 from include.head import AlignmentDecision, HeadStatus
 from include.manifest import Manifest
 from include.ownership import LEASE_TTL_S, Holder, JobLease
-from include.protocol import EpochOutcome, EpochRun, Step, check_borders, metrics_text, owner_of, warm_up_checks
+from include.protocol import EpochRun, Step, check_borders, metrics_text, owner_of, warm_up_checks
 from include.runtime import (
     DEFAULT_CHECKS,
     Check,
@@ -170,24 +170,6 @@ class IterationRunner:
             time.sleep(self.poll_interval)
         return True
 
-    def _epoch(self, run: EpochRun) -> EpochOutcome:
-        """The next epoch through the protocol; an attempt that failed leaving some partitions
-        without a report is retried up to ``attempt_retries`` times with the same inbox (its
-        coordinators told which partitions failed, not reset)."""
-        retries = self.attempt_retries
-        while True:
-            try:
-                return run.epoch()
-            except Exception as e:
-                failed, plan = run.failed_partitions, run.failed_plan
-                if retries <= 0 or not failed or plan is None:
-                    raise
-                retries -= 1
-                log.warning("job %s epoch %d attempt %s failed in partition(s) %s (%s); retrying",
-                            self.config.job_id, plan.epoch, plan.attempt_id, failed, type(e).__name__)
-                for p in failed:
-                    self.job.partition_failed(plan, p)
-
     def _run(self, run: EpochRun, max_epochs_in_batch: int | None) -> RunResult:
         job, state = self.job, run.state
         warm_up_checks(job)  # Great Expectations' import overlaps with the first epoch's Spark job
@@ -206,7 +188,7 @@ class IterationRunner:
                          self.config.job_id, self.wait_for_input, run.state.next_epoch)
                 break
             started = time.monotonic()
-            done = self._epoch(run)
+            done = run.epoch(self.attempt_retries)
             decision = done.decision  # as committed (the end of the input may have ended the job)
             (result.epochs_adopted if done.plan.adopted else result.epochs_computed).append(done.plan.epoch)
             result.decisions.append(decision)

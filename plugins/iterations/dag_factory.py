@@ -192,6 +192,7 @@ def iteration_dag(
     relax_checks: bool = False,
     lease_wait: float = 60.0,
     commit_in_head: bool = True,
+    attempt_retries: int = 0,
 ) -> DAG:
     """``params``: the DAG's params (``job_params``, plus the body's: ``body_params``).
     ``body_param_names``: which of them are the body's; None: all the body declares, those not
@@ -215,7 +216,13 @@ def iteration_dag(
     case), and skips the group's ``align`` and ``commit``, which stay for an attempt with a
     missing report (the sensor waits for it, deferred). Each later group starts once the head
     before it has succeeded and its commit succeeded or was skipped (trigger rule
-    ``none_failed``). Off: three tasks every epoch. docs/airflow.md says what it changes."""
+    ``none_failed``). Off: three tasks every epoch. docs/airflow.md says what it changes.
+
+    ``attempt_retries``: how many times an epoch's head runs an attempt again in its own process
+    when its Spark job failed in some partitions (their reports missing), before it fails the
+    task for Airflow to retry: the coordinators are told which partitions failed and go on (not
+    reset to the checkpoint, as a new task process would be), the new attempt gets the same
+    inbox. Off (0) by default: Airflow's retries take every failure."""
     from include.checks import load_checks_file
     from include.locations import LOCATION_PARAMS, dag_roots
     from iterations.operators.continuation import ContinuationOperator
@@ -231,6 +238,8 @@ def iteration_dag(
     epochs_per_batch = int(os.environ.get("ITERATIONS_EPOCHS_PER_BATCH") or epochs_per_batch)
     if epochs_per_batch < 1:
         raise ValueError(f"epochs_per_batch must be >= 1, got {epochs_per_batch}")
+    if isinstance(attempt_retries, bool) or not isinstance(attempt_retries, int) or attempt_retries < 0:
+        raise ValueError(f"attempt_retries must be an integer >= 0, got {attempt_retries!r}")
     scheduled = schedule is not None
     checks = load_checks_file(os.path.join(PROJECT_ROOT, checks_file)) if checks_file else None
     # where a run's params may point: the directories/prefixes of the defaults, the embedded
@@ -274,7 +283,7 @@ def iteration_dag(
             after_previous = {"trigger_rule": "none_failed"} if commit_in_head and i else {}
             with TaskGroup(f"epoch_{i}", tooltip=f"epoch {i} of the batch") as group:
                 head = EpochHeadOperator(task_id="run", index=i, spark_mode=spark_mode, spark_conn_id=spark_conn_id,
-                                         commit_in_head=commit_in_head,
+                                         commit_in_head=commit_in_head, attempt_retries=attempt_retries,
                                          **({} if wait_for_input else after_previous), **common)
                 align = AlignmentSensor(task_id="align", index=i, head_task_id=head.task_id, **common)
                 commit = EpochCommitOperator(task_id="commit", index=i, head_task_id=head.task_id,

@@ -166,3 +166,102 @@ def airflow_env(home: Path, connect_dir: Path, fired: Path, armed: Path) -> dict
     env.pop(failpoints.DRIVER_PID_ENV, None)
     subprocess.run([airflow_bin(), "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
     return env
+
+
+# --- coordinator events through a DAG -------------------------------------------------------
+
+#: the DAG of the coordinator-events scenario (a DAGs folder of its own: the job's body is the
+#: tests' DagReceiver, tests/coordinator_events.py)
+EVENTS_DAG = '''# an Airflow DAG (Airflow's safe mode parses files that say "airflow" and "dag")
+from iterations.dag_factory import iteration_dag, job_params
+
+dag = iteration_dag(
+    dag_id="coordinator_events",
+    body="tests.coordinator_events:DagReceiver",
+    params=job_params(job_id="events", input_path={input!r}, output_path={output!r},
+                      checkpoint_root={store!r}, max_epochs=20, tolerance=0.5, num_partitions=2),
+    epochs_per_batch=8,
+    attempt_retries=1,
+)
+'''
+EVENTS_FAST, EVENTS_SLOW = 16, 3  # the fast coordinator asks 4 an epoch (epochs 0-3), the slow 1 every 2
+
+
+def events_faults(seed: int) -> tuple[int, int]:
+    """The seeded epochs of the two failures: partition 1's (an epoch where the slow coordinator
+    sends, after a checkpoint: 2 or 4) and the fast coordinator's (one where it sends: 1-3)."""
+    rng = random.Random(f"coordinator events:{seed}")
+    return rng.choice([2, 4]), rng.randrange(1, 4)
+
+
+def run_events_dag(env: dict[str, str], work: Path, seed: int, commit_in_head: bool = True,
+                   name: str = "airflow: coordinator events", timeout: float = 900) -> Outcome:
+    """``airflow dags test`` of the coordinator-events DAG with a subtask-only failure (partition
+    1's Spark task, once, in a seeded epoch: the head runs the attempt again in its process) and a
+    coordinator-only failure (the fast coordinator raises handling a seeded epoch's report: the
+    task fails and Airflow retries it). Counted: each coordinator's numbers the receiving side
+    did not get (lost), got twice (duplicated) or out of order (wrong), checkpoint ids missing
+    from the chain (lost) or committed twice (duplicated). ``facts``: what each fault recorded
+    when it fired (``records``), the tasks' tries, the log, the epochs of the two failures."""
+    from include.config import JobConfig
+    from include.runtime import IterationJob
+    from spark_jobs.session import get_spark
+    from spark_jobs.storeio import read_dataset
+    from tests.coordinator_events import received_sequences
+    from tests.faults.sweep import trace_events
+
+    poison_epoch, coordinator_epoch = events_faults(seed)
+    (work / "markers").mkdir()
+    (work / "dags").mkdir()  # a DAGs folder of its own: the command runs cold, not forked warm
+    poison, flag, records, trace = work / "poison", work / "coordinator_fails", work / "records.jsonl", work / "trace"
+    poison.write_text("armed")
+    flag.write_text("armed")
+    (work / "dags" / "coordinator_events_dag.py").write_text(EVENTS_DAG.format(
+        input=str(work / "no-input"), output=str(work / "out"), store=str(work / "store")))
+    conf = {"n_fast": EVENTS_FAST, "n_slow": EVENTS_SLOW, "poison": str(poison), "poison_epoch": poison_epoch,
+            "fail_coordinator_epoch": coordinator_epoch, "fail_flag": str(flag), "record_file": str(records),
+            "marker_dir": str(work / "markers"), "retain_last": 50, "continuation": False}
+    run_env = {**env, "AIRFLOW__CORE__DAGS_FOLDER": str(work / "dags"), failpoints.TRACE_ENV: str(trace),
+               "ITERATIONS_COMMIT_IN_HEAD": "1" if commit_in_head else "0"}
+    done = warm_airflow.run(run_env, "dags", "test", "coordinator_events", "--conf", json.dumps(conf),
+                            cwd=str(Path(__file__).resolve().parents[2]), timeout=timeout)
+    log = done.stdout + done.stderr
+    out = Outcome(name, seed, runs=1, detail=f"partition 1 fails in epoch {poison_epoch}, "
+                                              f"the coordinator in epoch {coordinator_epoch}")
+    out.faults = int(not poison.exists()) + int(not flag.exists())
+    out.facts = {"log": log, "tries": task_tries(log), "poison_epoch": poison_epoch,
+                 "coordinator_epoch": coordinator_epoch, "poisoned": not poison.exists(),
+                 "coordinator_failed": not flag.exists(),
+                 "records": [json.loads(line) for line in records.read_text().splitlines()] if records.exists() else [],
+                 "succeeded": done.returncode == 0 and "state=success" in log}
+    if not out.facts["succeeded"]:
+        out.lost += 1
+        out.detail += f"; the run failed (exit {done.returncode}): {log[-3000:]}"
+        return out
+    job = IterationJob(JobConfig(job_id="events", body="tests.coordinator_events:DagReceiver",
+                                 input=str(work / "no-input"), checkpoint_root=str(work / "store")))
+    ids = job.log.checkpoint_ids()
+    missing = sorted(set(range(ids[-1] + 1)) - set(ids)) if ids else [0]
+    out.lost += len(missing)
+    commits: dict[int, int] = {}
+    for e in trace_events(trace):
+        if e["event"] == "checkpoint.committed" and e["job"] == "events":
+            commits[e["checkpoint"]] = commits.get(e["checkpoint"], 0) + 1
+    out.duplicated += sum(n - 1 for n in commits.values() if n > 1)
+    final = job.log.load(ids[-1])
+    out.facts["final"] = final
+    if final.kind != "final":
+        out.lost += 1
+        out.detail += f"; the job did not finish (latest checkpoint {final.checkpoint_id} is {final.kind})"
+        return out
+    rows = read_dataset(get_spark("iterations-sweep"), job.store, final.variables["received"], 2).collect()
+    got = received_sequences(rows)
+    out.facts["sequences"], out.facts["rows"] = got, rows
+    for coordinator, n in (("fast", EVENTS_FAST), ("slow", EVENTS_SLOW)):
+        seq = got[coordinator]
+        out.lost += len(set(range(n)) - set(seq))
+        out.duplicated += len(seq) - len(set(seq))
+        out.wrong += int(len(seq) == len(set(seq)) and seq != sorted(seq))
+    if missing or not out.ok:
+        out.detail += f"; checkpoints missing {missing}, commits {commits}, received {got}"
+    return out

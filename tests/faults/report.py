@@ -122,13 +122,24 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def add_row(rows: dict[str, list[Outcome]], out: Outcome, started: float, t0: float) -> bool:
+    """Add a DAG run's outcome to its row and print it; True if it lost, duplicated or got
+    something wrong."""
+    out.facts = {}  # the run's log and what it recorded: not kept for the table
+    rows.setdefault(out.scenario, []).append(out)
+    print(f"[{time.monotonic() - started:6.0f}s] {out.scenario} seed {out.seed}: "
+          + " ".join(f"{c}={getattr(out, c)}" for c in COLUMNS)
+          + f" ({time.monotonic() - t0:.1f}s) {out.detail[:160]}", flush=True)
+    return not out.ok
+
+
 def airflow_rows(rows: dict[str, list[Outcome]], seeds: list[int], started: float) -> bool:
     """Each failure point of the Airflow path alone (a seeded epoch and partition), one
     ``airflow dags test`` run per point and seed, in an Airflow home of its own; True if any
     run lost, duplicated or got something wrong."""
     import random
 
-    from tests.faults.airflow_sweep import POINTS, airflow_env, point_for, run_dag
+    from tests.faults.airflow_sweep import POINTS, airflow_env, point_for, run_dag, run_events_dag
 
     home = Path(tempfile.mkdtemp(prefix="fault-sweep-airflow-"))
     for sub in ("fired", "connect"):
@@ -157,12 +168,22 @@ def airflow_rows(rows: dict[str, list[Outcome]], seeds: list[int], started: floa
                 except Exception as e:
                     traceback.print_exc()
                     out = Outcome(name, seed, wrong=1, detail=f"{type(e).__name__}: {e}"[:300])
-                out.facts = {}
-                rows.setdefault(name, []).append(out)
-                failed |= not out.ok
-                print(f"[{time.monotonic() - started:6.0f}s] {name} seed {seed}: "
-                      + " ".join(f"{c}={getattr(out, c)}" for c in COLUMNS)
-                      + f" ({time.monotonic() - t0:.1f}s) {out.detail[:160]}", flush=True)
+                failed |= add_row(rows, out, started, t0)
+        # the coordinator-events DAG (a subtask-only and a coordinator-only failure), both shapes
+        for commit_in_head in (True, False):
+            name = ("airflow: " if commit_in_head else "airflow, commit tasks: ") + "coordinator events"
+            for seed in seeds:
+                work = Path(tempfile.mkdtemp(prefix="fault-sweep-", dir=home))
+                t0 = time.monotonic()
+                try:
+                    out = run_events_dag(env, work, seed, commit_in_head, name)
+                    if out.faults != 2:
+                        out.wrong += 1
+                        out.detail += f"; {out.faults} of the 2 failures fired"
+                except Exception as e:
+                    traceback.print_exc()
+                    out = Outcome(name, seed, wrong=1, detail=f"{type(e).__name__}: {e}"[:300])
+                failed |= add_row(rows, out, started, t0)
     finally:
         import subprocess
 

@@ -213,6 +213,35 @@ def test_holder_checkpoint_protocol():
     assert [e.seq for e in h.pending()] == [4], "seq numbering restored with the snapshot"
 
 
+class SendsOnStart(Counter):
+    """Sends what it owes (up to ``target``) as soon as it starts, as a coordinator reset to a
+    snapshot sends again what it sent after it."""
+
+    def __init__(self, target):
+        super().__init__()
+        self.target = target
+
+    def start(self, ctx):
+        super().start(ctx)
+        self.sent = [self.tick() for _ in range(self.next, self.target)]
+
+
+def test_a_restore_for_a_commit_in_another_process_holds_what_the_coordinator_sends_on_start():
+    """A commit task restores the coordinators to the trigger's snapshot of a checkpoint that
+    has not committed: what they send once started is held until it commits (as it would have
+    been in the process that triggered it), not put in the next inbox as if sent before."""
+    coord = SendsOnStart(target=3)
+    h = CoordinatorHolder("owed", coord, num_partitions=1)
+    h.restore({"seq": 1, "state": {"next": 1}}, next_epoch=2, shut=True)
+    assert [d.state for d in coord.sent] == ["blocked", "blocked"] and h.pending() == []
+    assert [e.payload for e in h.committed()] == [1, 2], "released when the checkpoint commits"
+
+    again = SendsOnStart(target=3)  # a restore to a committed checkpoint: straight into the inbox
+    h2 = CoordinatorHolder("owed", again, num_partitions=1)
+    h2.restore({"seq": 1, "state": {"next": 1}}, next_epoch=2)
+    assert [d.state for d in again.sent] == ["sent", "sent"] and [e.payload for e in h2.pending()] == [1, 2]
+
+
 def test_partition_failure_drops_only_that_partition_and_keeps_the_coordinator():
     coord = Counter()
     h = CoordinatorHolder("counter", coord, num_partitions=2)

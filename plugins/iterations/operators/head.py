@@ -24,15 +24,19 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
     its group's ``align`` and ``commit``: one task per epoch instead of three. When a report is
     missing it returns as without it, and the sensor waits for the report (deferred) and the
     commit task commits. A restored epoch skips them too.
+
+    ``attempt_retries``: an attempt whose Spark job failed in some partitions is run again in
+    this process up to that many times (``EpochRun.plan_and_run``) before the task fails.
     """
 
     ui_color = "#d6e9f8"
     operator_extra_links = (DataChecksLink(),)
 
-    def __init__(self, *, index: int, commit_in_head: bool = True, **kwargs: Any):
+    def __init__(self, *, index: int, commit_in_head: bool = True, attempt_retries: int = 0, **kwargs: Any):
         super().__init__(**kwargs)
         self.index = index
         self.commit_in_head = commit_in_head
+        self.attempt_retries = attempt_retries
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         with permanent_errors():
@@ -74,16 +78,19 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
             self.skip_rest_of_batch(context)
             raise AirflowSkipException(f"job {job.config.job_id}: {step.value} requested before epoch {epoch}")
         marks.append(("plan", time.perf_counter()))
-        plan = run.plan()
-        inbox = ", ".join(f"{name}: {len(events)}" for name, events in sorted((plan.events or {}).items()) if events)
-        self.log.info("epoch %d: attempt %s%s; coordinator events in its inbox: %s", epoch, plan.attempt_id,
-                      " (adopted, complete)" if plan.adopted else "", inbox or "none")
-        # while this process waits for the Spark job: ready for a commit task it runs next
-        # (airflow dags test runs them all in one process; a preloading executor's task
-        # processes have Great Expectations imported already)
-        warm_up_checks(job, plan)
-        marks.append(("Spark job" if not plan.adopted else "adopted", time.perf_counter()))
-        reports = run.run(plan)
+
+        def planned(plan) -> None:
+            inbox = ", ".join(f"{name}: {len(events)}" for name, events in sorted((plan.events or {}).items()) if events)
+            self.log.info("epoch %d: attempt %s%s; coordinator events in its inbox: %s", epoch, plan.attempt_id,
+                          " (adopted, complete)" if plan.adopted else "", inbox or "none")
+            # while this process waits for the Spark job: ready for a commit task it runs next
+            # (airflow dags test runs them all in one process; a preloading executor's task
+            # processes have Great Expectations imported already)
+            warm_up_checks(job, plan)
+            again = any(name.endswith("Spark job") for name, _at in marks)  # after a failure in some partitions
+            marks.append(("adopted" if plan.adopted else "Spark job again" if again else "Spark job", time.perf_counter()))
+
+        plan, reports = run.plan_and_run(self.attempt_retries, planned)
         done = None
         if self.commit_in_head:
             marks.append(("align and commit", time.perf_counter()))  # with the checks
