@@ -48,7 +48,8 @@ class Coordination:
         if self._coords_valid and coords.at_checkpoint == at:
             return coords  # this process committed ``latest``: its released events are the inbox
         coords.restore(latest.coordinators if latest is not None else None, at,
-                       latest.epoch + 1 if latest is not None else 0)
+                       latest.epoch + 1 if latest is not None else 0,
+                       partitions=latest.num_partitions if latest is not None else None)
         if latest is not None and latest.kind == "epoch" and latest.decision is not None:
             # the partitions re-report what the checkpoint recorded (flink-ml's heads after a
             # restore): the alignment decision on that epoch is sent again
@@ -75,7 +76,7 @@ class Coordination:
         pending = coords.pending_trigger
         if self._coords_valid and pending is not None and pending[0] == plan.epoch and pending[2] == plan.coordinators:
             return coords
-        coords.restore(plan.coordinators, plan.parent_id, plan.epoch + 1, shut=True)
+        coords.restore(plan.coordinators, plan.parent_id, plan.epoch + 1, shut=True, partitions=plan.num_partitions)
         coords.pending_trigger = (plan.epoch, {}, plan.coordinators or {})
         self._coords_valid = True
         return coords

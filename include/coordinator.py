@@ -235,8 +235,23 @@ class Coordinator(ABC):
     def reset_to(self, state: Any | None) -> None:
         """Go back to a snapshot's state (None: the initial state, before any checkpoint)."""
 
+    def rescale(self, state: Any, old_partitions: int, new_partitions: int) -> Any:
+        """The job resumes with ``new_partitions`` partitions from a checkpoint whose snapshot
+        ``state`` this coordinator took with ``old_partitions``: return the state to restore.
+        Refused by default (``RescaleRefused``): a coordinator's state may name partitions (a
+        split assigned to partition 3, a partition it feeds) that mean something else, or
+        nothing, with another count. Override it to return the state, changed or not, when the
+        coordinator can go on with the new count (the built-in alignment and
+        ``include.sources.FileSplitEnumerator`` return it unchanged)."""
+        raise RescaleRefused(f"{type(self).__name__} does not say how to rescale its state "
+                             "(Coordinator.rescale)")
+
     def close(self) -> None:
         """Release what the coordinator holds (threads, clients)."""
+
+
+class RescaleRefused(CoordinatorError):
+    """A coordinator cannot carry its state over to another number of partitions."""
 
 
 class CoordinatorHolder:
@@ -272,11 +287,17 @@ class CoordinatorHolder:
 
     # --- the checkpoint protocol ------------------------------------------------------------
 
-    def restore(self, snapshot: Mapping[str, Any] | None, next_epoch: int, *, shut: bool = False) -> None:
+    def restore(self, snapshot: Mapping[str, Any] | None, next_epoch: int, *, shut: bool = False,
+                partitions: int | None = None) -> None:
         """Reset to a checkpoint's snapshot (None: fresh): held events dropped, inbox emptied.
         ``shut``: the snapshot is a trigger's whose checkpoint has not committed yet (a commit in
         another process): the valve is shut before the coordinator starts, so what it sends
-        from then on is held, as it would have been had it run on since the trigger."""
+        from then on is held, as it would have been had it run on since the trigger.
+        ``partitions``: the number of partitions the snapshot was taken with; another than this
+        holder's is a rescale, which the coordinator accepts (``Coordinator.rescale``) or the
+        restore refuses, as a ConfigError naming the coordinator and both numbers, before any
+        of its state changes."""
+        snapshot = self.rescaled(snapshot, partitions)
         with self._lock:
             self.valve.reset()
             if shut:
@@ -289,6 +310,21 @@ class CoordinatorHolder:
             except Exception as e:
                 raise CoordinatorError(f"coordinator {self.name!r} cannot restore its snapshot: {e}") from e
         self.coordinator.start(self.ctx)
+
+    def rescaled(self, snapshot: Mapping[str, Any] | None, partitions: int | None) -> Mapping[str, Any] | None:
+        """``snapshot`` (taken with ``partitions`` partitions) for this holder's number of
+        partitions: as it is when the numbers are the same, else rescaled by the coordinator,
+        or a ConfigError when it refuses."""
+        if snapshot is None or partitions is None or partitions == self.num_partitions:
+            return snapshot
+        try:
+            state = self.coordinator.rescale(copy.deepcopy(snapshot["state"]), partitions, self.num_partitions)
+        except RescaleRefused as e:
+            raise ConfigError(
+                f"num_partitions={self.num_partitions} is refused: the checkpoint's state of coordinator "
+                f"{self.name!r} was taken with {partitions} partitions and it cannot be rescaled ({e}); "
+                f"resume with num_partitions={partitions}") from None
+        return {**snapshot, "state": state}
 
     def trigger(self, epoch: int) -> tuple[list[Event], dict[str, Any]]:
         """Checkpoint ``epoch`` is triggered: last call for its inbox, snapshot, valve shut.
@@ -378,6 +414,9 @@ class AlignmentCoordinator(Coordinator):
     def snapshot(self):
         return {"latest_aligned": self.latest_aligned}
 
+    def rescale(self, state, old_partitions, new_partitions):
+        return state  # an epoch number: the decisions go to every partition, whatever their number
+
     def reset_to(self, state):
         self.reported = {}
         self.latest_aligned = -1 if state is None else int(state["latest_aligned"])
@@ -395,10 +434,13 @@ class Coordinators:
         return bool(self.holders)
 
     def restore(self, snapshots: Mapping[str, Any] | None, checkpoint_id: int | None, next_epoch: int, *,
-                shut: bool = False) -> None:
-        snapshots = snapshots or {}
+                shut: bool = False, partitions: int | None = None) -> None:
+        """Every holder reset to its snapshot (``CoordinatorHolder.restore``); a rescale that one
+        coordinator refuses is refused before any holder changes."""
+        snapshots = {name: holder.rescaled((snapshots or {}).get(name), partitions)
+                     for name, holder in self.holders.items()}
         for name, holder in self.holders.items():
-            holder.restore(snapshots.get(name), next_epoch, shut=shut)
+            holder.restore(snapshots[name], next_epoch, shut=shut)
         self.at_checkpoint = checkpoint_id
         self.pending_trigger = None
 

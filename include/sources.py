@@ -93,6 +93,11 @@ class FileSplitEnumerator(Coordinator):
     def snapshot(self) -> Any:
         return {"known": list(self.known), "pending": list(self.pending), "ended": self.ended}
 
+    def rescale(self, state: Any, old_partitions: int, new_partitions: int) -> Any:
+        """Splits are assigned when an epoch is planned, to that epoch's partitions; the state
+        (known, pending, ended) names none: it goes on with any number of partitions."""
+        return state
+
     def reset_to(self, state: Any | None) -> None:
         state = state or {}
         self.known = list(state.get("known", []))

@@ -283,3 +283,32 @@ def test_alignment_decision_is_an_event_through_the_valve():
     inbox, snap = h.trigger(1)
     assert [(e.partition, e.payload["epoch"]) for e in inbox] == [(0, 0), (1, 0)]
     assert snap["state"] == {"latest_aligned": 0}
+
+
+def test_a_rescale_is_refused_unless_the_coordinator_says_how():
+    """A snapshot taken with 2 partitions restored into holders of 3: the alignment's state
+    (an epoch) goes on; a coordinator that does not override ``rescale`` is refused, naming
+    itself and both numbers, before any holder changed; one that overrides it gets its say."""
+    from include.errors import ConfigError
+
+    class Spread(Counter):
+        def rescale(self, state, old, new):
+            return {"next": state["next"] * new // old}
+
+    align, counter, spread = AlignmentCoordinator({"h": 3}), Counter(), Spread()
+    coords = Coordinators({"alignment": CoordinatorHolder("alignment", align, 3),
+                           "counter": CoordinatorHolder("counter", counter, 3),
+                           "spread": CoordinatorHolder("spread", spread, 3)})
+    snapshots = {"alignment": {"seq": 4, "state": {"latest_aligned": 4}},
+                 "counter": {"seq": 7, "state": {"next": 7}}, "spread": {"seq": 2, "state": {"next": 2}}}
+    with pytest.raises(ConfigError, match=r"num_partitions=3 is refused: the checkpoint's state of coordinator "
+                                          r"'counter' was taken with 2 partitions and it cannot be rescaled "
+                                          r"\(Counter does not say how.*resume with num_partitions=2"):
+        coords.restore(snapshots, 4, 5, partitions=2)
+    assert align.latest_aligned == -1 and spread.next == 0, "nothing restored: the refusal came first"
+
+    del coords.holders["counter"]
+    coords.restore(snapshots, 4, 5, partitions=2)
+    assert align.latest_aligned == 4 and spread.next == 3
+    coords.restore(snapshots, 4, 5, partitions=3)  # the same number: the state as it is
+    assert spread.next == 2
