@@ -9,6 +9,7 @@ import logging
 from typing import Any, Sequence
 
 from include.checks import CheckReport, merge, profile_row, runtime_expectations, schema_string, validate
+from include.coordinator import end_of_input
 from include.errors import CheckpointError, IterationError
 from include.failpoints import failpoint
 from include.head import AlignmentDecision, EpochReport, HeadStatus, JobHeadState
@@ -114,7 +115,7 @@ class Commit:
             return done
         reports = list(self.reports(plan) if reports is None else reports)
         decision = decision or self.align(plan, reports)
-        if any(s.get("input_finished") for s in (plan.coordinators or {}).values()) and not decision.terminated:
+        if end_of_input(plan.coordinators) and not decision.terminated:
             decision = dataclasses.replace(decision, terminated=True, reason="end of input")
         output_reports = self._output_reports(plan)
         missing = self._missing_outputs(plan, output_reports)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from include.body import resolve_body
-from include.coordinator import AlignmentCoordinator, CoordinatorHolder, Coordinators
+from include.coordinator import AlignmentCoordinator, CoordinatorHolder, Coordinators, feeds_input
 from include.errors import CheckpointError
 from include.failpoints import failpoint
 from include.manifest import Manifest
@@ -82,12 +82,15 @@ class Coordination:
         return coords
 
     def input_available(self, state: JobState | None = None) -> bool:
-        """Has every coordinator that feeds input something for the next epoch (pending or new
-        files, or the end of its input)? True for jobs without such coordinators."""
+        """Is there something for the next epoch: a source (a coordinator that feeds input) that
+        has not finished has pending or new splits or has just seen its input end, or every
+        source has finished? A finished source counts for nothing: one of several that ended
+        does not make the others' epochs start without input. True for jobs without sources."""
         state = state or self.state(verify="none")
         coords = self._restored_coordinators(state.latest)
-        return all(h.coordinator.input_available() for h in coords.holders.values()
-                   if hasattr(h.coordinator, "input_available"))
+        sources = [h.coordinator for h in coords.holders.values() if feeds_input(h.coordinator)]
+        live = [c for c in sources if not c.input_finished()]  # a finished source has nothing more
+        return not live or any(c.input_available() for c in live)
 
     def partition_failed(self, plan: EpochPlan, partition: int) -> None:
         """Partition ``partition``'s attempt of ``plan`` failed and this process goes on (a

@@ -222,9 +222,11 @@ class Coordinator(ABC):
         its inbox of ``epoch`` is delivered again to the retry."""
 
     def input_finished(self) -> bool:
-        """For a coordinator that feeds the job's input (a split enumerator): True once the
-        input has ended and every split is assigned; asked when an epoch is planned, and the
-        job terminates after that epoch (end of input)."""
+        """For a coordinator that feeds the job's input (a source: it has ``input_available``,
+        as a split enumerator): True once its input has ended and every split is assigned;
+        asked when an epoch is planned. The job terminates after the epoch planned when every
+        source of the job has finished (end of input); a finished source is never read again
+        while the others go on (FLIP-147's partially finished job)."""
         return False
 
     @abstractmethod
@@ -248,6 +250,20 @@ class Coordinator(ABC):
 
     def close(self) -> None:
         """Release what the coordinator holds (threads, clients)."""
+
+
+def feeds_input(coordinator: Coordinator) -> bool:
+    """Is ``coordinator`` a source of the job's input (it says when input is available)?"""
+    return callable(getattr(coordinator, "input_available", None))
+
+
+def end_of_input(snapshots: Mapping[str, Any] | None) -> bool:
+    """Do a checkpoint's coordinator snapshots (taken when its epoch was planned) say the job's
+    input has ended: it has sources, and every one of them has finished? One finished source
+    among others that still produce is not the end (a snapshot of an older version without
+    ``feeds_input`` counts as a source when it has finished)."""
+    sources = [s for s in (snapshots or {}).values() if s.get("feeds_input", s.get("input_finished"))]
+    return bool(sources) and all(s.get("input_finished") for s in sources)
 
 
 class RescaleRefused(CoordinatorError):
@@ -336,7 +352,8 @@ class CoordinatorHolder:
         with self._lock:
             try:
                 snapshot = {"seq": self._seq, "state": copy.deepcopy(self.coordinator.snapshot()),
-                            "input_finished": bool(self.coordinator.input_finished())}
+                            "input_finished": bool(self.coordinator.input_finished()),
+                            "feeds_input": feeds_input(self.coordinator)}
                 json.dumps(snapshot)
             except (TypeError, ValueError) as e:
                 raise CoordinatorError(f"coordinator {self.name!r}: snapshot is not JSON-able: {e}") from None

@@ -10,7 +10,9 @@ split is assigned to exactly one committed epoch: an assignment made for an epoc
 commits is forgotten with the reset and made again.
 
 The input ends when a marker object (``_DONE`` by default) appears under the prefix: once every
-split is assigned, the epoch that gets the last ones is the job's last (end of input).
+split is assigned, the source has finished, and the epoch that gets the last ones is the job's
+last (end of input) when it is the job's only source, or the others have finished too. The
+prefix is not listed again once the marker was seen: a file written after it is never a split.
 
 Writers must make a file appear atomically (an S3 PUT; locally, write a temporary name starting
 with ``.`` or ``_`` and rename it). Names starting with ``.`` or ``_`` are never splits.
@@ -75,7 +77,9 @@ class FileSplitEnumerator(Coordinator):
         return bool(new) or ended
 
     def on_epoch_start(self, epoch: int, ctx: CoordinatorContext) -> None:
-        new, ended = self.discover()
+        # once the end marker was seen the input is complete: it is never listed again, and a
+        # file that appears after the marker is not a split (a finished source is not read)
+        new, ended = self.discover() if not self.ended else ([], True)
         sizes = dict(new)
         if new:
             self.known.extend(k for k, _ in new)
