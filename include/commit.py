@@ -168,7 +168,8 @@ class Commit:
             **content,
         )
         self.log.commit(manifest)
-        self.log.retention.collect_garbage(self.config.retain_last)
+        self.log.retention.collect_garbage(self.config.retain_last, retain_batches=self.config.retain_batches,
+                                           retain_history=self.config.retain_history)
         return manifest
 
     def _already_committed(self, plan: EpochPlan) -> Manifest | None:

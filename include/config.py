@@ -19,12 +19,19 @@ ON_DAMAGED = ("fail", "previous")
 # A job's bounded settings, declared once: JobConfig checks them, and the DAGs' params take
 # their schemas from them (iterations.dag_factory.job_params).
 SETTINGS: dict[str, Parameter] = {p.name: p for p in (
-    Parameter("max_epochs", 50, "The job terminates after this many epochs.",
-              {"type": "integer", "minimum": 1, "maximum": 1_000_000}),
+    Parameter("max_epochs", 50, "The job terminates after this many epochs; null: never by count (convergence, "
+              "the end of its input or a stop ends it).",
+              {"type": ["null", "integer"], "minimum": 1, "maximum": 1_000_000_000}),
     Parameter("num_partitions", 4, "Partitions of the feedback datasets; may change between runs.",
               {"type": "integer", "minimum": 1, "maximum": 100_000}),
     Parameter("retain_last", 3, "Committed checkpoints kept (besides each batch's final one and savepoints).",
               {"type": "integer", "minimum": 1, "maximum": 1_000_000}),
+    Parameter("retain_batches", None, "Batches whose final checkpoint is kept for a recompute of the batch "
+              "(the newest ones); null: every batch's. Bound it for a job that runs batch after batch.",
+              {"type": ["null", "integer"], "minimum": 0, "maximum": 1_000_000}),
+    Parameter("retain_history", None, "Retired checkpoints whose summary (metrics, decision) the job's history keeps "
+              "(the newest ones; older ones are forgotten with their batch records); null: all.",
+              {"type": ["null", "integer"], "minimum": 0, "maximum": 100_000_000}),
     Parameter("output_format", "parquet", "parquet: files behind a _PUBLISHED.json manifest; delta: a Delta "
               "Lake table per output, one version per published batch.", {"type": "string", "enum": list(OUTPUT_FORMATS)}),
     Parameter("on_damaged_checkpoint", "fail", "If the latest checkpoint is found damaged: fail (refuse it, the "
@@ -92,10 +99,12 @@ class JobConfig:
     output_path: str | None = None  # where finish publishes outputs; None: keep them in the checkpoint
     output_format: str = SETTINGS["output_format"].default  # "parquet" (files + _PUBLISHED.json) or "delta"
     body_params: dict[str, Any] = field(default_factory=dict)
-    max_epochs: int = SETTINGS["max_epochs"].default
+    max_epochs: int | None = SETTINGS["max_epochs"].default  # None: no limit (HeadOperatorTest's unbounded iteration)
     tolerance: float | None = 1e-6
     num_partitions: int = SETTINGS["num_partitions"].default
     retain_last: int = SETTINGS["retain_last"].default
+    retain_batches: int | None = SETTINGS["retain_batches"].default
+    retain_history: int | None = SETTINGS["retain_history"].default
     # the data checks: {"enabled": bool, "expectations": [...]} (include.checks), merged over
     # the runtime's and the body's expectations; None: those alone
     checks: dict[str, Any] | None = None

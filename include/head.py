@@ -250,13 +250,14 @@ class AlignmentDecision:
 class TerminationCriteria:
     """Flink's TerminateOnMaxIterOrTol, plus termination on an empty feedback round."""
 
-    max_epochs: int
+    max_epochs: int | None  # None: no limit
     tolerance: float | None = None
     convergence_metric: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_epochs, int) or self.max_epochs < 1:
-            raise ConfigError(f"max_epochs must be an integer >= 1, got {self.max_epochs!r}")
+        if self.max_epochs is not None and (isinstance(self.max_epochs, bool) or not isinstance(self.max_epochs, int)
+                                            or self.max_epochs < 1):
+            raise ConfigError(f"max_epochs must be an integer >= 1 or None, got {self.max_epochs!r}")
         if self.tolerance is not None and not (
             isinstance(self.tolerance, (int, float)) and math.isfinite(self.tolerance) and self.tolerance >= 0
         ):
@@ -329,7 +330,7 @@ class Aligner:
             and metrics.get(c.convergence_metric, math.inf) < c.tolerance
         ):
             reason = f"converged: {c.convergence_metric}={metrics[c.convergence_metric]:.3e} < tolerance {c.tolerance:g}"
-        elif epoch + 1 >= c.max_epochs:
+        elif c.max_epochs is not None and epoch + 1 >= c.max_epochs:
             reason = f"max epochs reached ({c.max_epochs})"
         return AlignmentDecision(epoch, attempt_id, reason is not None, reason, feedback, metrics)
 

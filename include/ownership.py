@@ -405,6 +405,7 @@ class JobLease:
                     if current is not None and current.holder is not None:
                         log.warning("job %s: lease taken by %s (token %d): %s", self.job_id, holder.describe(),
                                     token, why)
+                    self._forget_before(token - 1)
                     return Lease(self, holder, token)
                 continue  # another run took this token first: look again
             if time.monotonic() >= deadline:
@@ -413,6 +414,18 @@ class JobLease:
                     f"renewed {_iso(current.renewed_at)}): one run of a job at a time. Wait for it to end "
                     "(or stop it: the iterations_stop DAG), then run this again")
             time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+
+    def _forget_before(self, token: int) -> None:
+        """Delete the records of tokens below ``token`` (a run, or a DAG's task, takes a new
+        token each time: a job that runs for ever keeps two records, not one per run). The
+        highest token is never among them, so the current holder stays current; an acquirer
+        that read the lease before these and takes one of the deleted tokens now still sees a
+        higher token in force and is fenced at its first check."""
+        prefix = self.layout.lease_prefix()
+        old = [o.key for o in self.store.list(prefix)
+               if re.fullmatch(r"\d{10}\.json", o.key[len(prefix):]) and int(o.key[len(prefix):][:10]) < token]
+        if old:
+            self.store.delete(old)
 
     def renew(self, lease: Lease) -> None:
         current = self.current()

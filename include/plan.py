@@ -30,7 +30,7 @@ class EpochPlan:
     store: dict[str, Any]  # store spec, no secrets
     restore: dict[str, dict[str, Any]] | None  # parent's variables (DatasetRef dicts)
     head_state: dict[str, Any]  # parent's head state, redistributed to num_partitions
-    max_epochs: int
+    max_epochs: int | None  # None: no limit
     tolerance: float | None
     # the checkpoint epoch 0 warm-starts from ({"job_id", "checkpoint_id"}), in another job's log
     warm_start: dict[str, Any] | None = None

@@ -122,10 +122,15 @@ class Retention:
             return None
         return summary if isinstance(summary, dict) else None
 
-    def collect_garbage(self, retain_last: int) -> GcReport:
-        """Keep the last ``retain_last`` checkpoints and every batch's final checkpoint; delete
-        everything else under ``attempts/`` that no kept manifest references, except attempts
-        of epochs after the latest checkpoint (they may be running and about to commit)."""
+    def collect_garbage(self, retain_last: int, *, retain_batches: int | None = None,
+                        retain_history: int | None = None) -> GcReport:
+        """Keep the last ``retain_last`` checkpoints, the final checkpoint of the newest
+        ``retain_batches`` batches (None: of every batch) and every savepoint; delete everything
+        else under ``attempts/`` that no kept manifest references, except attempts of epochs
+        after the latest checkpoint (they may be running and about to commit). Of the retired
+        checkpoints the newest ``retain_history`` keep their tombstone and summary (None: all);
+        older ones are forgotten (``forget``), so that a job that runs for ever keeps a bounded
+        number of objects."""
         if retain_last < 1:
             raise ConfigError(f"retain_last must be >= 1, got {retain_last}")
         report = GcReport()
@@ -133,7 +138,11 @@ class Retention:
         latest = self.log.latest_id()
         if latest is None:
             return report
-        keep = set(ids[-retain_last:]) | set(self.log.batches.finals().values()) | set(self.log.control.savepoints()) | {latest}
+        finals = self.log.batches.finals()
+        kept_finals = sorted(set(finals.values()))
+        if retain_batches is not None:
+            kept_finals = kept_finals[max(0, len(kept_finals) - retain_batches):]
+        keep = set(ids[-retain_last:]) | set(kept_finals) | set(self.log.control.savepoints()) | {latest}
         keep &= set(ids)
         referenced: set[str] = set()
         for cid in sorted(keep):
@@ -180,6 +189,8 @@ class Retention:
                 checks.append(o.key)
         garbage += checks
         self.store.delete(garbage + settled)
+        if retain_history is not None:
+            garbage += self.forget(retain_history, finals)
         report.deleted_objects = len(garbage)
         report.kept_live_attempts = sorted(live)
         if report.retired or garbage:
@@ -188,6 +199,27 @@ class Retention:
         return report
 
 
+    def forget(self, retain_history: int, finals: dict[str, int] | None = None) -> list[str]:
+        """Forget the retired checkpoints older than the newest ``retain_history`` of them: their
+        tombstone, then their summary, and the records of batches that ended on them. The ids
+        stay impossible to commit: a commit must follow the latest checkpoint, which is never
+        retired. Returns the keys deleted."""
+        retired = sorted(self.log._ids("retired", ""))
+        old = retired[:max(0, len(retired) - retain_history)]
+        if not old:
+            return []
+        forgotten = set(old)
+        finals = self.log.batches.finals() if finals is None else finals
+        batches = [b for b, cid in finals.items() if cid in forgotten]
+        tombstones = [self.layout.checkpoint(cid) for cid in old]
+        # tombstones first: an id whose summary went while its tombstone stayed would read as kept
+        self.store.delete(tombstones)
+        rest = [self.layout.retired(cid) for cid in old] + \
+            [key for b in batches for key in (self.layout.batch(b), self.layout.batch_start(b))]
+        self.store.delete(rest)
+        logger.info("job %s: forgot retired checkpoints %d..%d and %d batch record(s) (history keeps %d)",
+                    self.job_id, old[0], old[-1], len(batches), retain_history)
+        return tombstones + rest
 
 
 __all__ = ["GcReport", "Retention", "TOMBSTONE"]

@@ -19,6 +19,16 @@ from include.config import InputSpec, JobConfig
 from include.errors import IterationError
 
 
+def _count_or_none(value: str) -> int | None:
+    """An integer, or ``none`` (no limit)."""
+    if value.strip().lower() == "none":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or none, got {value!r}") from None
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="spark_jobs.run_job", description=__doc__.split("\n\n")[0])
     p.add_argument("--job-id", required=True)
@@ -28,10 +38,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--checkpoint-root", required=True, help="local directory or s3://bucket/prefix")
     p.add_argument("--output-path", default=None)
     p.add_argument("--output-format", default="parquet", choices=["parquet", "delta"])
-    p.add_argument("--max-epochs", type=int, default=50)
+    p.add_argument("--max-epochs", type=_count_or_none, default=50, help="the epoch limit; none: no limit")
     p.add_argument("--tolerance", type=float, default=1e-6)
     p.add_argument("--num-partitions", type=int, default=4)
     p.add_argument("--retain-last", type=int, default=3)
+    p.add_argument("--retain-batches", type=_count_or_none, default=None,
+                   help="batches whose final checkpoint is kept (default: every batch's)")
+    p.add_argument("--retain-history", type=_count_or_none, default=None,
+                   help="retired checkpoints whose summary is kept (default: all)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=JSON",
                    help="body parameter, value as JSON (repeatable): --param damping=0.85 --param k=3")
     p.add_argument("--max-epochs-in-batch", type=int, default=None)
@@ -102,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             job_id=args.job_id, body=args.body, input=InputSpec(args.input, args.input_format),
             checkpoint_root=args.checkpoint_root, output_path=args.output_path, output_format=args.output_format, body_params=params,
             max_epochs=args.max_epochs, tolerance=args.tolerance, num_partitions=args.num_partitions,
-            retain_last=args.retain_last, checks=checks, on_damaged_checkpoint=args.on_damaged_checkpoint,
+            retain_last=args.retain_last, retain_batches=args.retain_batches, retain_history=args.retain_history,
+            checks=checks, on_damaged_checkpoint=args.on_damaged_checkpoint,
         )
         from spark_jobs.runner import IterationRunner
 

@@ -91,6 +91,8 @@ def job_params(
                            description="Converged when the body's metric is under this."),
         "num_partitions": setting("num_partitions", num_partitions),
         "retain_last": setting("retain_last", retain_last),
+        "retain_batches": setting("retain_batches"),
+        "retain_history": setting("retain_history"),
         "on_damaged_checkpoint": setting("on_damaged_checkpoint"),
         "stop": param("none", type="string", enum=["none", "drain", "suspend"],
                       description="At the end of this run's batch, if the job has not terminated: none = go on "

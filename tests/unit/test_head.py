@@ -69,8 +69,11 @@ def test_max_metric_and_nan_propagation():
 
 
 def test_bad_criteria_are_refused():
-    with pytest.raises(ConfigError, match="max_epochs must be an integer >= 1, got 0"):
+    with pytest.raises(ConfigError, match="max_epochs must be an integer >= 1 or None, got 0"):
         TerminationCriteria(0)
+    with pytest.raises(ConfigError, match="max_epochs must be an integer >= 1 or None, got True"):
+        TerminationCriteria(True)
+    assert TerminationCriteria(None).max_epochs is None, "no limit: an unbounded job"
     with pytest.raises(ConfigError, match="tolerance must be a finite number >= 0, got -1"):
         TerminationCriteria(3, -1)
     with pytest.raises(ConfigError, match="convergence metric 'nope' is not reported"):
