@@ -51,7 +51,9 @@ class Attempts:
                     f"checkpoint {source.checkpoint_id} of job {source.job_id} has heads "
                     f"{sorted(source.head_state.heads)}, body {meta['name']!r} has {sorted(meta['heads'])}"
                 )
-        head_state = JobHeadState.initial(list(meta["heads"]), P) if latest is None else latest.head_state.redistribute(P)
+        counts = {h: int(meta.get("head_partitions", {}).get(h, P)) for h in meta["heads"]}  # EpochPlan.partitions_of
+        head_state = JobHeadState.initial(list(meta["heads"]), counts) if latest is None \
+            else latest.head_state.redistribute(counts)
         return EpochPlan(
             job_id=self.config.job_id,
             kind=kind,

@@ -66,6 +66,10 @@ class IterationBody(ABC):
     name: ClassVar[str]
     # head (variable dataset) -> columns its records are partitioned by
     heads: ClassVar[Mapping[str, tuple[str, ...]]]
+    # head -> its own number of partitions (Flink's variable stream with a parallelism of its
+    # own: the head, its feedback log and its tail keep it); a head not named here has the
+    # job's num_partitions, and follows it when a run changes it
+    head_partitions: ClassVar[Mapping[str, int]] = {}
     # metric -> "sum" | "max" | "min" (how partition values combine)
     metric_aggregations: ClassVar[Mapping[str, str]] = {}
     # metric compared with the job's tolerance; None: no convergence test
@@ -154,9 +158,17 @@ class IterationBody(ABC):
     @classmethod
     def describe(cls) -> dict[str, Any]:
         """The metadata planning and alignment need, JSON-able (stored in every plan)."""
+        for head, n in cls.head_partitions.items():
+            if head not in cls.heads:
+                raise ConfigError(f"body {cls.name!r}: head_partitions names {head!r}, which is not one of its heads "
+                                  f"{sorted(cls.heads)}")
+            if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 100_000:
+                raise ConfigError(f"body {cls.name!r}: head_partitions[{head!r}] must be an integer in [1, 100000], "
+                                  f"got {n!r}")
         return {
             "name": cls.name,
             "heads": {h: list(cols) for h, cols in cls.heads.items()},
+            "head_partitions": dict(cls.head_partitions),
             "metric_aggregations": dict(cls.metric_aggregations),
             "convergence_metric": cls.convergence_metric,
             "outputs": list(cls.outputs),

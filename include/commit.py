@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from include.checks import CheckReport, merge, profile_row, runtime_expectations, schema_string, validate
 from include.coordinator import end_of_input
@@ -138,7 +138,7 @@ class Commit:
                 epoch=plan.epoch,
                 head_state=JobHeadState.from_dict(plan.head_state).after(decision, reports),
                 decision=decision,
-                variables=_datasets(reports, plan.heads, plan.num_partitions),
+                variables=_datasets(reports, plan.heads, plan.head_partitions()),
                 outputs=_datasets(output_reports, self._output_names(plan), plan.num_partitions),
                 lifecycle=Lifecycle.at_epoch(plan.body, terminating=decision.terminated),
                 coordinators=plan.coordinators or {},
@@ -236,10 +236,14 @@ class Commit:
         return final
 
 
-def _datasets(reports: Sequence[EpochReport], names: Sequence[str], num_partitions: int) -> dict[str, DatasetRef]:
+def _datasets(reports: Sequence[EpochReport], names: Sequence[str],
+              num_partitions: int | Mapping[str, int]) -> dict[str, DatasetRef]:
+    """The datasets ``names`` as the reports wrote them; ``num_partitions``: one count for every
+    dataset, or each one's (a head's own)."""
     out = {}
     for name in names:
+        count = num_partitions[name] if isinstance(num_partitions, Mapping) else num_partitions
         mine = {r.partition: r for r in reports if r.head == name}
         schema = next((r.schema for r in mine.values() if r.schema), "")
-        out[name] = DatasetRef(schema, tuple(tuple(mine[p].files) if p in mine else () for p in range(num_partitions)))
+        out[name] = DatasetRef(schema, tuple(tuple(mine[p].files) if p in mine else () for p in range(count)))
     return out

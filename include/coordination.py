@@ -32,7 +32,8 @@ class Coordination:
                 raise CheckpointError("coordinator name 'alignment' is reserved for the global alignment")
             P = self.config.num_partitions
             holders = {"alignment": CoordinatorHolder(
-                "alignment", AlignmentCoordinator({h: P for h in meta["heads"]}), P)}
+                "alignment", AlignmentCoordinator({h: int(meta.get("head_partitions", {}).get(h, P))
+                                                   for h in meta["heads"]}), P)}
             holders.update({name: CoordinatorHolder(name, c, P) for name, c in sorted(found.items())})
             self._coords = Coordinators(holders)
         return self._coords

@@ -116,6 +116,16 @@ class HeadState:
         return max((p.latest_globally_aligned for p in self.partitions), default=-1)
 
 
+def _counts(heads: Sequence[str], num_partitions: int | Mapping[str, int]) -> dict[str, int]:
+    """Each head's number of partitions: ``num_partitions`` for all, or by head."""
+    counts = dict(num_partitions) if isinstance(num_partitions, Mapping) else {h: num_partitions for h in heads}
+    for h in heads:
+        n = counts.get(h)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ConfigError(f"num_partitions of head {h!r} must be an integer >= 1, got {n!r}")
+    return counts
+
+
 @dataclass(frozen=True)
 class JobHeadState:
     """The head state of a job, stored in every checkpoint and restored exactly."""
@@ -124,10 +134,12 @@ class JobHeadState:
     heads: dict[str, HeadState] = field(default_factory=dict)
 
     @classmethod
-    def initial(cls, heads: Sequence[str], num_partitions: int) -> "JobHeadState":
+    def initial(cls, heads: Sequence[str], num_partitions: int | Mapping[str, int]) -> "JobHeadState":
+        """Fresh state; ``num_partitions``: one count for every head, or each head's."""
+        counts = _counts(heads, num_partitions)
         return cls(
             HeadStatus.RUNNING,
-            {h: HeadState({}, tuple(PartitionState() for _ in range(num_partitions))) for h in heads},
+            {h: HeadState({}, tuple(PartitionState() for _ in range(counts[h]))) for h in heads},
         )
 
     @property
@@ -172,14 +184,15 @@ class JobHeadState:
     def with_status(self, status: HeadStatus) -> "JobHeadState":
         return replace(self, status=status)
 
-    def redistribute(self, num_partitions: int) -> "JobHeadState":
+    def redistribute(self, num_partitions: int | Mapping[str, int]) -> "JobHeadState":
         """Map the state of P partitions onto P' partitions: old partition i goes to new
         partition i mod P'. The replay reads the feedback log with the same mapping, so each
-        new partition's ``in_flight`` is exactly the number of records it replays."""
-        if num_partitions < 1:
-            raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
+        new partition's ``in_flight`` is exactly the number of records it replays.
+        ``num_partitions``: one count for every head, or each head's."""
+        counts = _counts(list(self.heads), num_partitions)
         heads = {}
         for name, head in self.heads.items():
+            num_partitions = counts[name]
             if len(head.partitions) == num_partitions:
                 heads[name] = head
                 continue

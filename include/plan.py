@@ -70,11 +70,18 @@ class EpochPlan:
     def from_dict(cls, d: Mapping[str, Any], adopted: bool = False) -> "EpochPlan":
         return cls(**{**d, "adopted": adopted})
 
+    def partitions_of(self, head: str) -> int:
+        """The number of partitions of head ``head``: its own (the body's ``head_partitions``),
+        else the job's (outputs always have the job's)."""
+        return int(self.body.get("head_partitions", {}).get(head, self.num_partitions))
+
+    def head_partitions(self) -> dict[str, int]:
+        """Every head's number of partitions."""
+        return {h: self.partitions_of(h) for h in self.heads}
+
     def aligner(self) -> Aligner:
         criteria = TerminationCriteria(self.max_epochs, self.tolerance, self.body.get("convergence_metric"))
-        return Aligner(
-            {h: self.num_partitions for h in self.heads}, criteria, self.body.get("metric_aggregations")
-        )
+        return Aligner(self.head_partitions(), criteria, self.body.get("metric_aggregations"))
 
     def input_spec(self) -> InputSpec:
         return InputSpec.from_dict(self.input)

@@ -336,7 +336,7 @@ class EpochExecutor:
             kept = None
             keys = frozenset(f.key for f in ds.files)
             # nothing written (no records): nothing to match on, and nothing to read
-            if self.handoff and len(ds.partitions) == plan.num_partitions and keys:
+            if self.handoff and len(ds.partitions) == plan.partitions_of(name) and keys:
                 kept = self._kept_for(plan, ds, keys)
                 if kept is None and self.shared:
                     kept = self._named(plan, name, ds, keys)
@@ -345,7 +345,7 @@ class EpochExecutor:
                 continue
             # Cached: a body may read its variables several times in one step (PageRank does 3
             # times); the replay then reads and verifies each object once.
-            cached = read_dataset(self.spark, store, ds, plan.num_partitions).cache()
+            cached = read_dataset(self.spark, store, ds, plan.partitions_of(name)).cache()
             variables[name] = sized_for_joins(cached, ds.size)
             read.append(cached)
         if self.handoff:
@@ -436,7 +436,7 @@ class EpochExecutor:
             self._write(plan, store, result.outputs, declared, data_dir="outputs", report_dir="_outputs")
         return self._write(plan, store, result.variables, list(plan.heads), data_dir="",
                            report_dir="_reports", keys=plan.heads, metrics=metrics, facts=result.facts, kept=kept,
-                           on_driver=self._driver_tail(plan))
+                           on_driver=self._driver_tail(plan), heads=True)
 
     def _driver_tail(self, plan: EpochPlan) -> frozenset[str]:
         """The heads the driver writes (``driver_tail_bytes``): those whose dataset in the
@@ -447,8 +447,10 @@ class EpochExecutor:
                          if name in plan.heads and ds.size <= self.driver_tail_bytes)
 
     def _write(self, plan, store, frames, names, *, data_dir, report_dir, keys=None, metrics=None,
-               facts=None, kept=None, on_driver=frozenset()) -> list[EpochReport]:
-        """The tail: write each named dataset under the attempt, one report per partition."""
+               facts=None, kept=None, on_driver=frozenset(), heads=False) -> list[EpochReport]:
+        """The tail: write each named dataset under the attempt, one report per partition;
+        ``heads``: the datasets are the heads, each in its own number of partitions
+        (``EpochPlan.partitions_of``), else outputs, in the job's."""
         from spark_jobs.storeio import write_dataset
 
         root = CheckpointLog(store, plan.job_id).layout.attempt(plan.checkpoint_id, plan.attempt_id)
@@ -462,7 +464,7 @@ class EpochExecutor:
                 head=name,
                 epoch=plan.checkpoint_id,
                 attempt_id=plan.attempt_id,
-                num_partitions=plan.num_partitions,
+                num_partitions=plan.partitions_of(name) if heads else plan.num_partitions,
                 key_columns=(keys or {}).get(name, ()),
                 metrics=(metrics or {}).get(name),
                 profile=plan.profile,

@@ -221,7 +221,7 @@ class IterationRunner:
         from spark_jobs.storeio import read_dataset
 
         return {
-            name: read_dataset(self.spark, self.job.store, ds, manifest.num_partitions)
+            name: read_dataset(self.spark, self.job.store, ds, len(ds.partitions) or manifest.num_partitions)
             for name, ds in manifest.outputs.items()
         }
 
@@ -232,8 +232,8 @@ class IterationRunner:
         manifest = self.job.log.load(checkpoint_id) if checkpoint_id is not None else self.job.log.latest()
         if manifest is None:
             return {}
-        return {
-            name: read_dataset(self.spark, self.job.store, ds, manifest.num_partitions)
+        return {  # each in its own number of partitions (a head may have its own)
+            name: read_dataset(self.spark, self.job.store, ds, len(ds.partitions) or manifest.num_partitions)
             for name, ds in manifest.variables.items()
         }
 

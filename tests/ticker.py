@@ -30,3 +30,29 @@ class Ticker(IterationBody):
 
     def finish(self, variables, data, ctx):
         return {"counts": variables["counts"].select("key", "n")}
+
+
+class TwoHeads(Ticker):
+    """Two heads with their own partition counts (HeadOperatorTest's testNotChainingHeadOperator,
+    seed 000: a variable with a parallelism of its own): ``counts`` (16 keys) in the job's
+    partitions, ``total`` (one row, their sum) always in one. Ends at ``max_epochs``."""
+
+    name = "two_heads"
+    heads = {"counts": ("key",), "total": ("name",)}
+    head_partitions = {"total": 1}
+    outputs = ("counts", "total")
+
+    def init(self, data, ctx: EpochContext):
+        counts = ctx.spark.createDataFrame([(k, 0) for k in range(16)], "key int, n long")
+        return {"counts": counts, "total": ctx.spark.createDataFrame([("all", 0)], "name string, n long")}
+
+    def step(self, variables, data, ctx: EpochContext) -> StepResult:
+        from pyspark.sql import functions as F
+
+        counts = variables["counts"].select("key", (F.col("n") + F.col("key")).alias("n"),
+                                            F.lit(1.0).alias("changed"))
+        total = counts.agg(F.sum("n").alias("n")).select(F.lit("all").alias("name"), "n")
+        return StepResult({"counts": counts, "total": total}, metrics={"changed": ("counts", "changed")})
+
+    def finish(self, variables, data, ctx):
+        return {"counts": variables["counts"].select("key", "n"), "total": variables["total"]}

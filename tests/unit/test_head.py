@@ -115,3 +115,39 @@ def test_redistribution_keeps_counts_exact(new_p, expected):
     assert head.feedback_counts == {2: 20, 3: 22}
     assert all(p.latest_aligned == 3 and p.latest_globally_aligned == 3 for p in head.partitions)
     assert state.redistribute(4) == state
+
+
+def test_heads_with_their_own_partition_counts():
+    """testNotChainingHeadOperator: a head keeps its own number of partitions through the state,
+    its redistribution when the job's count changes, and the alignment's expected reports."""
+    state = JobHeadState.initial(["counts", "total"], {"counts": 3, "total": 1})
+    assert {h: len(s.partitions) for h, s in state.heads.items()} == {"counts": 3, "total": 1}
+    moved = state.redistribute({"counts": 2, "total": 1})
+    assert {h: len(s.partitions) for h, s in moved.heads.items()} == {"counts": 2, "total": 1}
+    assert moved.heads["total"] is state.heads["total"], "a head whose count is the same is left as it is"
+    with pytest.raises(ConfigError, match="num_partitions of head 'total' must be an integer >= 1, got None"):
+        state.redistribute({"counts": 2})
+    aligner = Aligner({"counts": 3, "total": 1}, TerminationCriteria(5), {})
+    assert aligner.missing([]) == [("counts", 0), ("counts", 1), ("counts", 2), ("total", 0)]
+
+
+def test_a_body_declares_its_heads_own_partition_counts_or_is_refused():
+    from include.body import IterationBody
+
+    class Bad(IterationBody):
+        name = "bad"
+        heads = {"a": ("k",)}
+        head_partitions = {"b": 1}
+
+        def load(self, raw, params): ...
+        def init(self, data, ctx): ...
+        def step(self, variables, data, ctx): ...
+        def finish(self, variables, data, ctx): ...
+
+    with pytest.raises(ConfigError, match=r"head_partitions names 'b', which is not one of its heads \['a'\]"):
+        Bad.describe()
+    Bad.head_partitions = {"a": 0}
+    with pytest.raises(ConfigError, match=r"head_partitions\['a'\] must be an integer in \[1, 100000\], got 0"):
+        Bad.describe()
+    Bad.head_partitions = {"a": 2}
+    assert Bad.describe()["head_partitions"] == {"a": 2}
