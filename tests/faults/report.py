@@ -7,6 +7,7 @@ epochs recomputed by recoveries), plus the fuzzed DAG params (refused bad inputs
     .venv/bin/python -m tests.faults.report --no-s3 --no-processes --no-fuzz
     .venv/bin/python -m tests.faults.report --airflow --seeds 1 2   # also each failure point of the
                                                                    # Airflow path alone (airflow dags test)
+    .venv/bin/python -m tests.faults.report --airflow-only --no-fuzz --seeds 1   # the Airflow rows alone
 
 Runs on a local Spark session, a moto_server it starts for the S3 scenario, and temporary
 directories it deletes. Exit status 1 if any row has lost, duplicated or wrong work.
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--airflow", action="store_true",
                    help="also every failure point of tests/faults/airflow_sweep.py alone, through airflow dags test "
                         "(about a minute per point and seed)")
+    p.add_argument("--airflow-only", action="store_true",
+                   help="only the Airflow path's rows (--airflow without the library's scenarios)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
@@ -67,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         scenarios.update(PROCESS_SCENARIOS)
     if not args.no_s3:
         scenarios[S3_SCENARIO] = None
+    if args.airflow_only:
+        args.airflow, scenarios = True, {}
     if args.only:
         unknown = sorted(set(args.only) - set(scenarios))
         if unknown:
