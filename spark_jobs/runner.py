@@ -52,6 +52,28 @@ class RunResult:
     outputs: dict[str, Any] = field(default_factory=dict)  # name -> DataFrame (when finished)
     suspended_at: int | None = None  # the savepoint's checkpoint id when the run was suspended
 
+    def __repr__(self) -> str:
+        """One line a person reads: the epochs as ranges, the outputs by name (the manifest and
+        the DataFrames stay out of it)."""
+        def span(epochs: list[int]) -> str:
+            return "[]" if not epochs else f"[{epochs[0]}..{epochs[-1]}] ({len(epochs)})" \
+                if epochs == list(range(epochs[0], epochs[-1] + 1)) and len(epochs) > 2 else str(epochs)
+
+        last = self.decisions[-1] if self.decisions else None
+        parts = [f"job_id={self.job_id!r}", f"status={self.status.value}", f"checkpoint_id={self.checkpoint_id}",
+                 f"restored_from={self.restored_from}", f"epochs_computed={span(self.epochs_computed)}"]
+        if self.epochs_adopted:
+            parts.append(f"epochs_adopted={span(self.epochs_adopted)}")
+        if last is not None and last.terminated:
+            parts.append(f"terminated={last.reason!r}")
+        if self.suspended_at is not None:
+            parts.append(f"suspended_at={self.suspended_at}")
+        if self.published:
+            parts.append(f"published={sorted(self.published)}")
+        if self.outputs:
+            parts.append(f"outputs={sorted(self.outputs)}")
+        return f"RunResult({', '.join(parts)})"
+
 
 class IterationRunner:
     def __init__(
