@@ -6,6 +6,8 @@
 #                   workers, 2 by default; pytest's own arguments follow, e.g. -m "not slow" -n 0)
 #   ./run.sh stack  set up, then start the production stack natively (PostgreSQL, Redis, Celery,
 #                   Spark standalone, moto_server): `./run.sh stack stop` stops it (docs/cluster.md)
+#   ./run.sh ui     set up, then start the Airflow UI on this machine (airflow standalone, port
+#                   ITERATIONS_UI_PORT or 8080): `./run.sh ui stop` stops every process it started
 #   ./run.sh setup  only set up (.venv with pinned requirements, Java 17 and chromium if missing)
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -131,6 +133,10 @@ case "$cmd" in
     ensure_stack_services
     exec "$VENV/bin/python" -m stack "$@"
     ;;
+  ui)
+    setup
+    exec "$VENV/bin/python" -m stack.ui "$@"
+    ;;
   test)
     setup
     ensure_stack_services
@@ -140,7 +146,7 @@ case "$cmd" in
     exec "$VENV/bin/python" -m pytest -n "${ITERATIONS_TEST_WORKERS:-2}" --dist loadscope "$@"
     ;;
   *)
-    echo "usage: ./run.sh demo|test|stack|setup [args...]" >&2
+    echo "usage: ./run.sh demo|test|ui|stack|setup [args...]" >&2
     exit 2
     ;;
 esac

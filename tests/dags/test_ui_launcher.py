@@ -1,0 +1,51 @@
+"""``./run.sh ui`` (stack/ui.py): airflow standalone with a parallelism that fits the machine, on
+loopback and the port asked for, and ``./run.sh ui stop`` stopping every process it started."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from stack.procs import session_members
+from tests.conftest import ROOT, free_port
+
+pytestmark = pytest.mark.slow
+
+
+def ui(env, *args, timeout=400):
+    return subprocess.run([sys.executable, "-m", "stack.ui", *args], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_the_ui_starts_fitted_to_the_machine_and_stops_every_process(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update({"ITERATIONS_LOCAL_DIR": str(tmp_path), "ITERATIONS_UI_PORT": str(port),
+                "ITERATIONS_SPARK_CONNECT_DIR": str(tmp_path / "spark-connect"),
+                "ITERATIONS_SPARK_CONNECT_PORT": str(free_port())})
+    started = ui(env, "start", "--timeout", "300")
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert f"the Airflow UI: http://localhost:{port}" in started.stdout
+    sid = int((tmp_path / "airflow" / "standalone.pid").read_text())
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=10) as r:
+            health = json.load(r)
+        assert health["scheduler"]["status"] == "healthy"
+        members = session_members(sid)
+        args = {pid: open(f"/proc/{pid}/cmdline").read().replace("\0", " ") for pid in members}
+        workers = [a for a in args.values() if "LocalExecutor" in a]
+        assert len(workers) == max(4, 2 * (os.cpu_count() or 1)), args
+        api = [a for a in args.values() if "api_server" in a]
+        assert api and f"host:127.0.0.1 port:{port}" in api[0], api
+        assert "already" in ui(env, "start").stdout, "a second start finds the first"
+    finally:
+        stopped = ui(env, "stop")
+    assert stopped.returncode == 0 and f"stopped the Airflow UI: {len(members)} processes" in stopped.stdout, \
+        stopped.stdout + stopped.stderr
+    assert session_members(sid) == [], "every process of its session stopped"
+    assert "not running" in ui(env, "status").stdout
