@@ -31,14 +31,15 @@ COLUMNS = ("runs", "faults", "lost", "duplicated", "wrong", "refused", "recomput
 
 
 def table(rows: dict[str, list[Outcome]], fuzz: dict[str, int] | None) -> str:
-    head = f"{'scenario':34} {'seeds':>5} " + " ".join(f"{c:>10}" for c in COLUMNS)
+    width = max([34, *(len(name) for name in rows)])
+    head = f"{'scenario':{width}} {'seeds':>5} " + " ".join(f"{c:>10}" for c in COLUMNS)
     lines = [head, "-" * len(head)]
     for name, outs in rows.items():
         sums = {c: sum(getattr(o, c) for o in outs) for c in COLUMNS}
         sums["recomputed"] = max((o.recomputed for o in outs), default=0)  # the worst recovery
-        lines.append(f"{name:34} {len(outs):>5} " + " ".join(f"{sums[c]:>10}" for c in COLUMNS))
+        lines.append(f"{name:{width}} {len(outs):>5} " + " ".join(f"{sums[c]:>10}" for c in COLUMNS))
     if fuzz is not None:
-        lines.append(f"{'fuzzed DAG params (bad inputs)':34} {'-':>5} {fuzz['runs']:>10} {'-':>10} "
+        lines.append(f"{'fuzzed DAG params (bad inputs)':{width}} {'-':>5} {fuzz['runs']:>10} {'-':>10} "
                      f"{0:>10} {0:>10} {fuzz['escaped']:>10} {fuzz['refused']:>10} {'-':>10}")
     lines.append("recomputed: the most epochs one recovery computed again (max over seeds)")
     return "\n".join(lines)
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fuzz-examples", type=int, default=300)
     p.add_argument("--airflow", action="store_true",
                    help="also every failure point of tests/faults/airflow_sweep.py alone, through airflow dags test "
-                        "(about a minute per point and seed)")
+                        "(10-20 s per point and seed)")
     p.add_argument("--airflow-only", action="store_true",
                    help="only the Airflow path's rows (--airflow without the library's scenarios)")
     args = p.parse_args(argv)
