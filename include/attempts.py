@@ -13,7 +13,7 @@ from include.failpoints import failpoint
 from include.head import EpochReport, HeadStatus, JobHeadState
 from include.lifecycle import StopMode
 from include.manifest import Manifest
-from include.plan import EpochPlan, JobState
+from include.plan import EpochPlan, JobState, head_partitions
 
 log = logging.getLogger("iterations")
 
@@ -51,7 +51,7 @@ class Attempts:
                     f"checkpoint {source.checkpoint_id} of job {source.job_id} has heads "
                     f"{sorted(source.head_state.heads)}, body {meta['name']!r} has {sorted(meta['heads'])}"
                 )
-        counts = {h: int(meta.get("head_partitions", {}).get(h, P)) for h in meta["heads"]}  # EpochPlan.partitions_of
+        counts = head_partitions(meta, P)
         head_state = JobHeadState.initial(list(meta["heads"]), counts) if latest is None \
             else latest.head_state.redistribute(counts)
         return EpochPlan(

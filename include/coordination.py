@@ -10,7 +10,7 @@ from include.coordinator import AlignmentCoordinator, CoordinatorHolder, Coordin
 from include.errors import CheckpointError
 from include.failpoints import failpoint
 from include.manifest import Manifest
-from include.plan import EpochPlan, JobState
+from include.plan import EpochPlan, JobState, head_partitions
 
 log = logging.getLogger("iterations")
 
@@ -32,8 +32,7 @@ class Coordination:
                 raise CheckpointError("coordinator name 'alignment' is reserved for the global alignment")
             P = self.config.num_partitions
             holders = {"alignment": CoordinatorHolder(
-                "alignment", AlignmentCoordinator({h: int(meta.get("head_partitions", {}).get(h, P))
-                                                   for h in meta["heads"]}), P)}
+                "alignment", AlignmentCoordinator(head_partitions(meta, P)), P)}
             holders.update({name: CoordinatorHolder(name, c, P) for name, c in sorted(found.items())})
             self._coords = Coordinators(holders)
         return self._coords

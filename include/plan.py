@@ -14,6 +14,13 @@ from include.manifest import DatasetRef, Manifest
 log = logging.getLogger("iterations")
 
 
+def head_partitions(body: Mapping[str, Any], num_partitions: int) -> dict[str, int]:
+    """Every head's number of partitions, from the body's metadata (``IterationBody.describe``):
+    its own (``head_partitions``), else the job's ``num_partitions``."""
+    own = body.get("head_partitions", {})
+    return {h: int(own.get(h, num_partitions)) for h in body["heads"]}
+
+
 @dataclass(frozen=True)
 class EpochPlan:
     """Everything the Spark side needs to run one attempt; stored as the attempt's _PLAN.json."""
@@ -73,11 +80,11 @@ class EpochPlan:
     def partitions_of(self, head: str) -> int:
         """The number of partitions of head ``head``: its own (the body's ``head_partitions``),
         else the job's (outputs always have the job's)."""
-        return int(self.body.get("head_partitions", {}).get(head, self.num_partitions))
+        return head_partitions(self.body, self.num_partitions).get(head, self.num_partitions)
 
     def head_partitions(self) -> dict[str, int]:
         """Every head's number of partitions."""
-        return {h: self.partitions_of(h) for h in self.heads}
+        return head_partitions(self.body, self.num_partitions)
 
     def aligner(self) -> Aligner:
         criteria = TerminationCriteria(self.max_epochs, self.tolerance, self.body.get("convergence_metric"))
