@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 
 import pytest
@@ -20,6 +21,14 @@ pytestmark = pytest.mark.slow
 def ui(env, *args, timeout=400):
     return subprocess.run([sys.executable, "-m", "stack.ui", *args], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)
+
+
+def cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline") as f:
+            return f.read().replace("\0", " ")
+    except OSError:  # gone between the listing and the read
+        return ""
 
 
 def test_the_ui_starts_fitted_to_the_machine_and_stops_every_process(tmp_path):
@@ -36,9 +45,15 @@ def test_the_ui_starts_fitted_to_the_machine_and_stops_every_process(tmp_path):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=10) as r:
             health = json.load(r)
         assert health["scheduler"]["status"] == "healthy"
-        members = session_members(sid)
-        args = {pid: open(f"/proc/{pid}/cmdline").read().replace("\0", " ") for pid in members}
-        workers = [a for a in args.values() if "LocalExecutor" in a]
+        # the scheduler forks its workers at once, but each names itself only once it runs
+        deadline = time.monotonic() + 60
+        while True:
+            members = session_members(sid)
+            args = {pid: cmdline(pid) for pid in members}
+            workers = [a for a in args.values() if "LocalExecutor" in a]
+            if len(workers) >= max(4, 2 * (os.cpu_count() or 1)) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert len(workers) == max(4, 2 * (os.cpu_count() or 1)), args
         api = [a for a in args.values() if "api_server" in a]
         assert api and f"host:127.0.0.1 port:{port}" in api[0], api
