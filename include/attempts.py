@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
+from typing import Any, Mapping
 
 from include.checks import check_columns, merge
 from include.errors import CheckpointError, CheckpointSuperseded
@@ -75,7 +76,8 @@ class Attempts:
             parent_metrics=dict(latest.decision.metrics) if latest is not None and latest.decision else None,
         )
 
-    def plan_epoch(self, batch_id: str | None = None, state: JobState | None = None) -> EpochPlan:
+    def plan_epoch(self, batch_id: str | None = None, state: JobState | None = None, *,
+                   run: Mapping[str, Any] | None = None) -> EpochPlan:
         """Plan the next epoch from the latest committed checkpoint and record its attempt.
 
         A complete earlier attempt with the same plan (every partition reported; for example
@@ -92,13 +94,13 @@ class Attempts:
         failpoint("head.before_plan", job=self.config.job_id, epoch=epoch)
         base = self._base_plan("epoch", epoch, state.latest, batch_id)
         events, snapshots = self._trigger_coordinators(state.latest, epoch)
-        base = dataclasses.replace(base, events=events, coordinators=snapshots)
+        base = dataclasses.replace(base, events=events, coordinators=snapshots, run=dict(run) if run else None)
         plan = self._adoptable(base) or self._record(base)
         failpoint("head.after_plan", job=self.config.job_id, epoch=epoch)
         return plan
 
     def plan_finish(self, batch_id: str | None = None, state: JobState | None = None, *,
-                    drain: bool = False) -> EpochPlan:
+                    drain: bool = False, run: Mapping[str, Any] | None = None) -> EpochPlan:
         """Plan the finish step: once an epoch decided termination, or, with ``drain``, now
         (the input ends at the latest checkpoint: a drain request)."""
         state = state or self.state()
@@ -114,7 +116,7 @@ class Attempts:
         base = self._base_plan("final", state.latest.checkpoint_id + 1, state.latest, batch_id)
         # the coordinators stay as the latest checkpoint left them
         base = dataclasses.replace(base, coordinators=state.latest.coordinators,
-                                   stop=StopMode.DRAIN.value if drainable else None)
+                                   stop=StopMode.DRAIN.value if drainable else None, run=dict(run) if run else None)
         plan = self._adoptable(base) or self._record(base)
         failpoint("finish.after_plan", job=self.config.job_id)
         return plan
@@ -177,4 +179,4 @@ class Attempts:
         )
 
     def abort(self, plan: EpochPlan, reason: str = "") -> bool:
-        return self.log.abort(plan.checkpoint_id, plan.attempt_id, reason)
+        return self.log.abort(plan.checkpoint_id, plan.attempt_id, reason, run=plan.run, batch_id=plan.batch_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -41,6 +42,23 @@ class CommitOutcome:
     # False when the manifest was already there from this same attempt (a retry after a lost
     # response): the commit had landed; nothing is written twice.
     first_write: bool
+
+
+#: the start of the reason an attempt is aborted with when its run or task try ended before it
+#: did (its process killed, lost or timed out) and a new run or try plans the epoch again
+ABANDONED = "left unfinished when its run or task try ended"
+
+
+def describe_run(run: Mapping[str, Any] | None) -> str:
+    """Who ran an attempt (its plan's ``run``) in words: ``task epoch_1.run try 2 of run
+    manual__2026-11-29T00:00:00+00:00 of DAG iterate_pagerank``; ``the library runner (pid 42
+    on host)``; ``an unrecorded runner``."""
+    if not isinstance(run, Mapping):
+        return "an unrecorded runner"
+    if run.get("runner") == "library":
+        return f"the library runner (pid {run.get('pid')} on {run.get('host')})"
+    task = f"task {run.get('task_id')}" + (f"[{run['map_index']}]" if "map_index" in run else "")
+    return f"{task} try {run.get('try_number')} of run {run.get('run_id')} of DAG {run.get('dag_id')}"
 
 
 class CheckpointLog:
@@ -162,7 +180,7 @@ class CheckpointLog:
     def is_aborted(self, epoch: int, attempt_id: str) -> bool:
         return self.abort_reason(epoch, attempt_id) is not None
 
-    def _fate(self, epoch: int, attempt_id: str) -> dict[str, Any] | None:
+    def fate(self, epoch: int, attempt_id: str) -> dict[str, Any] | None:
         """The attempt's fate, decided once (see ``claim_commit``): None while undecided, else
         ``{"claim": "commit"}`` or ``{"reason": ...}`` (aborted)."""
         try:
@@ -178,7 +196,7 @@ class CheckpointLog:
     def abort_reason(self, epoch: int, attempt_id: str) -> str | None:
         """None if the attempt was not aborted (undecided, or claimed by its commit), else why
         (possibly empty)."""
-        fate = self._fate(epoch, attempt_id)
+        fate = self.fate(epoch, attempt_id)
         if fate is None or fate.get("claim") == "commit":
             return None
         return str(fate.get("reason") or "")
@@ -197,6 +215,38 @@ class CheckpointLog:
             raise CheckpointSuperseded(
                 f"attempt {attempt_id} of checkpoint {epoch} of job {self.job_id} was aborted "
                 f"({reason or 'no reason given'}): it cannot commit, it is superseded and its files are garbage")
+
+    def fates(self, epoch: int) -> dict[str, dict[str, Any]]:
+        """Attempt id -> its fate record (``_fate``) of every attempt of ``epoch`` whose fate is
+        decided (aborted, or claimed by its commit)."""
+        out = {}
+        for o in self.store.list(f"{self.layout.root}/aborted/{epoch:010d}/"):
+            parsed = self.layout.epoch_and_attempt(o.key, "aborted")
+            if parsed is None or o.key != self.layout.aborted(*parsed) or parsed[0] != epoch:
+                report_foreign(self.store, o.key, "an attempt's fate is aborted/<epoch>/<attempt id>")
+                continue
+            fate = self.fate(epoch, parsed[1])
+            if fate is not None:
+                out[parsed[1]] = fate
+        return out
+
+    def record_phases(self, epoch: int, attempt_id: str, phases: Mapping[str, float]) -> None:
+        """Keep how long the attempt's Spark job spent in each phase (seconds) and when it
+        ended, for the commit to put in the checkpoint's history."""
+        record = {k: round(float(v), 3) for k, v in phases.items()}
+        record["ended_at"] = round(time.time(), 3)
+        self.store.put(self.layout.phases(epoch, attempt_id), json.dumps(record, sort_keys=True).encode())
+
+    def read_phases(self, epoch: int, attempt_id: str) -> dict[str, float]:
+        """What ``record_phases`` kept ({} when nothing, or not numbers)."""
+        try:
+            record = json.loads(self.store.get(self.layout.phases(epoch, attempt_id)))
+        except (ObjectNotFound, ValueError):
+            return {}
+        if not isinstance(record, dict):
+            return {}
+        return {str(k): float(v) for k, v in record.items()
+                if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) < 1e12}
 
     def read_plan(self, epoch: int, attempt_id: str) -> dict[str, Any] | None:
         try:
@@ -296,15 +346,19 @@ class CheckpointLog:
             return None
         return Manifest.from_bytes(data, self.store.location(self.layout.checkpoint(checkpoint_id))).attempt_id
 
-    def abort(self, epoch: int, attempt_id: str, reason: str = "") -> bool:
+    def abort(self, epoch: int, attempt_id: str, reason: str = "", *, run: Mapping[str, Any] | None = None,
+              batch_id: str | None = None) -> bool:
         """Abort an attempt: decide its fate (one create-if-absent write, the same one its
         commit makes: ``claim_commit``), then delete its files. Idempotent. A no-op (False) for
         an attempt whose commit claimed it first (committed, or committing now): nothing it
-        wrote is deleted, so a checkpoint can never be committed and then lose its files."""
+        wrote is deleted, so a checkpoint can never be committed and then lose its files.
+        ``run`` and ``batch_id``: who ran the attempt and in which batch (its plan's), kept in the
+        record for its history."""
         if self.committed_by(epoch) == attempt_id:
             return False
         key = self.layout.aborted(epoch, attempt_id)
-        if not self.store.put_if_absent(key, json.dumps({"reason": reason, "at": now_iso()}).encode()):
+        if not self.store.put_if_absent(key, json.dumps({"reason": reason, "at": now_iso(), **({"run": dict(run)} if run else {}),
+                                                    **({"batch_id": batch_id} if batch_id else {})}).encode()):
             if self.abort_reason(epoch, attempt_id) is None:
                 log.info("epoch %d attempt %s is not aborted: its commit claimed it first", epoch, attempt_id)
                 return False

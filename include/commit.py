@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from typing import Any, Mapping, Sequence
 
 from include.checks import CheckReport, merge, profile_row, runtime_expectations, schema_string, validate
@@ -52,7 +53,7 @@ class Commit:
             if report is not None and not report.success:
                 raise DataCheckFailed(report.summary(), report)
         except DataCheckFailed as e:
-            self.log.abort(plan.checkpoint_id, plan.attempt_id, reason=str(e))
+            self.log.abort(plan.checkpoint_id, plan.attempt_id, reason=str(e), run=plan.run, batch_id=plan.batch_id)
             raise
 
     def data_checks(self, plan: EpochPlan, decision: AlignmentDecision | None, reports: Sequence[EpochReport],
@@ -113,6 +114,7 @@ class Commit:
         done = self._already_committed(plan)
         if done is not None:
             return done
+        started = time.time()
         reports = list(self.reports(plan) if reports is None else reports)
         decision = decision or self.align(plan, reports)
         if end_of_input(plan.coordinators) and not decision.terminated:
@@ -122,11 +124,13 @@ class Commit:
         if missing:
             raise CheckpointError(f"epoch {plan.epoch} attempt {plan.attempt_id} of job {plan.job_id} "
                                   f"has not written its epoch outputs {missing}")
+        checking = time.monotonic()
         try:
             self.check(plan, decision, reports, output_reports)
         except DataCheckFailed:
             self.reset_coordinators()  # the checkpoint is aborted: held events dropped
             raise
+        checks = time.monotonic() - checking
         coords = self._committing_coordinators(plan)
         coords.holders["alignment"].coordinator.decide = lambda epoch: (decision.terminated, decision.reason or "")
         coords.reports(plan.epoch, [(r.partition, {"head": r.head, "records": r.feedback_count, "metrics": r.metrics})
@@ -142,6 +146,7 @@ class Commit:
                 outputs=_datasets(output_reports, self._output_names(plan), plan.num_partitions),
                 lifecycle=Lifecycle.at_epoch(plan.body, terminating=decision.terminated),
                 coordinators=plan.coordinators or {},
+                history=self._history(plan, started, checks),
             )
         except BaseException:
             self.reset_coordinators()
@@ -171,6 +176,39 @@ class Commit:
         self.log.retention.collect_garbage(self.config.retain_last, retain_batches=self.config.retain_batches,
                                            retain_history=self.config.retain_history)
         return manifest
+
+    def _history(self, plan: EpochPlan, started: float | None = None, checks: float | None = None,
+                 ) -> dict[str, Any]:
+        """What the checkpoint keeps of how its epoch was computed, for the job's history
+        (include.overview), which outlives the attempts' own records (garbage collection
+        deletes them): who ran the committing attempt (``run``), how long each phase took
+        (``phases``, seconds: restore, step and tail, alignment, checks, commit; those the
+        attempt's Spark job did not record are missing), and every other attempt of the epoch
+        with its fate (``attempts``: aborted with a reason, or ended without one)."""
+        epoch = plan.checkpoint_id
+        phases: dict[str, float] = {}
+        ran = self.log.read_phases(epoch, plan.attempt_id)
+        if started is not None:
+            if {"input", "restore", "step"} <= set(ran):
+                phases["restore"] = ran["input"] + ran["restore"]
+                phases["step"] = ran["step"]
+                if "ended_at" in ran:
+                    phases["alignment"] = max(0.0, started - ran["ended_at"])
+            phases["checks"] = checks or 0.0
+            phases["commit"] = max(0.0, time.time() - started - phases["checks"])
+        fates = self.log.fates(epoch)
+        others = []
+        for attempt_id in sorted((set(self.log.attempt_ids(epoch)) | set(fates)) - {plan.attempt_id}):
+            fate = fates.get(attempt_id) or {}
+            run, batch = fate.get("run"), fate.get("batch_id")
+            if run is None or batch is None:
+                recorded = self.log.read_plan(epoch, attempt_id) or {}
+                run, batch = run or recorded.get("run"), batch or recorded.get("batch_id")
+            aborted = fate.get("claim") != "commit" and bool(fate)
+            others.append({"attempt_id": attempt_id, "reason": str(fate.get("reason") or "") if aborted else None,
+                           "at": fate.get("at"), "run": run if isinstance(run, dict) else None,
+                           "batch_id": batch if isinstance(batch, str) else None})
+        return {"run": plan.run, "phases": {k: round(v, 3) for k, v in phases.items()}, "attempts": others}
 
     def _already_committed(self, plan: EpochPlan) -> Manifest | None:
         """A retry of a commit that landed (its reply was lost, its reports since collected)
@@ -227,6 +265,7 @@ class Commit:
             outputs=_datasets(output_reports, plan.body.get("outputs", []), plan.num_partitions),
             lifecycle=Lifecycle.at_final(plan.body, stop),
             coordinators=plan.coordinators or {},
+            history=self._history(plan),
         )
         self.log.control.clear_stop_request()  # the job is terminated: a request it did not honour is moot
         if stop is StopMode.DRAIN:

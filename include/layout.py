@@ -83,6 +83,10 @@ class JobLayout:
     def plan(self, epoch: int, attempt_id: str) -> str:
         return f"{self.attempt(epoch, attempt_id)}/_PLAN.json"
 
+    def phases(self, epoch: int, attempt_id: str) -> str:
+        """How long the attempt's Spark job took to load, restore and step (written by it)."""
+        return f"{self.attempt(epoch, attempt_id)}/_PHASES.json"
+
     def reports(self, epoch: int, attempt_id: str) -> str:
         return f"{self.attempt(epoch, attempt_id)}/_reports/"
 

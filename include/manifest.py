@@ -70,6 +70,9 @@ class Manifest:
     lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle({}))
     # coordinator name -> its snapshot taken when this checkpoint was triggered (include.coordinator)
     coordinators: dict[str, Any] = field(default_factory=dict)
+    # how the checkpoint's epoch was computed, for people (include.commit.Commit._history): who
+    # ran it, its phases' seconds, the epoch's other attempts; never read by the runtime
+    history: dict[str, Any] = field(default_factory=dict)
 
     @property
     def objects(self) -> list[FileRef]:
@@ -109,6 +112,7 @@ class Manifest:
             "committed_at": self.committed_at,
             "lifecycle": self.lifecycle.to_dict(),
             "coordinators": self.coordinators,
+            "history": self.history,
         }
 
     def to_bytes(self) -> bytes:
@@ -150,6 +154,7 @@ class Manifest:
                 committed_at=d.get("committed_at", ""),
                 lifecycle=Lifecycle.from_dict(d.get("lifecycle")),
                 coordinators=d.get("coordinators", {}),
+                history=d["history"] if isinstance(d.get("history"), dict) else {},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CheckpointCorrupted(f"manifest {where} is not a valid manifest: {type(e).__name__}: {e}") from None

@@ -51,6 +51,10 @@ class EpochPlan:
     profile: bool = True
     # the parent checkpoint's convergence metrics (the data checks' ``previous__<metric>``)
     parent_metrics: dict[str, float] | None = None
+    # who ran the attempt, for people reading the job's history (include.overview): an Airflow
+    # task's {"dag_id", "run_id", "task_id", "try_number"}, or the library runner's
+    # {"runner": "library", "host", "pid"}; never part of what an adopted attempt must match
+    run: dict[str, Any] | None = None
     adopted: bool = False  # a complete earlier attempt is reused instead of running again
 
     @property
@@ -64,7 +68,7 @@ class EpochPlan:
     def identity(self) -> dict[str, Any]:
         """What must match for an earlier attempt to be adopted in place of a new one."""
         d = asdict(self)
-        for k in ("attempt_id", "batch_id", "adopted", "store"):
+        for k in ("attempt_id", "batch_id", "adopted", "store", "run"):
             d.pop(k)
         return d
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from include.body import body_reference
-from include.checkpoint import CheckpointLog
+from include.checkpoint import ABANDONED, CheckpointLog, describe_run
 from include.config import JobConfig
 from include.errors import AlignmentIncomplete, CheckpointCorrupted, CheckpointError, CheckpointSuperseded
 from include.failpoints import failpoint
@@ -295,9 +295,10 @@ class EpochRun:
     """
 
     def __init__(self, job: IterationJob, execute: Execute | None = None, batch_id: str | None = None, *,
-                 interrupt: Callable[[EpochPlan], None] | None = None):
+                 interrupt: Callable[[EpochPlan], None] | None = None, run: Mapping[str, Any] | None = None):
         self.job = job
         self.batch_id = batch_id
+        self.run_info = dict(run) if run else None  # who runs: recorded in its attempts' plans
         self._execute = execute
         self._interrupt = interrupt
         self.state: JobState | None = None
@@ -348,7 +349,7 @@ class EpochRun:
         adopted) after fencing what an earlier run left unfinished of it."""
         state = self._state()
         self._fence(state.next_epoch)
-        return self.job.plan_epoch(self.batch_id, state)
+        return self.job.plan_epoch(self.batch_id, state, run=self.run_info)
 
     def run(self, plan: EpochPlan) -> Sequence[EpochReport] | None:
         """Run the attempt's Spark job unless it was adopted complete: the reports its run
@@ -460,7 +461,7 @@ class EpochRun:
         report)."""
         state = self._state()
         self._fence(state.latest.checkpoint_id + 1 if state.latest is not None else 0)
-        plan = self.job.plan_finish(self.batch_id, state, drain=drain)
+        plan = self.job.plan_finish(self.batch_id, state, drain=drain, run=self.run_info)
         self.run(plan)
         final = commit(plan)
         self.state = state_of(final)
@@ -503,7 +504,8 @@ class EpochRun:
         for plan in self.job.unfinished_attempts(checkpoint_id):
             if self._interrupt is not None:
                 self._interrupt(plan)
-            if self.job.abort(plan, reason="unfinished by an earlier run or try; superseded by a new attempt"):
+            why = f"{ABANDONED} (killed, lost or timed out); superseded by a new attempt of {describe_run(self.run_info)}"
+            if self.job.abort(plan, reason=why):
                 log.warning("checkpoint %d: aborted attempt %s left unfinished by an earlier run or try",
                             checkpoint_id, plan.attempt_id)
 

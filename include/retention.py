@@ -107,6 +107,7 @@ class Retention:
             "attempt_id": m.attempt_id, "batch_id": m.batch_id, "committed_at": m.committed_at,
             "metrics": dict(d.metrics) if d else {}, "feedback_count": d.feedback_count if d else None,
             "terminated": d.terminated if d else False, "reason": d.reason if d else None,
+            "history": m.history,
         }, sort_keys=True).encode()
 
     def retired_summary(self, checkpoint_id: int) -> dict[str, Any] | None:

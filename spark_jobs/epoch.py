@@ -384,10 +384,13 @@ class EpochExecutor:
                 read += again
                 restored_at = time.monotonic()
                 reports = self._step(plan, store, body, data, ctx, restored, kept)
+            stepped_at = time.monotonic()
             log.info("job %s epoch %d attempt %s: static input %.2fs (%s), restore %.2fs (%s), step and tail %.2fs",
                      plan.job_id, plan.epoch, plan.attempt_id, loaded - started, data_from, restored_at - loaded,
                      "none" if restored is None else "read from the checkpoint" if read else "kept in Spark",
-                     time.monotonic() - restored_at)
+                     stepped_at - restored_at)
+            CheckpointLog(store, plan.job_id).record_phases(plan.epoch, plan.attempt_id, {
+                "input": loaded - started, "restore": restored_at - loaded, "step": stepped_at - restored_at})
         except BaseException:
             if kept is not None:  # nothing of a failed attempt is kept, nor what it started from
                 self._release(kept)

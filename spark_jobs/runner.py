@@ -173,7 +173,8 @@ class IterationRunner:
     def run(self, *, batch_id: str | None = None, max_epochs_in_batch: int | None = None) -> RunResult:
         """Run epochs until the job terminates (then finish and publish) or the batch's epoch
         budget is spent. Safe to call again after any failure: it resumes."""
-        run = EpochRun(self.job, self._execute, batch_id)
+        run = EpochRun(self.job, self._execute, batch_id,
+                       run={"runner": "library", "host": self.holder.host, "pid": self.holder.pid})
         try:
             run.start(self.holder, take_over=self.take_over, lease_wait=self.lease_wait)
             self.job.lease.renew_every(LEASE_TTL_S / 3)  # other hosts cannot see this process live

@@ -36,14 +36,21 @@ class CheckView:
     problems: list[str]  # one line per blocking failure and warning
     json_key: str
     html_key: str | None
+    # every expectation that did not pass: {"name", "status" (failed | error | warned | skipped), "note"}
+    not_passed: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
 class AttemptView:
     attempt_id: str
     status: str  # committed | aborted | running | superseded
-    reason: str | None = None  # why it was aborted
+    reason: str | None = None  # why it was aborted, as recorded
     batch_id: str | None = None  # from its plan, while the plan is kept
+    run: dict[str, Any] | None = None  # who ran it (include.plan.EpochPlan.run)
+    ran_by: str | None = None  # the same in words (include.checkpoint.describe_run)
+    why: str | None = None  # what became of it, in a few words (None: committed or running)
+    superseded_by: str | None = None  # the attempt that committed its epoch instead
+    at: str | None = None  # when it was aborted
 
 
 @dataclass
@@ -80,6 +87,8 @@ class EpochView:
     objects: int | None = None
     retention: str | None = None  # kept (why) | retired
     restored_by: list[str] = field(default_factory=list)  # batches that resumed from it
+    # seconds per phase of the committed attempt: restore, step, alignment, checks, commit
+    phases: dict[str, float] = field(default_factory=dict)
     publications: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-epoch outputs
 
 
@@ -90,6 +99,8 @@ class BatchView:
     start_epoch: int | None  # its first epoch (recorded by a DAG run's first head)
     restored_from: int | None  # the checkpoint it resumed from (None: it started the job)
     final_checkpoint: int | None  # recorded when the batch ended
+    run_id: str | None = None  # the DAG run's id as Airflow has it (the batch id is made from it)
+    dag_id: str | None = None
 
 
 @dataclass

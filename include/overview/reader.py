@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from include.checkpoint import CheckpointLog
+from include.checkpoint import ABANDONED, CheckpointLog, describe_run
 from include.errors import CheckpointError, ConfigError, ObjectNotFound
 from include.generations import lineage_of
 from include.layout import ATTEMPT_ID_PATTERN, JOB_ID_PATTERN, JobLayout, check_job_id, report_foreign
@@ -94,13 +94,15 @@ class _Reader:
                 view.publications = self.log.publications.of(epoch)
                 view.events = _released(m.coordinators, previous_seq)
                 previous_seq = {name: int(s.get("seq", 0)) for name, s in (m.coordinators or {}).items()}
-            elif epoch in retired:
+            history: Any = m.history if m is not None else None
+            if m is None and epoch in retired:
                 # its data went with it; the retired marker keeps its decision, and every later
                 # head state its feedback counts
                 view.retention = "retired"
                 summary = summaries.get(epoch) or {}
                 if summary.get("kind") == "final":
                     continue
+                history = summary.get("history")
                 view.metrics = dict(summary.get("metrics") or {})
                 view.attempt_id, view.batch_id = summary.get("attempt_id"), summary.get("batch_id")
                 view.committed_at = summary.get("committed_at") or view.committed_at
@@ -108,13 +110,32 @@ class _Reader:
                 view.feedback = history.get(epoch, summary.get("feedback_count"))
                 view.feedback_by_head = {h: c[epoch] for h, c in history_by_head.items() if epoch in c}
                 previous_seq = {}
+            history = history if isinstance(history, dict) else {}
+            view.phases = _phases(history.get("phases"))
+            for h in history.get("attempts") or []:  # the epoch's other attempts, kept by its checkpoint
+                if not isinstance(h, dict) or not ATTEMPT_ID_PATTERN.fullmatch(str(h.get("attempt_id"))):
+                    continue
+                reason = h.get("reason")
+                a = tried.setdefault(str(h["attempt_id"]), AttemptView(str(h["attempt_id"]), "superseded"))
+                a.reason = a.reason if a.reason is not None else (None if reason is None else str(reason))
+                a.run = a.run or (h.get("run") if isinstance(h.get("run"), dict) else None)
+                a.batch_id = a.batch_id or (str(h["batch_id"]) if isinstance(h.get("batch_id"), str) else None)
+                a.at = a.at or (str(h["at"]) if isinstance(h.get("at"), str) else None)
             for a in tried.values():
                 if epoch in ids:  # committed: every other attempt lost
                     a.status = "committed" if a.attempt_id == view.attempt_id else (
                         "aborted" if a.reason is not None else "superseded")
+                    a.superseded_by = None if a.status == "committed" else view.attempt_id
             if view.attempt_id and view.attempt_id not in tried:
                 tried[view.attempt_id] = AttemptView(view.attempt_id, "committed", batch_id=view.batch_id)
-            view.attempts = sorted(tried.values(), key=lambda a: a.attempt_id)
+            if view.attempt_id in tried and isinstance(history.get("run"), dict):
+                tried[view.attempt_id].run = tried[view.attempt_id].run or history["run"]
+            for a in tried.values():
+                a.ran_by = describe_run(a.run) if a.run else None
+                a.why = _why(a)
+            # in the order they ended: those that did not commit (by when they were aborted), then the one that did
+            view.attempts = sorted(tried.values(), key=lambda a: (a.status == "committed", a.status == "running",
+                                                                  a.at or "", a.attempt_id))
             if epoch not in ids:
                 live = [a for a in view.attempts if a.status == "running"]
                 view.status = "running" if live else "aborted"
@@ -126,6 +147,16 @@ class _Reader:
             epochs.append(view)
         by_epoch = {e.epoch: e for e in epochs}
         batches = self._batches(manifests, summaries, by_epoch, batch_finals)
+        runs: dict[str, dict[str, Any]] = {}  # batch -> the Airflow run it is (from its attempts' plans)
+        for e in epochs:
+            for a in e.attempts:
+                b = a.batch_id or (e.batch_id if a.status == "committed" else None)
+                if b and isinstance(a.run, dict) and a.run.get("run_id") is not None:
+                    runs.setdefault(b, a.run)
+        for b in batches:
+            run = runs.get(b.batch_id)
+            if run is not None:
+                b.run_id, b.dag_id = str(run["run_id"]), (str(run["dag_id"]) if run.get("dag_id") else None)
 
         metric_names = sorted({k for e in epochs for k in e.metrics})
         chosen = metric if metric is not None else _convergence_metric(epochs, metric_names)
@@ -191,16 +222,21 @@ class _Reader:
         for epoch, attempt, _ in self._parsed("attempts"):
             out.setdefault(epoch, {}).setdefault(attempt, AttemptView(attempt, "running"))
         for epoch, attempt, _ in self._parsed("aborted", whole=True):
-            reason = self.log.abort_reason(epoch, attempt)
-            if reason is None:  # the record of a commit's claim (checkpoint.claim_commit), not an abort
+            fate = self.log.fate(epoch, attempt)
+            if fate is None or fate.get("claim") == "commit":  # a commit's claim (claim_commit), not an abort
                 continue
             view = out.setdefault(epoch, {}).setdefault(attempt, AttemptView(attempt, "aborted"))
             view.status = "aborted"
-            view.reason = reason
+            view.reason = str(fate.get("reason") or "")
+            view.run = fate.get("run") if isinstance(fate.get("run"), dict) else None
+            view.batch_id = str(fate["batch_id"]) if isinstance(fate.get("batch_id"), str) else None
+            view.at = str(fate["at"]) if isinstance(fate.get("at"), str) else None
         for epoch, tried in out.items():
             for a in tried.values():
                 plan = self._plan(epoch, a.attempt_id)
-                a.batch_id = plan.get("batch_id") if plan else None
+                a.batch_id = (plan.get("batch_id") if plan else None) or a.batch_id
+                if plan and isinstance(plan.get("run"), dict):
+                    a.run = a.run or plan["run"]
         return out
 
     def _plan(self, epoch: int, attempt_id: str) -> dict[str, Any] | None:
@@ -220,6 +256,9 @@ class _Reader:
                                     "result: a JSON object with a report of counts and outcomes is expected")
             problems = [_outcome_line(o) for o in report.get("outcomes", [])
                         if isinstance(o, dict) and o.get("status") in ("failed", "error")]
+            not_passed = [{"name": str(o.get("name")), "status": str(o.get("status")), "severity": str(o.get("severity")),
+                           "note": str(o.get("note") or "") or None}
+                          for o in report.get("outcomes", []) if isinstance(o, dict) and o.get("status") != "passed"]
             counts = report.get("counts", {})
             html = f"{where}/data_docs.html"
             out.setdefault(epoch, []).append(CheckView(
@@ -227,7 +266,7 @@ class _Reader:
                 success=bool(report.get("success")), counts=counts,
                 headline=(f"{counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
                           f"{counts.get('warned', 0)} warning(s), {counts.get('skipped', 0)} skipped"),
-                problems=problems, json_key=f"{where}/validation.json",
+                problems=problems, not_passed=not_passed, json_key=f"{where}/validation.json",
                 html_key=html if any(o.key == html for o in self.objects) else None))
         return out
 
@@ -285,6 +324,30 @@ class _Reader:
             drained=final.lifecycle.stop is not None and final.lifecycle.stop.value == "drain",
             size_bytes=sum(r.size for r in final.objects) + sizes.get(self.layout.checkpoint(final.checkpoint_id), 0),
             lifecycle=lifecycle, outputs=outputs, checks=checks.get(final.checkpoint_id, []))
+
+
+def _phases(value: Any) -> dict[str, float]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): float(v) for k, v in value.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e9}
+
+
+def _why(a: AttemptView) -> str | None:
+    """What became of an attempt that did not commit, in a few words."""
+    if a.status in ("committed", "running"):
+        return None
+    reason = a.reason
+    if reason is None:
+        return "ended without a record of why (its process was killed or lost)"
+    if reason.startswith(ABANDONED):
+        return "its task was killed, lost or timed out before the attempt ended"
+    if reason.startswith("data checks"):
+        return "data checks failed"
+    if reason.startswith("cancelled: "):
+        return reason.splitlines()[0][:200]
+    first = reason.strip().splitlines()[0] if reason.strip() else "no reason recorded"
+    return f"failed: {first[:200]}"
 
 
 def _why_kept(cid: int, latest: int | None, finals: dict[str, int], savepoints: list[int]) -> str:

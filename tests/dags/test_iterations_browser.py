@@ -130,3 +130,126 @@ def test_the_view_of_a_finished_pagerank_run_in_the_airflow_ui(api_server, view_
     browser.switch_to.default_content()
     assert browser.save_screenshot(str(tmp_path / "iterations-run-tab.png"))
     shutil.copy(tmp_path / "iterations-run-tab.png", os.path.join(ARTIFACTS, "iterations-run-tab.png"))
+
+
+def _sign_in(browser, wait, api_server, user: str = "viewer") -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+
+    browser.get(api_server.url + "/")
+    wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys(user)
+    browser.find_element(By.NAME, "password").send_keys(api_server.passwords[user])
+    browser.find_element(By.XPATH, "//button[normalize-space()='Sign in']").click()
+    wait.until(lambda d: "/auth/login" not in d.current_url)
+
+
+def _keep(browser, tmp_path, name: str) -> str:
+    """A screenshot of the browser's window, kept in test-artifacts/ (its path)."""
+    os.makedirs(ARTIFACTS, exist_ok=True)
+    shot = tmp_path / name
+    assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 20_000
+    shutil.copy(shot, os.path.join(ARTIFACTS, name))
+    return os.path.join(ARTIFACTS, name)
+
+
+def _essence(log: str) -> str:
+    """The lines of a ``dags test`` log that say what went wrong (its tail is the scheduler's)."""
+    keep = [line for line in log.splitlines()
+            if any(w in line for w in ("[error", "ERROR", "FAILED", "Error:", "failed", "exit "))
+            and "unrunnable tasks" not in line]
+    return "\n".join(keep)[-6000:]
+
+
+def test_the_view_shows_how_a_real_dag_job_recovered(api_server, airflow_env, browser, tmp_path):
+    """Three ``airflow dags test`` runs of the PageRank DAG write one job: the first is killed
+    (SIGKILL, the whole process) with epoch 1 planned; it is marked failed, as a person would;
+    the second runs with a data check no epoch can pass and stops at epoch 1; the third
+    resumes and finishes. On the job's page, opened from the third run's Iterations tab, epoch
+    1 lists its three attempts: the killed one and the refused one, each with why, the task and
+    try that ran it and the attempt that committed instead, and the committed one; each
+    committed epoch has its phases; the refused attempt's checks name the failed expectation;
+    the batches are the DAG runs by their Airflow ids, linked to them."""
+    import json
+    import urllib.error
+    import urllib.parse
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.helpers import graph_with_dangling, write_edges
+
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(20, 0.15, seed=11))
+    root, out = str(tmp_path / "store"), str(tmp_path / "out")
+    conf = {"job_id": "pr-recovery", "input_path": edges, "checkpoint_root": root, "output_path": out,
+            "max_epochs": 4, "tolerance": 0, "num_partitions": 2, "continuation": False, "retain_last": 10}
+    env = {**api_server.env, **{k: airflow_env[k] for k in ("ITERATIONS_SPARK_CONNECT_PORT",
+                                                            "ITERATIONS_SPARK_CONNECT_DIR")}}
+
+    def runs() -> set[str]:
+        try:
+            return {r["dag_run_id"] for r in api_server.runs("iterate_pagerank")}
+        except urllib.error.HTTPError as e:  # the DAG is not in this server's database before its first run
+            if e.code != 404:
+                raise
+            return set()
+
+    def run(conf: dict, **extra: str) -> tuple[str, str]:
+        known = runs()
+        done = api_server.cli("dags", "test", "iterate_pagerank", "--conf", json.dumps(conf), env={**env, **extra},
+                              timeout=600)
+        [new] = [r for r in api_server.runs("iterate_pagerank") if r["dag_run_id"] not in known]
+        return new["dag_run_id"], done.stdout + done.stderr + f"\n(exit {done.returncode})"
+
+    killed, log = run(conf, ITERATIONS_FAILPOINTS="head.after_plan@epoch=1=kill")
+    assert "(exit -9)" in log, _essence(log)
+    api_server._request("PATCH", f"/api/v2/dags/iterate_pagerank/dagRuns/{urllib.parse.quote(killed)}",
+                        {"state": "failed"})
+    impossible = {"name": "impossible_delta", "type": "expect_column_values_to_be_between",
+                  "kwargs": {"column": "l1_delta", "max_value": -1}}
+    refused, log = run({**conf, "checks": {"expectations": [impossible]}})
+    assert "FAILED  run.impossible_delta" in log and "state=failed" in log, _essence(log)
+    finished, log = run(conf)
+    assert "state=success" in log, _essence(log)
+
+    wait = WebDriverWait(browser, 90)
+    _sign_in(browser, wait, api_server)
+    browser.get(f"{api_server.url}/dags/iterate_pagerank/runs/{urllib.parse.quote(finished, safe='')}")
+    wait.until(EC.element_to_be_clickable((By.XPATH, "//*[(self::a or self::button) and normalize-space()='Iterations']"))).click()
+    frame = wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='/iterations/runs/iterate_pagerank/']")))
+    browser.switch_to.frame(frame)
+    wait.until(EC.presence_of_element_located((By.ID, "metric-chart")))
+    assert browser.find_element(By.ID, "job-id").text == "pr-recovery"
+    assert browser.find_element(By.ID, "job-status").text == "TERMINATED"
+
+    row = browser.find_element(By.CSS_SELECTOR, "table#epochs tr.epoch[data-epoch='1']")
+    attempts = {a.get_attribute("data-status"): a for a in row.find_elements(By.CSS_SELECTOR, ".attempt")}
+    texts = [a.text for a in row.find_elements(By.CSS_SELECTOR, ".attempt")]
+    assert len(texts) == 3 and sorted(attempts) == ["aborted", "committed"], texts
+    won = attempts["committed"].get_attribute("data-attempt")
+    killed_text = next(t for t in texts if "killed" in t)
+    refused_text = next(t for t in texts if "data checks failed" in t)
+    assert "its task was killed, lost or timed out before the attempt ended" in killed_text
+    assert "try 1" in killed_text and f"superseded by {won}" in killed_text, killed_text
+    assert "aborted" in refused_text and f"superseded by {won}" in refused_text, refused_text
+    checks = row.find_element(By.XPATH, "./td[9]").text
+    assert "failed" in checks and "failed run.impossible_delta" in checks, checks
+
+    for e in range(4):  # every committed epoch: a bar of its phases, the step among them
+        bar = browser.find_elements(By.CSS_SELECTOR, f"tr.epoch[data-epoch='{e}'] svg.phases rect[data-phase='step']")
+        assert bar and float(bar[0].get_attribute("data-seconds")) > 0, e
+    shown = [r.get_attribute("data-run-id") for r in browser.find_elements(By.CSS_SELECTOR, "table#batches tr[data-batch]")]
+    assert shown == [killed, refused, finished], "each batch by its DAG run's id, exactly"
+    assert row.find_element(By.XPATH, "./td[3]").text == finished
+    browser.switch_to.default_content()
+    _keep(browser, tmp_path, "iterations-recovery.png")
+
+    # the run's link: in the UI's frame, Airflow's sandbox keeps a frame from navigating the
+    # window; the view opened in a tab of its own follows it to the run's page
+    browser.switch_to.frame(browser.find_element(By.CSS_SELECTOR, "iframe[src*='/iterations/']"))
+    href = browser.find_element(By.CSS_SELECTOR, f"table#batches tr[data-run-id='{killed}'] a.run").get_attribute("href")
+    assert urllib.parse.unquote(href) == f"{api_server.url}/dags/iterate_pagerank/runs/{killed}", href
+    browser.switch_to.default_content()
+    browser.get(f"{api_server.url}/iterations/jobs/pr-recovery?{urllib.parse.urlencode({'root': root})}")
+    wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, f"table#batches tr[data-run-id='{killed}'] a.run"))).click()
+    wait.until(lambda d: urllib.parse.unquote(d.current_url).endswith(f"/dags/iterate_pagerank/runs/{killed}"))

@@ -165,3 +165,59 @@ def test_retired_epochs_keep_their_decisions_for_the_chart(view_stores, spark, t
     assert all(e.attempt_id and e.committed_at for e in retired)
     assert [(b.batch_id, b.epochs, b.restored_from) for b in view.batches] == \
         [(b.batch_id, b.epochs, b.restored_from) for b in kept.batches]
+
+
+def test_every_attempt_of_an_epoch_stays_in_its_history_with_why_and_who(spark, tmp_path):
+    """Epoch 1 of a job had three attempts: one whose task died with it planned (an Airflow
+    run's, fenced by the next run), one that failed in its Spark job, and the one that
+    committed. After retention retired the epoch (its attempts' own records collected), the
+    overview still lists all three, with what became of each, who ran it, the attempt that
+    committed instead, and the committed attempt's phases; and the page shows them."""
+    from include import failpoints
+    from include.checkpoint import ABANDONED
+    from plugins.iterations.views.page import job_page
+    from spark_jobs.runner import IterationRunner
+    from tests.helpers import graph_with_dangling, pagerank_config, write_edges
+
+    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(30, 0.1, seed=3))
+    config = pagerank_config(tmp_path, edges, job_id="pr-history", tolerance=0.0, max_epochs=4, retain_last=1)
+    IterationRunner(config, spark).run(batch_id="b1", max_epochs_in_batch=1)
+    airflow_run = {"dag_id": "iterate_pagerank", "run_id": "manual__2026-11-29T00:00:00+00:00",
+                   "task_id": "epoch_1.run", "try_number": 1}
+    orphan = IterationJob(config).plan_epoch("manual__2026-11-29T00_00_00_00_00", run=airflow_run)  # its task died
+    failpoints.configure("epoch.before_write@epoch=1=raise")
+    try:
+        with pytest.raises(Exception, match="epoch.before_write"):
+            IterationRunner(config, spark).run(batch_id="b2")
+    finally:
+        failpoints.configure("")
+    result = IterationRunner(config, spark).run(batch_id="b3")
+    assert result.final is not None and 1 in result.epochs_computed
+    store = LocalStore(config.checkpoint_root)
+    log = CheckpointLog(store, "pr-history")
+    assert log.attempt_ids(1) == [] and log.fates(1) == {}, "the attempts' own records are collected"
+
+    view = job_overview(store, "pr-history")
+    epoch = next(e for e in view.epochs if e.epoch == 1)
+    assert epoch.retention == "retired"
+    by_status = {}
+    for a in epoch.attempts:
+        by_status.setdefault(a.status, []).append(a)
+    [won] = by_status["committed"]
+    assert won.attempt_id == epoch.attempt_id and won.run["runner"] == "library" and won.why is None
+    assert len(by_status["aborted"]) == 2 and "superseded" not in by_status
+    died = next(a for a in by_status["aborted"] if a.attempt_id == orphan.attempt_id)
+    assert died.reason.startswith(ABANDONED) and died.run == airflow_run
+    assert died.why == "its task was killed, lost or timed out before the attempt ended"
+    assert died.ran_by == "task epoch_1.run try 1 of run manual__2026-11-29T00:00:00+00:00 of DAG iterate_pagerank"
+    [failed] = [a for a in by_status["aborted"] if a is not died]
+    assert failed.why.startswith("failed: FailpointError") and failed.run["runner"] == "library"
+    assert {died.superseded_by, failed.superseded_by} == {won.attempt_id}
+    assert set(epoch.phases) == {"restore", "step", "alignment", "checks", "commit"}
+    assert all(v >= 0 for v in epoch.phases.values()) and epoch.phases["step"] > 0
+
+    html = job_page(view, config.checkpoint_root, "/iterations/")
+    for text in (orphan.attempt_id, "its task was killed, lost or timed out before the attempt ended",
+                 f"superseded by <code>{won.attempt_id}</code>", "by epoch_1.run try 1", "by library runner",
+                 'data-phase="step"', "retired (data deleted)"):
+        assert text in html, text

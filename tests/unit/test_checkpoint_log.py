@@ -177,7 +177,8 @@ def test_retention_keeps_last_r_and_batch_finals(log):
         assert summary == {"checkpoint_id": cid, "kind": "epoch", "epoch": cid, "parent_id": m.parent_id,
                            "attempt_id": f"a{cid}", "batch_id": m.batch_id, "committed_at": m.committed_at,
                            "metrics": m.decision.metrics, "feedback_count": m.decision.feedback_count,
-                           "terminated": m.decision.terminated, "reason": m.decision.reason}
+                           "terminated": m.decision.terminated, "reason": m.decision.reason,
+                           "history": m.history}
     assert log.retention.retired_summary(4) is None
     assert log.checkpoint_ids() == [1, 4, 5]
     for cid in (1, 4, 5):

@@ -26,6 +26,18 @@ def batch_id_of(context: Mapping[str, Any]) -> str:
     return batch_id_of_run(run_id)
 
 
+def run_of(context: Mapping[str, Any]) -> dict[str, Any]:
+    """Who runs an attempt, as its plan records it for the job's history (the Iterations view
+    shows it and links the run): the DAG, the run's id as Airflow has it, the task and its try."""
+    ti = context.get("ti")
+    run = {"dag_id": getattr(context.get("dag"), "dag_id", None) or getattr(ti, "dag_id", None),
+           "run_id": str(context["run_id"]), "task_id": getattr(ti, "task_id", None),
+           "try_number": getattr(ti, "try_number", None)}
+    if isinstance(getattr(ti, "map_index", None), int) and ti.map_index >= 0:
+        run["map_index"] = ti.map_index
+    return run
+
+
 def batch_id_of_run(run_id: str) -> str:
     """The batch id of DAG run ``run_id``: its id made safe for object keys."""
     return re.sub(r"[^A-Za-z0-9_.\-]", "_", run_id).strip("._-")[:120] or "batch"
@@ -288,7 +300,7 @@ class IterationOperator(BaseOperator):
         from include.protocol import EpochRun, resolve_attempt
 
         job, _ = self.iteration_job(context)
-        run = EpochRun(job, batch_id=batch_id_of(context))
+        run = EpochRun(job, batch_id=batch_id_of(context), run=run_of(context))
         if write:
             self.start(context, run, validate=False)  # the head that planned the attempt validated it
         head = self.head_result(context, job, head_task_id, index)
@@ -451,7 +463,7 @@ class SparkAttemptOperator(IterationOperator):
                         raise ours from failure
                 raise
 
-        self._epoch_run = EpochRun(job, execute, batch_id_of(context), interrupt=hook.interrupt)
+        self._epoch_run = EpochRun(job, execute, batch_id_of(context), interrupt=hook.interrupt, run=run_of(context))
         return self._epoch_run
 
     def on_kill(self) -> None:

@@ -30,7 +30,7 @@ from typing import Any, Callable
 from urllib.parse import quote, urlencode
 
 from airflow.api_fastapi.core_api.security import GetUserDep, get_user
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from include.errors import ConfigError, IterationError, ObjectNotFound, StoreError
@@ -182,12 +182,14 @@ def index(request: Request, user: GetUserDep, root: str | None = None) -> HTMLRe
 
 @app.get("/jobs/{job_id}", response_class=HTMLResponse)
 def job_view(request: Request, user: GetUserDep, job_id: str, root: str | None = None, metric: str | None = None,
-             batch: str | None = None) -> HTMLResponse:
+             batch: str | None = None, page_number: int | None = Query(None, alias="page", ge=1, le=10**9),
+             ) -> HTMLResponse:
     def render() -> str:
         access = JobAccess(user)
         where, store = open_root(root, access)
         _visible(access, store, job_id)
-        return page.job_page(job_overview(store, job_id, metric=metric), where, _base(request), batch=batch)
+        return page.job_page(job_overview(store, job_id, metric=metric), where, _base(request), batch=batch,
+                             page=page_number)
 
     return _html(render)
 

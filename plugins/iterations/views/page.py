@@ -25,6 +25,7 @@ table{border-collapse:collapse;margin:4px 0} th,td{border:1px solid #d9e2ec;padd
 th{background:#f0f4f8;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 table#epochs{font-size:13px} td.nw{white-space:nowrap}
 td.id{max-width:190px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+td.run-id{min-width:170px;max-width:230px;overflow-wrap:anywhere;font-size:12px} td.attempts{min-width:260px;max-width:440px}
 .badge{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px;font-weight:600;color:#fff}
 .s-committed{background:#2f855a}.s-restored{background:#2b6cb0}.s-running{background:#b7791f}.s-aborted{background:#c53030}
 .s-TERMINATED{background:#2f855a}.s-RUNNING{background:#b7791f}.s-TERMINATING{background:#b7791f}
@@ -34,6 +35,9 @@ td.id{max-width:190px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 svg text{font-size:11px;fill:#52606d} .grid{stroke:#e4e7eb} .line{fill:none;stroke:#2b6cb0;stroke-width:2}
 .point{fill:#2b6cb0} .point.restored{fill:#fff;stroke:#2b6cb0;stroke-width:2}
 form{margin:8px 0} input[type=text]{width:420px} tr.current td{background:#fff8e1}
+.attempt+.attempt{margin-top:3px} .a-aborted .a-status{color:#c53030}
+.a-superseded .a-status{color:#b7791f} .check-other{font-size:12px;color:#52606d}
+.check-other.s-failed,.check-other.s-error{color:#c53030} .swatch{display:inline-block;width:10px;height:10px;margin:0 3px 0 8px;border-radius:2px}
 """
 
 
@@ -118,11 +122,37 @@ def index_page(root: str, jobs: list[str] | None, problem: str | None, base: str
 <button type="submit">Open</button></form>{listing}""")
 
 
+#: at most this many points are drawn; a longer job's chart keeps each group's smallest and largest
+MAX_CHART_POINTS = 600
+#: epochs per page of the epoch table
+PAGE_SIZE = 100
+
+
+def _downsample(points: list[tuple[Any, float, str]], limit: int) -> list[tuple[Any, float, str]]:
+    """At most ``limit`` of ``points`` (in epoch order): each of ``limit // 2`` runs of
+    consecutive epochs keeps its smallest and largest value, so no spike is lost."""
+    if len(points) <= limit:
+        return points
+    groups = max(1, limit // 2)
+    out = []
+    for g in range(groups):
+        chunk = points[g * len(points) // groups:(g + 1) * len(points) // groups]
+        if not chunk:
+            continue
+        low, high = min(chunk, key=lambda p: p[1]), max(chunk, key=lambda p: p[1])
+        out += sorted({id(low): low, id(high): high}.values(), key=lambda p: p[0])
+    return out
+
+
 def chart_svg(epochs: list[EpochView], metric: str | None, width: int = 760, height: int = 260) -> str:
-    """The metric per epoch: a line through the epochs that have it (retired epochs have none)."""
-    points = [(e.epoch, e.metrics[metric], e.status) for e in epochs
-              if metric and _is_int(e.epoch) and _is_number(e.metrics.get(metric))
-              and math.isfinite(e.metrics[metric])]
+    """The metric per epoch: a line through the epochs that have it. On a log scale when the
+    values span more than 50x, or some reach 0 (a metric that converges to 0): zeros are then
+    drawn on a line of their own, labelled 0, below the smallest decade. More than
+    ``MAX_CHART_POINTS`` epochs are downsampled (each group's smallest and largest)."""
+    every = [(e.epoch, e.metrics[metric], e.status) for e in epochs
+             if metric and _is_int(e.epoch) and _is_number(e.metrics.get(metric))
+             and math.isfinite(e.metrics[metric])]
+    points = _downsample(every, MAX_CHART_POINTS)
     left, right, top, bottom = 70, 16, 14, 34
     w, h = width - left - right, height - top - bottom
     if not points:
@@ -131,11 +161,17 @@ def chart_svg(epochs: list[EpochView], metric: str | None, width: int = 760, hei
                 f"value kept for any epoch</text></svg>")
     xs = [e.epoch for e in epochs if _is_int(e.epoch)] or [0]
     x0, x1 = min(xs), max(xs)
-    log = all(v > 0 for _, v, _ in points) and max(v for _, v, _ in points) / min(v for _, v, _ in points) > 50
-    ys = [math.log10(v) if log else v for _, v, _ in points]
-    y0, y1 = min(ys), max(ys)
+    positive = [v for _, v, _ in points if v > 0]
+    zeros = any(v == 0 for _, v, _ in points)
+    log = bool(positive) and all(v >= 0 for _, v, _ in points) and (zeros or max(positive) / min(positive) > 50)
     if log:
-        y0, y1 = math.floor(y0), math.ceil(y1)
+        floor = math.floor(math.log10(min(positive)))
+        zero_at = floor - 1  # the line of zeros: one decade below the smallest value
+        ys = [math.log10(v) if v > 0 else zero_at for _, v, _ in points]
+        y0, y1 = (zero_at if zeros else floor), math.ceil(max(math.log10(v) for v in positive))
+    else:
+        ys = [v for _, v, _ in points]
+        y0, y1 = min(ys), max(ys)
     if y1 == y0:
         y0, y1 = y0 - 1, y1 + 1
 
@@ -145,15 +181,20 @@ def chart_svg(epochs: list[EpochView], metric: str | None, width: int = 760, hei
     def py(y: float) -> float:
         return top + h - (y - y0) / (y1 - y0) * h
 
+    sampled = len(points) < len(every)
     parts = [f'<svg id="metric-chart" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-             f'data-metric="{_e(metric)}" data-scale="{"log" if log else "linear"}" role="img" '
-             f'aria-label="{_e(metric)} per epoch">']
+             f'data-metric="{_e(metric)}" data-scale="{"log" if log else "linear"}" data-epochs="{len(every)}" '
+             f'data-drawn="{len(points)}" role="img" aria-label="{_e(metric)} per epoch">']
     if log:
-        ticks = list(range(int(y0), int(y1) + 1))
+        ticks = list(range(int(y0) + (1 if zeros else 0), int(y1) + 1))
         step = max(1, len(ticks) // 6)
         for t in ticks[::step]:
             parts.append(f'<line class="grid" x1="{left}" x2="{left + w}" y1="{py(t):.1f}" y2="{py(t):.1f}" />'
                          f'<text x="{left - 6}" y="{py(t) + 4:.1f}" text-anchor="end">1e{t}</text>')
+        if zeros:
+            parts.append(f'<line class="grid zero" x1="{left}" x2="{left + w}" y1="{py(y0):.1f}" y2="{py(y0):.1f}" '
+                         f'stroke-dasharray="4 3" /><text x="{left - 6}" y="{py(y0) + 4:.1f}" '
+                         f'text-anchor="end">0</text>')
     else:
         for i in range(5):
             t = y0 + (y1 - y0) * i / 4
@@ -167,15 +208,54 @@ def chart_svg(epochs: list[EpochView], metric: str | None, width: int = 760, hei
                  f'text-anchor="middle">{_e(metric)}{" (log)" if log else ""}</text>')
     coords = [(px(x), py(y)) for (x, _, _), y in zip(points, ys)]
     parts.append('<polyline class="line" points="' + " ".join(f"{a:.1f},{b:.1f}" for a, b in coords) + '" />')
-    for (epoch, value, status), (a, b) in zip(points, coords):
-        parts.append(f'<circle class="point {_cls(status)}" cx="{a:.1f}" cy="{b:.1f}" r="3.5" '
-                     f'data-epoch="{_int(epoch)}" data-value="{_float(value)}"><title>epoch {_int(epoch)}: '
-                     f"{_e(metric)}={value:.6g}</title></circle>")
+    if not sampled:  # one mark per epoch; a downsampled line has none (they would cover it)
+        for (epoch, value, status), (a, b) in zip(points, coords):
+            parts.append(f'<circle class="point {_cls(status)}{" zero" if log and value == 0 else ""}" '
+                         f'cx="{a:.1f}" cy="{b:.1f}" r="3.5" data-epoch="{_int(epoch)}" data-value="{_float(value)}">'
+                         f"<title>epoch {_int(epoch)}: {_e(metric)}={value:.6g}</title></circle>")
     parts.append("</svg>")
+    if sampled:
+        parts.append(f'<p class="meta" id="chart-sampled">{len(every)} epochs, drawn as {len(points)} points: '
+                     "the smallest and the largest value of each run of consecutive epochs.</p>")
     return "".join(parts)
 
 
+#: an epoch's phases, in order, with their colour in the picture
+PHASES = (("restore", "restore", "#805ad5"), ("step", "step and tail", "#3182ce"),
+          ("alignment", "alignment", "#a0aec0"), ("checks", "data checks", "#d69e2e"),
+          ("commit", "commit", "#38a169"))
+
+
+def phases_svg(phases: dict[str, float], longest: float, width: int = 140) -> str:
+    """An epoch's time as one bar, a segment per phase, its length relative to ``longest``
+    (the longest epoch on the page); each segment's title says the phase and its seconds."""
+    known = [(k, label, colour, phases[k]) for k, label, colour in PHASES if _is_number(phases.get(k))]
+    if not known:
+        return '<span class="muted">-</span>'
+    total = sum(v for *_, v in known)
+    scale = (width - 2) / longest if longest > 0 else 0
+    x, parts = 1.0, []
+    for key, label, colour, seconds in known:
+        length = seconds * scale
+        parts.append(f'<rect class="phase" data-phase="{key}" data-seconds="{seconds:.3f}" x="{x:.1f}" y="1" '
+                     f'width="{max(length, 0.5 if seconds > 0 else 0):.1f}" height="12" fill="{colour}">'
+                     f"<title>{label}: {seconds:.2f} s</title></rect>")
+        x += length
+    words = " · ".join(f"{label} {seconds:.2f} s" for _, label, _, seconds in known)
+    return (f'<svg class="phases" xmlns="http://www.w3.org/2000/svg" width="{width}" height="14" role="img" '
+            f'aria-label="{_e(words)}"><title>{_e(words)}</title>{"".join(parts)}</svg>'
+            f' <span class="muted">{total:.2f} s</span>')
+
+
+def _legend() -> str:
+    return ('<p class="meta" id="phase-legend">time per epoch: ' + " ".join(
+        f'<span class="swatch" style="background:{colour}"></span>{label}' for _, label, colour in PHASES)
+        + " (the bar\'s length is relative to the longest epoch of the page; hover a segment for its seconds)</p>")
+
+
 def _check_cell(checks: Iterable[CheckView], link) -> str:
+    """Each checked attempt: passed/failed (linked to its report), how many of how many passed,
+    then every expectation that did not pass, by name, with why for a skipped one."""
     out = []
     for c in checks:
         mark = "ok" if c.success else "fail"
@@ -184,9 +264,67 @@ def _check_cell(checks: Iterable[CheckView], link) -> str:
         counts = c.counts if isinstance(c.counts, dict) else {}
         values = list(counts.values())
         total = _int(sum(values)) if all(_is_int(v) for v in values) else _e(" + ".join(map(str, values)))
+        lines = []
+        for o in c.not_passed if isinstance(c.not_passed, list) else []:
+            if not isinstance(o, dict):
+                continue
+            status = str(o.get("status"))
+            if status == "failed" and o.get("severity") not in (None, "None", "critical"):
+                status = "warned"
+            note = f": {_e(o.get('note'))}" if o.get("note") else ""
+            lines.append(f'<div class="check-other s-{_cls(status)}">{_e(status)} <code>{_e(o.get("name"))}</code>'
+                         f"{note}</div>")
         out.append(f'<a class="check {mark}" href="{_e(link(c))}" title="{_e(title)}">{label}</a> '
-                   f'<span class="muted">{_int(counts.get("passed", 0))}/{total}</span>')
+                   f'<span class="muted">{_int(counts.get("passed", 0))} of {total} passed</span>' + "".join(lines))
     return "<br>".join(out)
+
+
+def _who(run: Any) -> str:
+    """The runner of an attempt in a few words: ``epoch_1.run try 2``, ``library runner``."""
+    if not isinstance(run, dict):
+        return ""
+    if run.get("runner") == "library":
+        return "library runner"
+    return f"{run.get('task_id')} try {run.get('try_number')}"
+
+
+def _attempt_cell(e: EpochView) -> str:
+    """Every attempt of the epoch: the committed one, and each other with what became of it,
+    who ran it (task and try) and the attempt that committed instead."""
+    out = []
+    for a in e.attempts:
+        who = _who(a.run)
+        by = f' <span class="muted">by {_e(who)}</span>' if who else ""
+        if a.status == "committed":
+            out.append(f'<div class="attempt a-committed" data-attempt="{_e(a.attempt_id)}" data-status="committed" '
+                       f'title="{_e(a.ran_by or "")}"><code>{_e(a.attempt_id)}</code>{by}</div>')
+            continue
+        instead = f' · superseded by <code>{_e(a.superseded_by)}</code>' if a.superseded_by else ""
+        why = f": {_e(a.why)}" if a.why else ""
+        out.append(f'<div class="attempt a-{_cls(a.status)}" data-attempt="{_e(a.attempt_id)}" '
+                   f'data-status="{_e(a.status)}" title="{_e(a.reason or a.ran_by or a.status)}">'
+                   f'<code>{_e(a.attempt_id)}</code> <b class="a-status">{_e(a.status)}</b>{why}{by}{instead}</div>')
+    return "".join(out)
+
+
+def _run_link(airflow: str, dag_id: Any, run_id: Any, text: Any) -> str:
+    """A link to a DAG run's page in the Airflow UI (the whole window, not the view's frame)."""
+    if not dag_id or not run_id:
+        return _e(text)
+    href = f"{airflow}dags/{quote(str(dag_id), safe='')}/runs/{quote(str(run_id), safe='')}"
+    return f'<a class="run" href="{_e(href)}" target="_top">{_e(text)}</a>'
+
+
+def _pages(count: int, page: int, url) -> str:
+    if count <= PAGE_SIZE:
+        return ""
+    last = (count + PAGE_SIZE - 1) // PAGE_SIZE
+    first_epoch, last_epoch = (page - 1) * PAGE_SIZE + 1, min(count, page * PAGE_SIZE)
+    links = [(1, "first"), (page - 1, "previous"), (page + 1, "next"), (last, "last")]
+    nav = " · ".join(f'<a href="{_e(url(p))}" rel="{name}">{name}</a>' if 1 <= p <= last and p != page
+                     else f'<span class="muted">{name}</span>' for p, name in links)
+    return (f'<p class="meta pages" data-page="{page}" data-pages="{last}">rows {first_epoch}-{last_epoch} '
+            f"of {count} epochs (page {page} of {last}) · {nav}</p>")
 
 
 def _generations(view: JobOverview, base: str, q: str) -> str:
@@ -205,9 +343,12 @@ def _generations(view: JobOverview, base: str, q: str) -> str:
     return f'<p class="meta">generations (a rewind recomputes the job as a new one):</p><ul id="generations">{"".join(items)}</ul>'
 
 
-def job_page(view: JobOverview, root: str, base: str, batch: str | None = None) -> str:
-    """``batch``: the batch (DAG run) the page was opened for; its rows are highlighted."""
+def job_page(view: JobOverview, root: str, base: str, batch: str | None = None, page: int | None = None) -> str:
+    """``batch``: the batch (DAG run) the page was opened for; its rows are highlighted.
+    ``page``: the page of the epoch table (``PAGE_SIZE`` epochs; default: the one with the
+    batch's first epoch, else the newest)."""
     q = _q(root=root)
+    airflow = base[:-len("iterations/")] if base.endswith("iterations/") else "/"
 
     def link(c: CheckView) -> str:
         return f"{base}jobs/{quote(view.job_id)}/checks/{_int(c.epoch)}/{quote(str(c.attempt_id))}?{q}"
@@ -215,65 +356,88 @@ def job_page(view: JobOverview, root: str, base: str, batch: str | None = None) 
     metric = view.metric
     body = view.body if isinstance(view.body, dict) else {}
     params = body.get("params") if isinstance(body.get("params"), dict) else {}
+    kept, retired = view.kept_checkpoints, view.retired_checkpoints
     head = f"""<p class="meta"><a href="{_e(f'{base}?{q}')}">All jobs</a></p>
 <h1>Job <code id="job-id">{_e(view.job_id)}</code> <span id="job-status" class="badge s-{_cls(view.status)}">{_e(view.status)}</span></h1>
 <p class="meta">store <code>{_e(view.store)}</code> · body <code>{_e(body.get('name', ''))}</code>
 {_e(' '.join(f'{k}={v}' for k, v in sorted(params.items(), key=lambda kv: str(kv[0]))))}
 · latest checkpoint {_int(view.latest_checkpoint) if view.latest_checkpoint is not None else '-'}
 {f'· stop requested: <b>{_e(view.stop_request)}</b>' if view.stop_request else ''}</p>
-<p class="meta">retention: kept checkpoints {_e(', '.join(map(str, view.kept_checkpoints)) or '-')};
-retired {len(view.retired_checkpoints)}{f'; savepoints {_e(view.savepoints)}' if view.savepoints else ''}
-{f'; rejected by a rewind {_e(view.rejected)}' if view.rejected else ''}</p>{_generations(view, base, q)}"""
+<p class="meta" id="retention">checkpoints kept: {_e(', '.join(map(str, kept)) or 'none')}
+· {_e(_count(len(retired), 'earlier checkpoint'))} retired by retention (their data deleted; their metrics and history kept)
+{f'· savepoints: {_e(", ".join(map(str, view.savepoints)))}' if view.savepoints else ''}
+{f'· rejected by a rewind: {_e(", ".join(map(str, view.rejected)))}' if view.rejected else ''}</p>{_generations(view, base, q)}"""
     others = [m for m in view.metric_names if m != metric]
     switch = " ".join(f'<a href="{_e(f"{base}jobs/{quote(view.job_id)}?{_q(root=root, metric=m)}")}">{_e(m)}</a>'
                       for m in others)
+    missing = [e for e in view.epochs if metric and isinstance(e.metrics, dict) and metric not in e.metrics
+               and e.status != "running" and e.status != "aborted"]
     chart = (f"<h2>Convergence: {_e(metric or '-')}</h2>{chart_svg(view.epochs, metric)}"
              + (f'<p class="meta">other metrics: {switch}</p>' if switch else "")
-             + ('<p class="meta">Epochs whose checkpoint retention retired have no metric any more.</p>'
-                if any(e.retention == 'retired' for e in view.epochs) else ""))
+             + (f'<p class="meta">{_e(_count(len(missing), "committed epoch"))} without a recorded {_e(metric)} '
+                "(their history was forgotten: the job's retain_history setting).</p>" if missing else ""))
 
+    run_of = {b.batch_id: b for b in view.batches}
     current_row = ' class="current"'
     batch_rows = "".join(
-        f'<tr data-batch="{_e(b.batch_id)}"{current_row if b.batch_id == batch else ""}>'
-        f"<td>{_e(b.batch_id)}</td>"
+        f'<tr data-batch="{_e(b.batch_id)}" data-run-id="{_e(b.run_id or "")}"{current_row if b.batch_id == batch else ""}>'
+        f"<td>{_run_link(airflow, b.dag_id, b.run_id, b.run_id or b.batch_id)}</td>"
         f'<td class="num">{_int(b.start_epoch)}</td>'
         f'<td class="num">{_int(b.restored_from)}</td>'
         f'<td>{_ranges(b.epochs)}</td><td class="num">{_int(b.final_checkpoint)}</td></tr>'
         for b in view.batches)
-    batches = ('<h2>Batches (DAG runs)</h2><table id="batches"><tr><th>Batch</th><th>First epoch</th>'
+    batches = ('<h2>Batches (DAG runs)</h2><table id="batches"><tr><th>DAG run</th><th>First epoch</th>'
                "<th>Resumed from checkpoint</th><th>Epochs committed</th><th>Final checkpoint</th></tr>"
                f"{batch_rows}</table>") if view.batches else ""
 
+    epochs = view.epochs
+    last_page = max(1, (len(epochs) + PAGE_SIZE - 1) // PAGE_SIZE)
+    if page is None:
+        first = next((i for i, e in enumerate(epochs) if batch is not None and e.batch_id == batch), None)
+        page = first // PAGE_SIZE + 1 if first is not None else last_page
+    page = min(max(1, page), last_page)
+    shown = epochs[(page - 1) * PAGE_SIZE:page * PAGE_SIZE]
+    longest = max((sum(v for v in e.phases.values() if _is_number(v)) for e in shown
+                   if isinstance(e.phases, dict)), default=0.0)
+
+    def url(p: int) -> str:
+        return f"{base}jobs/{quote(view.job_id)}?{_q(root=root, metric=view.metric, batch=batch, page=p)}"
+
+    with_events = any(e.events for e in shown)  # columns nobody needs are left out
+    with_reasons = any(e.reason for e in shown)
     rows = []
-    for e in view.epochs:
+    for e in shown:
         value = e.metrics.get(metric) if metric and isinstance(e.metrics, dict) else None
-        attempts = "<br>".join(  # the committed attempt by its id alone; the others say what became of them
-            f'<span title="{_e(a.reason or a.status)}" class="attempt a-{_cls(a.status)}">{_e(a.attempt_id)}'
-            + ("" if a.status == "committed" else f' <span class="muted">{_e(a.status)}</span>') + "</span>"
-            for a in e.attempts)
         events = "<br>".join(
             f"{_e(ev.coordinator)}: {_int(ev.count)}"
             + (f' <span class="muted">(seq {_int(ev.first_seq)}-{_int(ev.end_seq - 1)})</span>' if ev.count else "")
             for ev in e.events)
-        restored = (f'<br><span class="muted">by {_e(", ".join(map(str, e.restored_by)))}</span>'
-                    if e.restored_by else "")
+        restored = (f'<br><span class="muted">resumed by {_e(", ".join(_run_name(run_of, b) for b in e.restored_by))}'
+                    "</span>" if e.restored_by else "")
         current = " current" if batch is not None and e.batch_id == batch else ""
+        b = run_of.get(e.batch_id) if e.batch_id is not None else None
+        batch_cell = _run_link(airflow, b.dag_id, b.run_id, b.run_id) if b is not None and b.run_id else _e(e.batch_id)
         rows.append(
             f'<tr class="epoch{current}" data-epoch="{_int(e.epoch)}" data-status="{_e(e.status)}" '
             f'data-metric="{_float(value)}" data-feedback="{_int(e.feedback)}">'
             f'<td class="num">{_int(e.epoch)}</td><td><span class="badge s-{_cls(e.status)}">{_e(e.status)}</span>'
             f"{restored}</td>"
-            f'<td class="id" title="{_e(e.batch_id)}">{_e(e.batch_id)}</td><td class="nw">{attempts}</td>'
+            f'<td class="run-id" title="{_e(b.run_id if b is not None and b.run_id else e.batch_id)}">{batch_cell}</td>'
+            f'<td class="attempts">{_attempt_cell(e)}</td>'
             f'<td class="num" title="{_float(value)}">{_num(value)}</td>'
             f'<td class="num">{_int(e.feedback)}</td>'
-            f'<td class="num">{_size(e.size_bytes)}</td><td>{_e(e.retention)}</td>'
-            f'<td class="nw">{_check_cell(e.checks, link)}</td><td class="nw">{events}</td>'
-            f"<td>{_e(e.reason)}</td>"
-            f'<td class="muted nw" title="{_e(e.committed_at)}">{_e(_clock(e.committed_at))}</td></tr>')
-    table = ('<h2>Epochs</h2><table id="epochs"><tr><th>Epoch</th><th>Status</th><th>Batch</th><th>Attempts</th>'
-             f"<th>{_e(metric or 'metric')}</th><th>Feedback records</th><th>Checkpoint size</th><th>Retention</th>"
-             f"<th>Data checks</th><th>Events released</th><th>Termination</th><th>Committed (UTC)</th></tr>"
-             f"{''.join(rows)}</table>")
+            f'<td class="num">{_size(e.size_bytes)}</td><td>{_e(_retention(e.retention))}</td>'
+            f'<td class="nw">{_check_cell(e.checks, link)}</td>'
+            + (f'<td class="nw">{events}</td>' if with_events else "")
+            + (f"<td>{_e(e.reason)}</td>" if with_reasons else "") +
+            f'<td class="muted nw" title="{_e(e.committed_at)}">{_e(_clock(e.committed_at))}</td>'
+            f'<td class="nw time">{phases_svg(e.phases if isinstance(e.phases, dict) else {}, longest)}</td></tr>')
+    nav = _pages(len(epochs), page, url)
+    table = ('<h2>Epochs</h2>' + _legend() + nav + '<table id="epochs"><tr><th>Epoch</th><th>Status</th><th>DAG run</th>'
+             f"<th>Attempts</th><th>{_e(metric or 'metric')}</th><th>Feedback records</th><th>Checkpoint size</th>"
+             "<th>Retention</th><th>Data checks</th>" + ("<th>Events released</th>" if with_events else "")
+             + ("<th>Termination</th>" if with_reasons else "")
+             + f"<th>Committed (UTC)</th><th>Time</th></tr>{''.join(rows)}</table>" + nav)
 
     finish = '<h2>Finish</h2><p class="muted">Not finished: no final checkpoint yet.</p>'
     if view.finish is not None:
@@ -292,6 +456,21 @@ retired {len(view.retired_checkpoints)}{f'; savepoints {_e(view.savepoints)}' if
                   f"<th>Format</th><th>Published at</th></tr>{outs}</table>"
                   f'<p class="meta">operators: {_e(", ".join(f"{k} {v}" for k, v in sorted(f.lifecycle.items())))}</p>')
     return _page(f"Iterations: {view.job_id}", head + chart + batches + table + finish)
+
+
+def _run_name(runs: dict[str, Any], batch_id: Any) -> str:
+    """A batch by its DAG run's id when the store recorded it, else by the batch id."""
+    b = runs.get(batch_id) if isinstance(batch_id, str) else None
+    return str(b.run_id) if b is not None and b.run_id else str(batch_id)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _retention(value: Any) -> Any:
+    """``retired`` -> ``retired (data deleted)``: nobody reads it as the metric being gone."""
+    return "retired (data deleted)" if value == "retired" else value
 
 
 def _clock(timestamp: Any) -> str:
