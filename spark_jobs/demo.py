@@ -85,6 +85,7 @@ def run_dag(dag_id: str, conf: dict) -> int:
         "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(PROJECT_ROOT, "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(PROJECT_ROOT, "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__LOGGING__CALLSITE_PARAMETERS": "",  # task logs without loc=file.py:123
     }
     print(f"airflow db migrate (AIRFLOW_HOME={env['AIRFLOW_HOME']})")
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True)

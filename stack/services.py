@@ -156,6 +156,7 @@ class Stack:
             "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(ROOT, "dags"),
             "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(ROOT, "plugins"),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__LOGGING__CALLSITE_PARAMETERS": "",  # task logs without loc=file.py:123
             "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
             "AIRFLOW__CORE__PARALLELISM": "8",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"postgresql+psycopg2://{db}",
