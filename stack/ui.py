@@ -24,7 +24,8 @@ import urllib.request
 from include.paths import LOCAL_DIR
 from stack.procs import ROOT, session_members, spawn, stop_session, wait_until
 
-HOME = os.path.join(LOCAL_DIR, "airflow")
+#: the caller's Airflow home (AIRFLOW_HOME), else the embedded default's
+HOME = os.environ.get("AIRFLOW_HOME") or os.path.join(LOCAL_DIR, "airflow")
 PID_FILE = os.path.join(HOME, "standalone.pid")
 LOG_FILE = os.path.join(HOME, "standalone.log")
 AIRFLOW = os.path.join(os.path.dirname(sys.executable), "airflow")
@@ -37,16 +38,19 @@ def parallelism() -> int:
 
 
 def environment(port: int) -> dict[str, str]:
-    """The settings of docs/airflow.md's "Open the UI", over the caller's own."""
+    """The settings of docs/airflow.md's "Open the UI", over the caller's own; the caller's
+    Airflow home and DAGs folder are kept (a body's own DAGs, docs/writing-a-body.md)."""
     env = dict(os.environ)
+    env.setdefault("AIRFLOW__CORE__DAGS_FOLDER", os.path.join(ROOT, "dags"))
     env.update({
         "AIRFLOW_HOME": HOME,
-        "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(ROOT, "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(ROOT, "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
         "AIRFLOW__CORE__EXECUTOR": "iterations.executors.PreloadingLocalExecutor",
         "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.25",
+        # task logs read as sentences: no ``loc=file.py:123`` after each line
+        "AIRFLOW__LOGGING__CALLSITE_PARAMETERS": "",
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__API__BASE_URL": f"http://localhost:{port}",
         "PYTHONPATH": ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""),

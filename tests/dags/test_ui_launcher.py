@@ -1,5 +1,6 @@
 """``./run.sh ui`` (stack/ui.py): airflow standalone with a parallelism that fits the machine, on
-loopback and the port asked for, and ``./run.sh ui stop`` stopping every process it started."""
+loopback and the port asked for, and ``./run.sh ui stop`` stopping every process it started: the
+commands of docs/airflow.md's "Open the UI", as written (the ports made free ones)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,13 @@ import pytest
 
 from stack.procs import session_members
 from tests.conftest import ROOT, free_port
+from tests.docs import block
 
 pytestmark = pytest.mark.slow
+
+
+def sh(env, command: str, timeout=400):
+    return subprocess.run(["bash", "-c", command], env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
 
 
 def ui(env, *args, timeout=400):
@@ -37,7 +43,9 @@ def test_the_ui_starts_fitted_to_the_machine_and_stops_every_process(tmp_path):
     env.update({"ITERATIONS_LOCAL_DIR": str(tmp_path), "ITERATIONS_UI_PORT": str(port),
                 "ITERATIONS_SPARK_CONNECT_DIR": str(tmp_path / "spark-connect"),
                 "ITERATIONS_SPARK_CONNECT_PORT": str(free_port())})
-    started = ui(env, "start", "--timeout", "300")
+    start, start_on_a_port, stop = block("docs/airflow.md", "./run.sh ui").commands()
+    assert (start, stop) == ("./run.sh ui", "./run.sh ui stop") and "ITERATIONS_UI_PORT=8090" in start_on_a_port
+    started = sh(env, start)
     assert started.returncode == 0, started.stdout + started.stderr
     assert f"the Airflow UI: http://localhost:{port}" in started.stdout
     sid = int((tmp_path / "airflow" / "standalone.pid").read_text())
@@ -55,11 +63,16 @@ def test_the_ui_starts_fitted_to_the_machine_and_stops_every_process(tmp_path):
                 break
             time.sleep(0.5)
         assert len(workers) == max(4, 2 * (os.cpu_count() or 1)), args
+        # task logs read as sentences: no callsite after each line
+        scheduler = next(pid for pid, a in args.items() if "scheduler" in a)
+        environ = dict(v.split("=", 1) for v in open(f"/proc/{scheduler}/environ").read().split("\0") if "=" in v)
+        assert environ.get("AIRFLOW__LOGGING__CALLSITE_PARAMETERS") == ""
         api = [a for a in args.values() if "api_server" in a]
         assert api and f"host:127.0.0.1 port:{port}" in api[0], api
-        assert "already" in ui(env, "start").stdout, "a second start finds the first"
+        again = sh(env, start_on_a_port.replace("8090", str(free_port())))
+        assert "already" in again.stdout, "a second start finds the first"
     finally:
-        stopped = ui(env, "stop")
+        stopped = sh(env, stop)
     assert stopped.returncode == 0 and f"stopped the Airflow UI: {len(members)} processes" in stopped.stdout, \
         stopped.stdout + stopped.stderr
     assert session_members(sid) == [], "every process of its session stopped"
