@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from include.checkpoint import ABANDONED, CheckpointLog, describe_run
@@ -343,7 +344,8 @@ def _why(a: AttemptView) -> str | None:
     if reason.startswith(ABANDONED):
         return "its task was killed, lost or timed out before the attempt ended"
     if reason.startswith("data checks"):
-        return "data checks failed"
+        failed = re.findall(r"^\s*(?:FAILED|ERROR)\s+(\S+) \[critical\]", reason, re.M)
+        return "data checks failed" + (f": {', '.join(failed[:5])}" if failed else "")
     if reason.startswith("cancelled: "):
         return reason.splitlines()[0][:200]
     first = reason.strip().splitlines()[0] if reason.strip() else "no reason recorded"

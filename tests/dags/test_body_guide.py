@@ -13,6 +13,8 @@ import sys
 import pandas as pd
 import pytest
 
+from include.overview import job_overview
+from include.store import LocalStore
 from tests.conftest import ROOT, free_port
 from tests.docs import block
 
@@ -22,7 +24,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 def test_the_body_guide_from_an_empty_directory(tmp_path):
     steps = [block("docs/writing-a-body.md", "export ITERATIONS=/path/to/the/checkout"),
              block("docs/writing-a-body.md", "mkdir dags && cat"),
-             block("docs/writing-a-body.md", "export AIRFLOW_HOME=$PWD/airflow")]
+             block("docs/writing-a-body.md", "export AIRFLOW_HOME=$PWD/airflow"),
+             block("docs/writing-a-body.md", "airflow dags test label_propagation --conf '{\"job_id\": \"lp2\"")]
     script = "set -euo pipefail\n" + "".join(b.text for b in steps).replace("/path/to/the/checkout", ROOT)
     # a newcomer's shell: none of the project's or Airflow's settings; the one addition is a
     # free port for the Spark Connect server the DAG run starts, so that it meets no other
@@ -56,6 +59,14 @@ def test_the_body_guide_from_an_empty_directory(tmp_path):
     dag_labels = pd.read_parquet(str(work / "out" / "lp1" / "labels"))
     assert sorted(zip(dag_labels["node"], dag_labels["label"])) == sorted(zip(labels["node"], labels["label"]))
     assert (work / "store" / "jobs" / "lp1").is_dir() and (work / "airflow" / "airflow.db").exists()
+
+    # section 7: the refused attempt and the one that committed, as the Iterations view reads them
+    assert "refused by the data check, as expected" in log and "FAILED  run.nothing_changes" in log
+    view = job_overview(LocalStore(str(work / "store")), "lp2")
+    assert view.status == "TERMINATED"
+    first = view.epochs[0]
+    assert sorted((a.status, a.why) for a in first.attempts) == [
+        ("aborted", "data checks failed: run.nothing_changes"), ("committed", None)]
 
     assert checkout() == before, "the checkout is as it was"
     site = subprocess.run([os.path.join(ROOT, ".venv", "bin", "python"), "-c",
