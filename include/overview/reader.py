@@ -113,7 +113,8 @@ class _Reader:
                 previous_seq = {}
             history = history if isinstance(history, dict) else {}
             view.phases = _phases(history.get("phases"))
-            for h in history.get("attempts") or []:  # the epoch's other attempts, kept by its checkpoint
+            others = history.get("attempts")
+            for h in others if isinstance(others, list) else []:  # the epoch's other attempts, kept by its checkpoint
                 if not isinstance(h, dict) or not ATTEMPT_ID_PATTERN.fullmatch(str(h.get("attempt_id"))):
                     continue
                 reason = h.get("reason")

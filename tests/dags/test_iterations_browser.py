@@ -105,9 +105,10 @@ def test_the_view_of_a_finished_pagerank_run_in_the_airflow_ui(api_server, view_
         (m.epoch, "restored" if m.epoch == b1_last else "committed", m.batch_id) for m in manifests]
     for c, m in zip(cells, manifests):
         value = m.decision.metrics["l1_delta"]
-        assert float(c[4]) == pytest.approx(value, rel=1e-3), (c, value)
-        assert int(c[5]) == m.decision.feedback_count
-        assert c[8].startswith("passed")  # the data checks' link
+        assert float(c[5]) == pytest.approx(value, rel=1e-3), (c, value)
+        assert int(c[6]) == m.decision.feedback_count
+        assert c[9].startswith("passed")  # the data checks' link
+        assert c[4].endswith(" s"), c[4]  # the epoch's time, beside its bar of phases
     assert [o.text.split("\n")[0] for o in browser.find_elements(By.CSS_SELECTOR, "table#outputs tr.output td")][:2] \
         == ["ranks", "PUBLISHED"]
 
@@ -232,7 +233,7 @@ def test_the_view_shows_how_a_real_dag_job_recovered(api_server, airflow_env, br
     assert "its task was killed, lost or timed out before the attempt ended" in killed_text
     assert "try 1" in killed_text and f"superseded by {won}" in killed_text, killed_text
     assert "aborted" in refused_text and f"superseded by {won}" in refused_text, refused_text
-    checks = row.find_element(By.XPATH, "./td[9]").text
+    checks = row.find_element(By.XPATH, "./td[10]").text
     assert "failed" in checks and "failed run.impossible_delta" in checks, checks
 
     for e in range(4):  # every committed epoch: a bar of its phases, the step among them

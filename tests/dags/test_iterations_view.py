@@ -397,6 +397,10 @@ def hostile_store(view_stores, tmp_path_factory) -> str:
         d["decision"]["reason"] = HOSTILE
         d["decision"]["metrics"][HOSTILE] = 1.0
         d["coordinators"][HOSTILE] = {"seq": 0}
+        run = {"dag_id": HOSTILE, "run_id": HOSTILE, "task_id": HOSTILE, "try_number": HOSTILE, "map_index": 1}
+        d["history"] = {"run": run, "phases": {"step": HOSTILE, "restore": 1.5, "commit": -1, HOSTILE: 2.0},
+                        "attempts": [{"attempt_id": "a1-hostile", "reason": HOSTILE, "run": run, "batch_id": HOSTILE,
+                                      "at": HOSTILE}, {"attempt_id": HOSTILE, "reason": None}, HOSTILE]}
 
     def finish(d):
         d["attempt_id"] = HOSTILE
@@ -415,10 +419,13 @@ def hostile_store(view_stores, tmp_path_factory) -> str:
     result["report"]["outcomes"] = [*result["report"].get("outcomes", []), {
         "status": "failed", "name": HOSTILE, "severity": HOSTILE, "observed": {HOSTILE: HOSTILE}, "expected": HOSTILE}]
     store.put(key, json.dumps(result).encode())
-    store.put(refused.aborted(epoch_id, attempt), json.dumps({"reason": HOSTILE, "at": HOSTILE}).encode())
+    store.put(refused.aborted(epoch_id, attempt), json.dumps(
+        {"reason": HOSTILE, "at": HOSTILE, "run": {"runner": "library", "pid": HOSTILE, "host": HOSTILE},
+         "batch_id": HOSTILE}).encode())
     summary = json.loads(store.get(refused.retired(0)))
     assert summary["metrics"], summary
     summary["metrics"] = {name: HOSTILE for name in summary["metrics"]}
+    summary["history"] = {"attempts": 7, "phases": [HOSTILE], "run": HOSTILE}
     store.put(refused.retired(0), json.dumps(summary).encode())
     return root
 

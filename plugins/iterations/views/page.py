@@ -424,20 +424,20 @@ def job_page(view: JobOverview, root: str, base: str, batch: str | None = None, 
             f"{restored}</td>"
             f'<td class="run-id" title="{_e(b.run_id if b is not None and b.run_id else e.batch_id)}">{batch_cell}</td>'
             f'<td class="attempts">{_attempt_cell(e)}</td>'
+            f'<td class="nw time">{phases_svg(e.phases if isinstance(e.phases, dict) else {}, longest)}</td>'
             f'<td class="num" title="{_float(value)}">{_num(value)}</td>'
             f'<td class="num">{_int(e.feedback)}</td>'
             f'<td class="num">{_size(e.size_bytes)}</td><td>{_e(_retention(e.retention))}</td>'
             f'<td class="nw">{_check_cell(e.checks, link)}</td>'
             + (f'<td class="nw">{events}</td>' if with_events else "")
             + (f"<td>{_e(e.reason)}</td>" if with_reasons else "") +
-            f'<td class="muted nw" title="{_e(e.committed_at)}">{_e(_clock(e.committed_at))}</td>'
-            f'<td class="nw time">{phases_svg(e.phases if isinstance(e.phases, dict) else {}, longest)}</td></tr>')
+            f'<td class="muted nw" title="{_e(e.committed_at)}">{_e(_clock(e.committed_at))}</td></tr>')
     nav = _pages(len(epochs), page, url)
     table = ('<h2>Epochs</h2>' + _legend() + nav + '<table id="epochs"><tr><th>Epoch</th><th>Status</th><th>DAG run</th>'
-             f"<th>Attempts</th><th>{_e(metric or 'metric')}</th><th>Feedback records</th><th>Checkpoint size</th>"
+             f"<th>Attempts</th><th>Time</th><th>{_e(metric or 'metric')}</th><th>Feedback records</th><th>Checkpoint size</th>"
              "<th>Retention</th><th>Data checks</th>" + ("<th>Events released</th>" if with_events else "")
              + ("<th>Termination</th>" if with_reasons else "")
-             + f"<th>Committed (UTC)</th><th>Time</th></tr>{''.join(rows)}</table>" + nav)
+             + f"<th>Committed (UTC)</th></tr>{''.join(rows)}</table>" + nav)
 
     finish = '<h2>Finish</h2><p class="muted">Not finished: no final checkpoint yet.</p>'
     if view.finish is not None:
