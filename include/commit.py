@@ -53,7 +53,7 @@ class Commit:
             if report is not None and not report.success:
                 raise DataCheckFailed(report.summary(), report)
         except DataCheckFailed as e:
-            self.log.abort(plan.checkpoint_id, plan.attempt_id, reason=str(e), run=plan.run, batch_id=plan.batch_id)
+            self.abort(plan, reason=str(e))  # Attempts.abort: the record keeps who ran it
             raise
 
     def data_checks(self, plan: EpochPlan, decision: AlignmentDecision | None, reports: Sequence[EpochReport],

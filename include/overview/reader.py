@@ -95,7 +95,7 @@ class _Reader:
                 view.publications = self.log.publications.of(epoch)
                 view.events = _released(m.coordinators, previous_seq)
                 previous_seq = {name: int(s.get("seq", 0)) for name, s in (m.coordinators or {}).items()}
-            history: Any = m.history if m is not None else None
+            computed: Any = m.history if m is not None else None  # how the epoch was computed
             if m is None and epoch in retired:
                 # its data went with it; the retired marker keeps its decision, and every later
                 # head state its feedback counts
@@ -103,7 +103,7 @@ class _Reader:
                 summary = summaries.get(epoch) or {}
                 if summary.get("kind") == "final":
                     continue
-                history = summary.get("history")
+                computed = summary.get("history")
                 view.metrics = dict(summary.get("metrics") or {})
                 view.attempt_id, view.batch_id = summary.get("attempt_id"), summary.get("batch_id")
                 view.committed_at = summary.get("committed_at") or view.committed_at
@@ -111,18 +111,16 @@ class _Reader:
                 view.feedback = history.get(epoch, summary.get("feedback_count"))
                 view.feedback_by_head = {h: c[epoch] for h, c in history_by_head.items() if epoch in c}
                 previous_seq = {}
-            history = history if isinstance(history, dict) else {}
-            view.phases = _phases(history.get("phases"))
-            others = history.get("attempts")
+            computed = computed if isinstance(computed, dict) else {}
+            view.phases = _phases(computed.get("phases"))
+            others = computed.get("attempts")
             for h in others if isinstance(others, list) else []:  # the epoch's other attempts, kept by its checkpoint
                 if not isinstance(h, dict) or not ATTEMPT_ID_PATTERN.fullmatch(str(h.get("attempt_id"))):
                     continue
                 reason = h.get("reason")
                 a = tried.setdefault(str(h["attempt_id"]), AttemptView(str(h["attempt_id"]), "superseded"))
                 a.reason = a.reason if a.reason is not None else (None if reason is None else str(reason))
-                a.run = a.run or (h.get("run") if isinstance(h.get("run"), dict) else None)
-                a.batch_id = a.batch_id or (str(h["batch_id"]) if isinstance(h.get("batch_id"), str) else None)
-                a.at = a.at or (str(h["at"]) if isinstance(h.get("at"), str) else None)
+                _who_and_when(a, h)
             for a in tried.values():
                 if epoch in ids:  # committed: every other attempt lost
                     a.status = "committed" if a.attempt_id == view.attempt_id else (
@@ -130,8 +128,8 @@ class _Reader:
                     a.superseded_by = None if a.status == "committed" else view.attempt_id
             if view.attempt_id and view.attempt_id not in tried:
                 tried[view.attempt_id] = AttemptView(view.attempt_id, "committed", batch_id=view.batch_id)
-            if view.attempt_id in tried and isinstance(history.get("run"), dict):
-                tried[view.attempt_id].run = tried[view.attempt_id].run or history["run"]
+            if view.attempt_id in tried and isinstance(computed.get("run"), dict):
+                tried[view.attempt_id].run = tried[view.attempt_id].run or computed["run"]
             for a in tried.values():
                 a.ran_by = describe_run(a.run) if a.run else None
                 a.why = _why(a)
@@ -230,9 +228,7 @@ class _Reader:
             view = out.setdefault(epoch, {}).setdefault(attempt, AttemptView(attempt, "aborted"))
             view.status = "aborted"
             view.reason = str(fate.get("reason") or "")
-            view.run = fate.get("run") if isinstance(fate.get("run"), dict) else None
-            view.batch_id = str(fate["batch_id"]) if isinstance(fate.get("batch_id"), str) else None
-            view.at = str(fate["at"]) if isinstance(fate.get("at"), str) else None
+            _who_and_when(view, fate)
         for epoch, tried in out.items():
             for a in tried.values():
                 plan = self._plan(epoch, a.attempt_id)
@@ -333,6 +329,14 @@ def _phases(value: Any) -> dict[str, float]:
         return {}
     return {str(k): float(v) for k, v in value.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e9}
+
+
+def _who_and_when(a: AttemptView, record: dict[str, Any]) -> None:
+    """Fill what ``a`` does not know yet of who ran it, in which batch and when it ended, from
+    a record of it (its abort record, or its entry in the checkpoint's history)."""
+    a.run = a.run or (record["run"] if isinstance(record.get("run"), dict) else None)
+    a.batch_id = a.batch_id or (record["batch_id"] if isinstance(record.get("batch_id"), str) else None)
+    a.at = a.at or (record["at"] if isinstance(record.get("at"), str) else None)
 
 
 def _why(a: AttemptView) -> str | None:

@@ -163,6 +163,16 @@ def test_retired_epochs_keep_their_decisions_for_the_chart(view_stores, spark, t
     assert [(e.epoch, e.metrics, e.feedback, e.terminated, e.reason, e.batch_id) for e in view.epochs] == \
         [(e.epoch, e.metrics, e.feedback, e.terminated, e.reason, e.batch_id) for e in kept.epochs]
     assert all(e.attempt_id and e.committed_at for e in retired)
+    # summaries written before they kept the epoch's history read the same
+    store = LocalStore(str(tmp_path / "store"))
+    log = CheckpointLog(store, FINISHED_JOB)
+    for e in retired:
+        summary = log.retention.retired_summary(e.epoch)
+        assert summary.pop("history") is not None
+        store.put(log.layout.retired(e.epoch), json.dumps(summary).encode())
+    older = job_overview(store, FINISHED_JOB)
+    assert [(e.epoch, e.metrics, e.feedback, e.terminated, e.reason, e.batch_id) for e in older.epochs] == \
+        [(e.epoch, e.metrics, e.feedback, e.terminated, e.reason, e.batch_id) for e in kept.epochs]
     assert [(b.batch_id, b.epochs, b.restored_from) for b in view.batches] == \
         [(b.batch_id, b.epochs, b.restored_from) for b in kept.batches]
 
