@@ -59,13 +59,7 @@ def test_the_view_of_a_finished_pagerank_run_in_the_airflow_ui(api_server, view_
     from selenium.webdriver.support.ui import WebDriverWait
 
     wait = WebDriverWait(browser, 90)
-    browser.get(api_server.url + "/")
-    # the Airflow UI sends an anonymous visitor to its login page
-    wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys("viewer")
-    browser.find_element(By.NAME, "password").send_keys(api_server.passwords["viewer"])
-    browser.find_element(By.XPATH, "//button[normalize-space()='Sign in']").click()
-    wait.until(lambda d: "/auth/login" not in d.current_url)
-
+    _sign_in(browser, wait, api_server)
     wait.until(EC.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Browse']"))).click()
     wait.until(EC.element_to_be_clickable((By.XPATH, "//*[@role='menuitem'][normalize-space()='Iterations']"))).click()
     wait.until(lambda d: "/plugin/iterations" in d.current_url)
@@ -113,11 +107,7 @@ def test_the_view_of_a_finished_pagerank_run_in_the_airflow_ui(api_server, view_
         == ["ranks", "PUBLISHED"]
 
     browser.switch_to.default_content()
-    os.makedirs(ARTIFACTS, exist_ok=True)
-    shot = tmp_path / "iterations-view.png"
-    assert browser.save_screenshot(str(shot))
-    shutil.copy(shot, os.path.join(ARTIFACTS, "iterations-view.png"))
-    assert shot.stat().st_size > 20_000
+    _keep(browser, tmp_path, "iterations-view.png")
 
     # the DAG run's own tab: the same job, the run's batch highlighted
     browser.get(f"{api_server.url}/dags/iterate_pagerank/runs/b2")
@@ -129,15 +119,14 @@ def test_the_view_of_a_finished_pagerank_run_in_the_airflow_ui(api_server, view_
     current = [int(r.get_attribute("data-epoch")) for r in browser.find_elements(By.CSS_SELECTOR, "table#epochs tr.current")]
     assert current == [m.epoch for m in manifests if m.batch_id == "b2"] and current
     browser.switch_to.default_content()
-    assert browser.save_screenshot(str(tmp_path / "iterations-run-tab.png"))
-    shutil.copy(tmp_path / "iterations-run-tab.png", os.path.join(ARTIFACTS, "iterations-run-tab.png"))
+    _keep(browser, tmp_path, "iterations-run-tab.png")
 
 
 def _sign_in(browser, wait, api_server, user: str = "viewer") -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as EC
 
-    browser.get(api_server.url + "/")
+    browser.get(api_server.url + "/")  # the Airflow UI sends an anonymous visitor to its login page
     wait.until(EC.presence_of_element_located((By.NAME, "username"))).send_keys(user)
     browser.find_element(By.NAME, "password").send_keys(api_server.passwords[user])
     browser.find_element(By.XPATH, "//button[normalize-space()='Sign in']").click()
