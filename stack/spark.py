@@ -28,9 +28,10 @@ def _parent_and_group(pid: int) -> tuple[int, int]:
 @dataclass
 class StandaloneCluster:
     workdir: str
-    master_port: int = field(default_factory=free_port)
-    master_ui: int = field(default_factory=free_port)
-    connect_port: int = field(default_factory=free_port)
+    # 0: a free port, chosen at start (and chosen again if another process takes it first)
+    master_port: int = 0
+    master_ui: int = 0
+    connect_port: int = 0
     worker_env: dict[str, str] = field(default_factory=dict)  # the workers' (so their executors')
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     # called with (service name, session id) as each process starts: the stack records them
@@ -60,24 +61,54 @@ class StandaloneCluster:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.master_ui}/json/", timeout=5) as r:
             return json.load(r)
 
+    def _master_answers(self) -> bool:
+        """The master's UI answers with its own status: not merely something listening on the
+        port (another process may have taken a port picked free a moment before)."""
+        try:
+            return self.status().get("url") == self.master_url
+        except (OSError, ValueError):
+            return False
+
     def alive_workers(self) -> int:
         try:
             return sum(1 for w in self.status()["workers"] if w["state"] == "ALIVE")
-        except OSError:
+        except (OSError, ValueError):
             return 0
 
     def start(self) -> "StandaloneCluster":
         os.makedirs(os.path.join(self.workdir, "logs"), exist_ok=True)
-        spark_class = os.path.join(spark_home(), "bin", "spark-class")
-        self._start("master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                               "--port", str(self.master_port), "--webui-port", str(self.master_ui)])
-        wait_until("the standalone master", lambda: _listening(self.master_port) and _listening(self.master_ui), 120,
-              os.path.join(self.workdir, "master.log"))
+        self._start_master()
         for i in (1, 2):
             self.start_worker(i)
         self.wait_workers(2)
         self.start_connect()
         return self
+
+    def _start_master(self, attempts: int = 3) -> None:
+        """The master on exactly its ports (``spark.port.maxRetries=0``: Spark would otherwise
+        move to the next port when one is taken, and a client of the port asked for would talk to
+        whoever holds it). Ports left to choose (0) are chosen again when the master could not
+        bind them; ports given are used or the start fails, naming them."""
+        spark_class = os.path.join(spark_home(), "bin", "spark-class")
+        log = os.path.join(self.workdir, "master.log")
+        choose_port, choose_ui = not self.master_port, not self.master_ui
+        chosen = choose_port or choose_ui
+        for attempt in range(1, attempts + 1):
+            if choose_port:
+                self.master_port = free_port()
+            if choose_ui:
+                self.master_ui = free_port()
+            proc = self._start("master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                          "--port", str(self.master_port), "--webui-port", str(self.master_ui)],
+                               {"SPARK_MASTER_OPTS": "-Dspark.port.maxRetries=0"})
+            try:
+                wait_until(f"the standalone master on ports {self.master_port} and {self.master_ui} (UI)",
+                           self._master_answers, 120, log, proc)
+                return
+            except RuntimeError:
+                self.stop_process("master", signal.SIGKILL)
+                if not chosen or attempt == attempts:
+                    raise
 
     def start_worker(self, i: int) -> None:
         spark_class = os.path.join(spark_home(), "bin", "spark-class")
@@ -117,10 +148,28 @@ class StandaloneCluster:
         wait_until(f"{count} alive workers", lambda: self.alive_workers() == count, timeout,
               os.path.join(self.workdir, "master.log"))
 
-    def start_connect(self) -> None:
+    def start_connect(self, attempts: int = 3) -> None:
+        """The Spark Connect server on exactly its port (chosen again, when left to choose, if
+        the server could not bind it)."""
+        chosen = not self.connect_port
+        for attempt in range(1, attempts + 1):
+            if chosen:
+                self.connect_port = free_port()
+            try:
+                self._start_connect()
+                return
+            except RuntimeError:
+                self.stop_process("connect", signal.SIGKILL)
+                if not chosen or attempt == attempts:
+                    raise
+
+    def _start_connect(self) -> None:
+        log = os.path.join(self.workdir, "connect.log")
+        offset = os.path.getsize(log) if os.path.exists(log) else 0
         script = os.path.join(spark_home(), "sbin", "start-connect-server.sh")
-        self._start("connect", ["bash", script, "--master", self.master_url,
+        proc = self._start("connect", ["bash", script, "--master", self.master_url,
                                 "--conf", f"spark.connect.grpc.binding.port={self.connect_port}",
+                                "--conf", "spark.port.maxRetries=0",
                                 "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
                                 "--conf", f"spark.executorEnv.PYTHONPATH={ROOT}",
                                 "--conf", f"spark.executorEnv.PYSPARK_PYTHON={sys.executable}",
@@ -128,8 +177,15 @@ class StandaloneCluster:
                                 "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
                                 *[a for k, v in self.connect_conf.items() for a in ("--conf", f"{k}={v}")]],
                     {"SPARK_NO_DAEMONIZE": "1"})
-        wait_until("the Spark Connect server", lambda: _listening(self.connect_port), 180,
-              os.path.join(self.workdir, "connect.log"))
+        wait_until(f"the Spark Connect server on port {self.connect_port}",
+                   lambda: self._connect_started(log, offset), 180, log, proc)
+
+    def _connect_started(self, log: str, offset: int) -> bool:
+        """Its log (from ``offset``, where this start began) says it bound the port: something
+        else listening there is not it."""
+        with open(log, "rb") as f:
+            f.seek(offset)
+            return f"Spark Connect server started at: 127.0.0.1:{self.connect_port}".encode() in f.read()
 
     def stop_process(self, name: str, sig: int = signal.SIGTERM, timeout: float = 60) -> None:
         proc = self.procs.pop(name, None)

@@ -229,3 +229,38 @@ def test_the_spark_connect_server_restarted_between_epochs(cluster, holds, airfl
     assert s3_checkpoint_ids(moto_endpoint, bucket, job) == list(range(epochs + 1))
     assert s3_published_ranks(moto_endpoint, f"s3://{bucket}/out-{job}") == \
         failure_free_ranks(spark, edges, epochs, tmp_path, 4)
+
+
+def test_the_master_binds_exactly_its_ports_or_chooses_again(tmp_path, monkeypatch):
+    """Another process holding a port picked free a moment before (the race that once made a
+    Spark driver's UI answer for the master): a port the caller gave fails the start, naming
+    it; a port left to choose is chosen again. The master never moves to the next port, where
+    its clients would not look for it."""
+    import socket
+
+    import stack.spark
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        given = StandaloneCluster(str(tmp_path / "given"), master_port=port)
+        os.makedirs(given.workdir)
+        with pytest.raises(RuntimeError, match=f"ports {port} and "):
+            given._start_master()
+        assert "master" not in given.procs
+
+        picks = iter([port])
+        real = stack.spark.free_port
+        monkeypatch.setattr(stack.spark, "free_port", lambda: next(picks, None) or real())
+        chosen = StandaloneCluster(str(tmp_path / "chosen"))
+        os.makedirs(chosen.workdir)
+        try:
+            chosen._start_master()
+            assert port not in (chosen.master_port, chosen.master_ui)
+            assert chosen.status()["url"] == chosen.master_url
+        finally:
+            chosen.stop()
+    finally:
+        taken.close()
