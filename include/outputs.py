@@ -26,9 +26,11 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pathlib
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
+from urllib.parse import urlparse
 
 from include.errors import ObjectNotFound, OutputError
 from include.manifest import DatasetRef, verify_bytes
@@ -193,6 +195,19 @@ def publish_dataset(source: ObjectStore, out: ObjectStore, name: str, ds: Datase
              name, stamp["job_id"], stamp["checkpoint_id"], out.location(name), len(files), ds.rows,
              f", replacing {current['version']}" if current else "")
     return True
+
+
+def output_uri(output_path: str, name: str) -> str:
+    """Output ``name`` under ``output_path`` by the URI data tools name it by (an Airflow Asset's,
+    an OpenLineage dataset's): ``s3://bucket/prefix/name`` (also for ``s3a://``), or
+    ``file:///abs/path/name`` for a local output. Computed from the text alone (a DAG file may
+    call it as it is parsed), the same address as ``open_store(output_path).url(name)``."""
+    parsed = urlparse(output_path)
+    if parsed.scheme in ("s3", "s3a"):
+        prefix = parsed.path.strip("/")
+        return f"s3://{parsed.netloc}/{prefix + '/' if prefix else ''}{name}"
+    path = parsed.path if parsed.scheme == "file" else output_path
+    return pathlib.Path(os.path.abspath(os.path.join(path, name))).as_uri()
 
 
 def published(output_path: str, name: str, **store_options: Any) -> Published:

@@ -4,15 +4,16 @@
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from typing import Any, Sequence
 
 from include.checkpoint import CheckpointLog
-from include.errors import CheckpointError
+from include.errors import CheckpointError, IterationError
 from include.failpoints import failpoint, trace
 from include.lifecycle import Lifecycle, OperatorState
 from include.locations.owners import claim_output
 from include.manifest import Manifest
-from include.outputs import check_not_in_store, publish_dataset, publish_delta, publish_increment
+from include.outputs import (_manifest, check_not_in_store, output_uri, publish_dataset, publish_delta,
+                             publish_increment, version_of)
 from include.plan import JobState
 from include.store import open_store
 
@@ -93,6 +94,38 @@ class Publication:
         keys = [f.key for ds in manifest.outputs.values() for f in ds.files]
         if keys:
             self.store.delete(keys)
+
+    def publications(self, manifest: Manifest) -> list[dict[str, Any]]:
+        """What the final checkpoint ``manifest`` published, one record per output, in the form
+        an orchestrator announces it (an Airflow asset event, an OpenLineage output dataset):
+        ``{"name", "uri", "extra": {"job_id", "checkpoint_id", "version", "rows", "format",
+        "replaces"}}``. ``version`` names the publication (the same for a retry, another for a
+        recompute); ``replaces`` is the version it replaced, when it replaced one. Only outputs
+        whose publication is recorded: none before ``publish``."""
+        if manifest.kind != "final" or not manifest.outputs or not self.config.output_path:
+            return []
+        done = self.log.publications.of(manifest.checkpoint_id)
+        out = open_store(self.config.output_path, **self.store_options)
+        stamp = {"job_id": manifest.job_id, "checkpoint_id": manifest.checkpoint_id}
+        # the URI the output's readers name it by: the location it was published to
+        version = version_of(stamp)
+        records = []
+        for name in sorted(manifest.outputs):
+            if name not in done:
+                continue
+            replaces = None
+            if done[name].get("format", "parquet") == "parquet":
+                try:
+                    current = _manifest(out, name)
+                except (IterationError, OSError) as e:  # a reader's problem, not the announcement's
+                    log.warning("output %s: its manifest could not be read (%s)", out.location(name), e)
+                    current = None
+                if current is not None and current.get("version") == version:
+                    replaces = current.get("replaces")
+            records.append({"name": name, "uri": output_uri(self.config.output_path, name), "extra": {
+                **stamp, "version": version, "rows": int(done[name].get("rows", 0)),
+                "format": done[name].get("format", "parquet"), "replaces": replaces}})
+        return records
 
     def publish(self, manifest: Manifest) -> dict[str, str]:
         """Publish the outputs of the final checkpoint under ``output_path`` (see

@@ -227,6 +227,7 @@ def iteration_dag(
     inbox. Off (0) by default: Airflow's retries take every failure."""
     from include.checks import load_checks_file
     from include.locations import LOCATION_PARAMS, dag_roots
+    from iterations.assets import outputs_alias
     from iterations.operators.continuation import ContinuationOperator
     from iterations.operators.epoch import EpochCommitOperator, EpochHeadOperator, FinishOperator
     from iterations.sensors.alignment import AlignmentSensor
@@ -303,7 +304,7 @@ def iteration_dag(
                     previous_head >> first
             previous, previous_head = group, head
         finish = FinishOperator(task_id="finish", trigger_rule="none_failed", spark_mode=spark_mode,
-                                spark_conn_id=spark_conn_id, **common)
+                                spark_conn_id=spark_conn_id, outlets=[outputs_alias(dag_id)], **common)
         continuation = ContinuationOperator(task_id="continue", trigger_dag_id=dag_id, **common)
         previous >> finish >> continuation
         if commit_in_head:  # after the last head has ended, not only once it skipped its commit

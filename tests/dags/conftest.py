@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -113,3 +114,16 @@ def view_dag_runs(api_server, view_stores):
                                                                    "conf": conf})
         api_server._request("PATCH", f"/api/v2/dags/iterate_pagerank/dagRuns/{batch}", {"state": "success"})
     return list(view_stores.batches)
+
+
+def asset_events(env, uri: str) -> list[dict]:
+    """The asset events Airflow (the SQLite database of ``env``'s AIRFLOW_HOME) holds of the
+    Asset ``uri``, oldest first: each with its extra and the DAG, task and run that emitted it."""
+    import sqlite3
+
+    with sqlite3.connect(os.path.join(env["AIRFLOW_HOME"], "airflow.db")) as db:
+        rows = db.execute(
+            "SELECT e.extra, e.source_dag_id, e.source_task_id, e.source_run_id FROM asset_event e "
+            "JOIN asset a ON a.id = e.asset_id WHERE a.uri = ? ORDER BY e.id", (uri,)).fetchall()
+    return [{"extra": json.loads(extra) if extra else {}, "dag_id": dag, "task_id": task, "run_id": run}
+            for extra, dag, task, run in rows]

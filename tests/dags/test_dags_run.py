@@ -20,16 +20,20 @@ from include.config import InputSpec, JobConfig
 from spark_jobs.runner import IterationRunner
 from include.runtime import IterationJob
 from spark_jobs.storeio import read_input
-from tests.dags.conftest import airflow
+from tests.dags.conftest import airflow, asset_events
 from tests.helpers import StatsdListener, graph_with_dangling, ranks_of, read_published, write_edges
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def published_job(output_path, name) -> str:
+def published_of(output_path, name):
     from include.outputs import published
 
-    return published(str(output_path), name).job_id
+    return published(str(output_path), name)
+
+
+def published_job(output_path, name) -> str:
+    return published_of(output_path, name).job_id
 
 
 def dags_test(env, dag_id, conf):
@@ -72,10 +76,19 @@ def test_iterate_pagerank(airflow_env, spark, tmp_path):
 
     job = IterationJob(JobConfig(job_id="pr-dag", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "store")))
     final_id = job.log.latest_id()
+    # the publication is an asset event of the output's Asset, through the finish's alias
+    uri = (tmp_path / "out" / "ranks").as_uri()
+    first = {"job_id": "pr-dag", "checkpoint_id": final_id, "version": f"v-pr-dag-{final_id}", "rows": len(ours),
+             "format": "parquet", "replaces": None}
+    assert asset_events(airflow_env, uri) == [{"extra": first, "dag_id": "iterate_pagerank", "task_id": "finish",
+                                               "run_id": asset_events(airflow_env, uri)[0]["run_id"]}]
+    assert f"output {uri}: asset event for version v-pr-dag-{final_id} ({len(ours)} rows)" in log
     again = dags_test(airflow_env, "iterate_pagerank", conf)
     assert "job pr-dag is TERMINATED: epoch 5 is not needed" in again, "a finished job computes nothing"
     assert job.log.latest_id() == final_id, "a second run commits nothing"
     assert dict(zip(*read_published(tmp_path / "out", "ranks")[["node", "rank"]].T.values)) == ours
+    assert [e["extra"] for e in asset_events(airflow_env, uri)] == [first], "the same publication: no second event"
+    assert f"output {uri}: the asset event of this publication (version v-pr-dag-{final_id}) was emitted" in again
 
     # recompute from epoch 3 with two epochs more: a new generation, the outputs replaced
     rewound = dags_test(airflow_env, "iterate_pagerank", {**conf, "rewind_to": 3, "max_epochs": 7})
@@ -87,6 +100,11 @@ def test_iterate_pagerank(airflow_env, spark, tmp_path):
     assert dict(zip(*read_published(tmp_path / "out", "ranks")[["node", "rank"]].T.values)) == \
         ranks_of(longer.outputs["ranks"])
     assert job.log.latest_id() == final_id, "the rewound generation is left as it was"
+    recomputed = published_of(tmp_path / "out", "ranks")
+    assert [e["extra"] for e in asset_events(airflow_env, uri)] == [first, {
+        "job_id": "pr-dag.r1", "checkpoint_id": recomputed.checkpoint_id,
+        "version": f"v-pr-dag.r1-{recomputed.checkpoint_id}", "rows": recomputed.rows, "format": "parquet",
+        "replaces": f"v-pr-dag-{final_id}"}], "the recompute is a publication of its own, naming the one it replaced"
 
 
 def test_iterate_kmeans_on_digits_in_connect_mode(airflow_env, spark, tmp_path):

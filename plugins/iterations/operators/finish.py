@@ -52,6 +52,7 @@ class FinishOperator(SparkAttemptOperator):
             result["published"] = published
             for name, where in published.items():
                 self.log.info("output %s published to %s", name, where)
+            result["announced"] = self._announce(context, job, state.latest, published)
             if self.scheduled:
                 schedule, generation = self.generation
                 schedule.complete(generation)
@@ -66,3 +67,14 @@ class FinishOperator(SparkAttemptOperator):
                           "triggers the next batch unless continuation is off", job.config.job_id, state.next_epoch)
         run.end()  # the batch's work is done: the next batch (or another run) may take the job
         return result
+
+    def _announce(self, context: Mapping[str, Any], job, manifest, published: Mapping[str, str]) -> list[str]:
+        """The asset events of what this finish published (iterations.assets), once each."""
+        from airflow.sdk import AssetAlias
+
+        from iterations.assets import announce
+
+        alias = next((o for o in self.outlets if isinstance(o, AssetAlias)), None)
+        if alias is None or not published:
+            return []
+        return announce(context, alias, [p for p in job.publications(manifest) if p["name"] in published], self.log)

@@ -1,0 +1,64 @@
+"""Airflow Assets for what iteration jobs publish.
+
+Every output a finish publishes is an ``Asset`` whose URI is the output's location
+(``include.outputs.output_uri``: ``s3://bucket/prefix/<name>`` or ``file:///path/<name>``). The
+location is a run's param, so the finish task declares an ``AssetAlias`` (one per DAG,
+``outputs_alias``) as its outlet and resolves it, at run time, to the Assets it published: the
+UI's asset graph shows the alias and, once a job published, the Assets behind it. A DAG that
+needs an output is scheduled on ``output_asset(output_path, name)`` (or on the alias: every
+output of every job of the DAG).
+
+Exactly one asset event per publication: a finish that published announces each output unless
+Airflow already holds an event of that publication (same job, checkpoint and version: a retry of
+a finish whose earlier try published and succeeded, or a finish cleared after it succeeded). A
+try that published and died before it succeeded left no event: its retry announces it."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping, Sequence
+
+from airflow.sdk import Asset, AssetAlias
+
+from include.outputs import output_uri
+
+#: how many of an output's latest events are read to find one of the same publication
+RECENT_EVENTS = 500
+_SAME = ("job_id", "checkpoint_id", "version")
+
+
+def outputs_alias(dag_id: str) -> AssetAlias:
+    """The alias the finish task of DAG ``dag_id`` publishes its outputs' Assets through."""
+    return AssetAlias(f"{dag_id}.outputs")
+
+
+def output_asset(output_path: str, name: str) -> Asset:
+    """The Asset of output ``name`` published under ``output_path`` (what a downstream DAG is
+    scheduled on): its URI is the output's location, and so is its name."""
+    return Asset(output_uri(output_path, name))
+
+
+def _events_of(asset: Asset) -> Sequence[Any]:
+    """The latest events Airflow holds of ``asset`` (none when it has no event yet)."""
+    from airflow.sdk.execution_time.context import InletEventsAccessor
+
+    return list(InletEventsAccessor(asset_name=asset.name, asset_uri=asset.uri).ascending(False).limit(RECENT_EVENTS))
+
+
+def announce(context: Mapping[str, Any], alias: AssetAlias, publications: Iterable[Mapping[str, Any]],
+             log: Any, events_of=_events_of) -> list[str]:
+    """Add an asset event (through ``alias``) for each of ``publications`` (``IterationJob.publications``)
+    that Airflow has no event of yet; the URIs announced."""
+    announced = []
+    for p in publications:
+        asset, extra = Asset(p["uri"]), dict(p["extra"])
+        key = tuple(extra.get(k) for k in _SAME)
+        earlier = next((e for e in events_of(asset) if tuple((e.extra or {}).get(k) for k in _SAME) == key), None)
+        if earlier is not None:
+            log.info("output %s: the asset event of this publication (version %s) was emitted at %s: not again",
+                     asset.uri, extra["version"], getattr(earlier, "timestamp", "?"))
+            continue
+        context["outlet_events"][alias].add(asset, extra=extra)
+        log.info("output %s: asset event for version %s (%s rows%s)", asset.uri, extra["version"], extra["rows"],
+                 f", replacing {extra['replaces']}" if extra.get("replaces") else "")
+        announced.append(asset.uri)
+    return announced
