@@ -30,9 +30,10 @@ import pathlib
 import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
+from urllib.request import url2pathname
 
-from include.errors import ObjectNotFound, OutputError
+from include.errors import ConfigError, ObjectNotFound, OutputError
 from include.manifest import DatasetRef, verify_bytes
 from include.schemas import INCREMENT, OUTPUT_MANIFEST, DamagedOutputRecord, DamagedRecord
 from include.store import STORE_MARKER, ObjectStore, open_store
@@ -208,6 +209,18 @@ def output_uri(output_path: str, name: str) -> str:
         return f"s3://{parsed.netloc}/{prefix + '/' if prefix else ''}{name}"
     path = parsed.path if parsed.scheme == "file" else output_path
     return pathlib.Path(os.path.abspath(os.path.join(path, name))).as_uri()
+
+
+def output_of_uri(uri: str) -> tuple[str, str]:
+    """``(output_path, name)`` of an output's URI (``output_uri``'s inverse); ConfigError naming
+    ``uri`` when it is not one."""
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("s3", "file") or not parsed.path.strip("/") or (parsed.scheme == "s3") != bool(parsed.netloc):
+        raise ConfigError(f"{uri!r} is not the URI of an output: s3://bucket/prefix/<name> or file:///path/<name>")
+    where, _, name = uri.rstrip("/").rpartition("/")
+    if parsed.scheme == "file":
+        where = url2pathname(urlparse(where).path) or "/"
+    return where, unquote(name)
 
 
 def published(output_path: str, name: str, **store_options: Any) -> Published:

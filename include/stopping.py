@@ -37,8 +37,10 @@ class Stopping:
         return state.latest.checkpoint_id if state.latest else None
 
     def suspended_at(self, state: JobState) -> int | None:
-        """The latest checkpoint, if the job was suspended there and has not moved on since."""
-        if state.latest is None or state.status is not HeadStatus.RUNNING:
+        """The latest checkpoint, if the job was suspended there and has not moved on since (a
+        running job, or a terminating one whose finish did not publish: its publication was
+        not approved)."""
+        if state.latest is None or state.status not in (HeadStatus.RUNNING, HeadStatus.TERMINATING):
             return None
         cid = state.latest.checkpoint_id
         return cid if self.store.exists(self.log.layout.savepoint(cid)) else None

@@ -62,3 +62,42 @@ def announce(context: Mapping[str, Any], alias: AssetAlias, publications: Iterab
                  f", replacing {extra['replaces']}" if extra.get("replaces") else "")
         announced.append(asset.uri)
     return announced
+
+
+def describe_publications(triggering_asset_events: Mapping[Any, Sequence[Any]] | None,
+                          aws_conn_id: str | None = "aws_default") -> list[dict[str, Any]]:
+    """What a run scheduled on outputs' Assets was triggered by: for each asset event, what it
+    says was published and what a reader of the output sees now (``include.outputs.published``:
+    the current version, its rows and files; ``current`` false when a later publication has
+    replaced it since). An event that is not an output's (another producer's) is named and
+    left out; logged as it goes."""
+    import logging
+
+    from include.errors import IterationError
+    from include.outputs import output_of_uri, published
+    from iterations.hooks.iteration_store import IterationStoreHook
+
+    log = logging.getLogger("iterations")
+    out, seen = [], set()
+    for events in (triggering_asset_events or {}).values():
+        for event in events:
+            uri, extra = event.asset.uri, dict(event.extra or {})
+            key = (uri, event.source_dag_id, event.source_run_id, str(event.timestamp))
+            if key in seen:  # the same event, under its Asset and under the alias it came through
+                continue
+            seen.add(key)
+            try:
+                output_path, name = output_of_uri(uri)
+                now = published(output_path, name, **IterationStoreHook(aws_conn_id).store_options(output_path))
+            except IterationError as e:
+                log.warning("asset event of %s: not an output this DAG can read (%s)", uri, e)
+                continue
+            current = now.manifest.get("version") == extra.get("version")
+            log.info("output %s: version %s of job %s (checkpoint %s, %s rows) %s", uri, extra.get("version"),
+                     extra.get("job_id"), extra.get("checkpoint_id"), extra.get("rows"),
+                     f"is current: {len(now.locations)} files, {now.rows} rows" if current
+                     else f"has been replaced since by version {now.manifest.get('version')}")
+            out.append({"uri": uri, **{k: extra.get(k) for k in ("job_id", "checkpoint_id", "version", "rows",
+                                                                 "replaces")},
+                        "current": current, "current_version": now.manifest.get("version"), "files": len(now.locations)})
+    return out

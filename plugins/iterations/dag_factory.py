@@ -195,6 +195,8 @@ def iteration_dag(
     lease_wait: float = 60.0,
     commit_in_head: bool = True,
     attempt_retries: int = 0,
+    approve_publication: bool = False,
+    approval_timeout: float | None = None,
 ) -> DAG:
     """``params``: the DAG's params (``job_params``, plus the body's: ``body_params``).
     ``body_param_names``: which of them are the body's; None: all the body declares, those not
@@ -224,7 +226,14 @@ def iteration_dag(
     when its Spark job failed in some partitions (their reports missing), before it fails the
     task for Airflow to retry: the coordinators are told which partitions failed and go on (not
     reset to the checkpoint, as a new task process would be), the new attempt gets the same
-    inbox. Off (0) by default: Airflow's retries take every failure."""
+    inbox. Off (0) by default: Airflow's retries take every failure.
+
+    ``approve_publication`` (off by default; a safeguard no run conf switches off): before the
+    finish publishes, a person approves it - Airflow's human-in-the-loop request on the finish
+    task, showing the job's final metrics and data checks; the task waits in
+    ``awaiting_input`` (no worker slot) for up to ``approval_timeout`` seconds (None: no limit).
+    Approve: the final checkpoint and the publication, once. Reject (or no answer in time):
+    nothing published, the job suspended, asking again when triggered with the same job_id."""
     from include.checks import load_checks_file
     from include.locations import LOCATION_PARAMS, dag_roots
     from iterations.assets import outputs_alias
@@ -243,6 +252,8 @@ def iteration_dag(
         raise ValueError(f"epochs_per_batch must be >= 1, got {epochs_per_batch}")
     if isinstance(attempt_retries, bool) or not isinstance(attempt_retries, int) or attempt_retries < 0:
         raise ValueError(f"attempt_retries must be an integer >= 0, got {attempt_retries!r}")
+    if approval_timeout is not None and (isinstance(approval_timeout, bool) or not approval_timeout > 0):
+        raise ValueError(f"approval_timeout must be a number of seconds > 0 or None, got {approval_timeout!r}")
     scheduled = schedule is not None
     checks = load_checks_file(os.path.join(PROJECT_ROOT, checks_file)) if checks_file else None
     # where a run's params may point: the directories/prefixes of the defaults, the embedded
@@ -304,7 +315,8 @@ def iteration_dag(
                     previous_head >> first
             previous, previous_head = group, head
         finish = FinishOperator(task_id="finish", trigger_rule="none_failed", spark_mode=spark_mode,
-                                spark_conn_id=spark_conn_id, outlets=[outputs_alias(dag_id)], **common)
+                                spark_conn_id=spark_conn_id, outlets=[outputs_alias(dag_id)],
+                                approval=approve_publication, approval_timeout=approval_timeout, **common)
         continuation = ContinuationOperator(task_id="continue", trigger_dag_id=dag_id, **common)
         previous >> finish >> continuation
         if commit_in_head:  # after the last head has ended, not only once it skipped its commit

@@ -27,7 +27,22 @@ def dagbag(tmp_path_factory):
 def test_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
     assert set(dagbag.dag_ids) == {"iterate_pagerank", "iterate_kmeans", "iterate_pagerank_daily", "iterations_stop",
-                                   "iterate_sgd_incremental", "iterate_components"}
+                                   "iterate_sgd_incremental", "iterate_components", "pagerank_published",
+                                   "iterate_pagerank_reviewed"}
+
+
+def test_the_outputs_are_assets(dagbag):
+    """Every iteration DAG's finish publishes through its alias; the downstream example DAG is
+    scheduled on iterate_pagerank's."""
+    from airflow.sdk import AssetAlias
+
+    for dag_id, dag in dagbag.dags.items():
+        if dag.has_task("finish"):
+            assert dag.get_task("finish").outlets == [AssetAlias(f"{dag_id}.outputs")], dag_id
+    downstream = dagbag.dags["pagerank_published"]
+    assert list(downstream.timetable.asset_condition.objects) == [AssetAlias("iterate_pagerank.outputs")]
+    assert downstream.doc_md and "iterations" in downstream.tags
+    assert all(task.retries >= 1 for task in downstream.tasks)
 
 
 def test_control_dag(dagbag):
@@ -257,3 +272,34 @@ def test_commit_in_head_shape(monkeypatch, wait_for_input):
     monkeypatch.setenv("ITERATIONS_COMMIT_IN_HEAD", "yes")
     with pytest.raises(ValueError, match="ITERATIONS_COMMIT_IN_HEAD must be 1 or 0, got 'yes'"):
         build()
+
+
+def test_the_asset_scheduled_dag_of_the_docs(tmp_path, capsys):
+    """docs/airflow.md's downstream DAG, as the page writes it: scheduled on the output's Asset;
+    its task, given the asset event of a real publication (a local output), prints the version
+    that arrived and that it is the current one."""
+    import datetime as dt
+    import types
+
+    from airflow.sdk import Asset
+
+    from include.outputs import output_uri, publish_dataset
+    from include.store import LocalStore
+    from tests.docs import block
+    from tests.unit.test_outputs import staged, stamp
+
+    page = block("docs/airflow.md", "import datetime as dt\n\nfrom airflow.sdk import DAG, task\n\n"
+                                    "from iterations.assets import output_asset")
+    scope: dict = {}
+    exec(compile(page.text, "docs/airflow.md", "exec"), scope)
+    dag = scope["dag"]
+    assert list(dag.timetable.asset_condition.objects) == [Asset("s3://iterations-outputs/pagerank/ranks")]
+
+    src, out = LocalStore(tmp_path / "ckpt"), LocalStore(tmp_path / "out")
+    publish_dataset(src, out, "ranks", staged(src, "j", [b"a", b"bb"]), stamp("j", 4))
+    uri = output_uri(str(tmp_path / "out"), "ranks")
+    event = types.SimpleNamespace(asset=Asset(uri), source_dag_id="iterate_pagerank", source_run_id="r1",
+                                  timestamp=dt.datetime(2026, 1, 1), extra={
+                                      "job_id": "j", "checkpoint_id": 4, "version": "v-j-4", "rows": 3})
+    dag.get_task("report").python_callable(triggering_asset_events={Asset(uri): [event]})
+    assert capsys.readouterr().out.splitlines() == ["v-j-4 3 current: True"]

@@ -417,6 +417,119 @@ def test_a_task_killed_after_its_commit_landed_is_retried_exactly_once(stack, ap
     assert (out.lost, out.duplicated, out.wrong, out.garbage) == (0, 0, 0, 0), out.detail
 
 
+def test_a_finish_killed_after_it_published_makes_one_asset_event_and_one_downstream_run(stack, api, holds):
+    """The outputs are Assets: the finish of a PageRank job is SIGKILLed right after it published
+    its ranks (before Airflow heard it succeed: no asset event yet); the scheduler retries it,
+    the retry finds the output published and emits the publication's one asset event, and the
+    DAG scheduled on iterate_pagerank's outputs (pagerank_published) runs once, reading the
+    version the event names as the output's current one. A second run of the finished job
+    publishes nothing new and emits nothing."""
+    job = "pr-stack-asset"
+    conf, _ = _job(stack, job, seed=37, epochs=EPOCHS_PER_BATCH)  # one batch: it ends with the finish
+    uri = f"{OUTPUTS}/{job}/ranks"
+    api.unpause("pagerank_published")
+    with _armed(holds, f"publish.after_output@job={job}", "kill-once") as point:
+        run_id = api.trigger("iterate_pagerank", conf)
+        assert api.wait_run("iterate_pagerank", run_id) == "success", api.log_tail()
+    assert os.path.exists(os.path.join(holds, f"{point}.fired")), "the finish was killed after it published"
+    assert api.task_instances("iterate_pagerank", run_id)["finish"]["try_number"] == 2
+
+    def events() -> list[dict]:
+        got = api.get("/api/v2/assets/events?source_dag_id=iterate_pagerank&source_task_id=finish&limit=1000")
+        return [e for e in got["asset_events"] if e["uri"] == uri]
+
+    published = json.loads(_s3(stack).get_object(Bucket="iterations-outputs", Key=f"{job}/ranks/_PUBLISHED.json")["Body"].read())
+    [event] = events()
+    assert (event["source_dag_id"], event["source_task_id"], event["source_run_id"]) == ("iterate_pagerank", "finish", run_id)
+    assert event["extra"] == {"job_id": job, "checkpoint_id": published["checkpoint_id"], "version": published["version"],
+                              "rows": published["rows"], "format": "parquet", "replaces": None}
+
+    def downstream() -> list[dict]:
+        runs = api.runs("pagerank_published")
+        return [r for r in runs if any(e["asset_id"] == event["asset_id"] for e in api.get(
+            f"/api/v2/dags/pagerank_published/dagRuns/{urllib.parse.quote(r['dag_run_id'], safe='')}/upstreamAssetEvents"
+        )["asset_events"])]
+
+    deadline = time.monotonic() + 300
+    while not (runs := downstream()) or runs[0]["state"] not in ("success", "failed"):
+        assert time.monotonic() < deadline, f"no run of pagerank_published for {uri}: {api.runs('pagerank_published')}"
+        time.sleep(2)
+    [run] = runs
+    assert run["run_type"] == "asset_triggered" and run["state"] == "success", run
+    quoted = urllib.parse.quote(run["dag_run_id"], safe="")
+    read = api.get(f"/api/v2/dags/pagerank_published/dagRuns/{quoted}/taskInstances/read_publication/xcomEntries/"
+                   "return_value")["value"]
+    assert read == [{"uri": uri, "job_id": job, "checkpoint_id": published["checkpoint_id"],
+                     "version": published["version"], "rows": published["rows"], "replaces": None, "current": True,
+                     "current_version": published["version"], "files": len(published["files"])}]
+
+    again = api.trigger("iterate_pagerank", conf)  # the job is finished: its finish finds the publication done
+    assert api.wait_run("iterate_pagerank", again) == "success", api.log_tail()
+    assert [e["id"] for e in events()] == [event["id"]], "no second event of the same publication"
+    time.sleep(5)  # a scheduler loop or two: no second downstream run either
+    assert len(downstream()) == 1
+
+
+def test_a_publication_waits_for_approval_rejected_then_approved(stack, api, holds):
+    """iterate_pagerank_reviewed's finish asks a person (Airflow's human-in-the-loop) before it
+    publishes, showing the final metrics and data checks, and waits in awaiting_input (no worker
+    slot). Rejected through the REST API: nothing published, no asset event, the job suspended.
+    Triggered again: asked again; approved: published, and the finish, killed right after it
+    published, is retried without asking again: one publication, one asset event."""
+    dag, job = "iterate_pagerank_reviewed", "pr-stack-reviewed"
+    conf, _ = _job(stack, job, seed=41, epochs=EPOCHS_PER_BATCH)
+    uri, manifest = f"{OUTPUTS}/{job}/ranks", f"{job}/ranks/_PUBLISHED.json"
+    api.unpause(dag)
+
+    def asked(run_id: str) -> dict:
+        deadline = time.monotonic() + 400
+        while (ti := api.task_instances(dag, run_id).get("finish", {})).get("state") != "awaiting_input":
+            assert ti.get("state") not in ("success", "failed"), f"the finish ended without asking: {ti}"
+            assert time.monotonic() < deadline, f"the finish never asked: {ti}, {api.log_tail()}"
+            time.sleep(2)
+        assert not processes_titled(f"{run_id} finish"), "no process waits for the answer"
+        return api.get(f"/api/v2/dags/{dag}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances/finish/-1/"
+                       "hitlDetails")
+
+    def answer(run_id: str, option: str) -> None:
+        api._request("PATCH", f"/api/v2/dags/{dag}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances/"
+                              f"finish/-1/hitlDetails", {"chosen_options": [option]})
+
+    def events() -> list[dict]:
+        got = api.get(f"/api/v2/assets/events?source_dag_id={dag}&source_task_id=finish&limit=1000")
+        return [e for e in got["asset_events"] if e["uri"] == uri]
+
+    first = api.trigger(dag, conf)
+    request = asked(first)
+    assert request["subject"] == f"Publish the outputs of job {job}?" and request["options"] == ["Approve", "Reject"]
+    body = request["body"]
+    assert "terminated: max\\_epochs" in body or "terminated:" in body, body
+    assert "| feedback records |" in body and "| l1\\_delta |" in body, body
+    assert re.search(r"Data checks of checkpoint 1: \d+ of \d+ passed", body), body
+    answer(first, "Reject")
+    assert api.wait_run(dag, first) == "success", api.log_tail()
+    assert _keys(stack, "iterations-outputs", f"{job}/") == [], "rejected: nothing published"
+    assert events() == []
+    result = api.get(f"/api/v2/dags/{dag}/dagRuns/{urllib.parse.quote(first, safe='')}/taskInstances/finish/"
+                     "xcomEntries/return_value")["value"]
+    assert result["status"] == "SUSPENDED", result
+
+    second = api.trigger(dag, conf)
+    asked(second)
+    with _armed(holds, f"publish.after_output@job={job}", "kill-once") as point:
+        answer(second, "Approve")
+        assert api.wait_run(dag, second) == "success", api.log_tail()
+    assert os.path.exists(os.path.join(holds, f"{point}.fired")), "the approved finish was killed after it published"
+    finish = api.task_instances(dag, second)["finish"]
+    assert finish["try_number"] == 2, finish
+    published = json.loads(_s3(stack).get_object(Bucket="iterations-outputs", Key=manifest)["Body"].read())
+    [event] = events()
+    assert event["source_run_id"] == second and event["extra"]["version"] == published["version"]
+    retry_log = glob.glob(os.path.join(api.home, "logs", f"dag_id={dag}", f"run_id={second}", "task_id=finish",
+                                       "attempt=2.log"))
+    assert retry_log and "waiting for a person" not in open(retry_log[0]).read(), "the retry does not ask again"
+
+
 def test_stop_leaves_nothing_running(stack):
     """``./run.sh stack stop`` (here ``python -m stack stop``, from another process than the one
     that started the stack) stops every process of every service, and frees every port."""

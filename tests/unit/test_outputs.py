@@ -141,3 +141,33 @@ def test_missing_or_foreign_manifest_is_a_clear_error(stores, tmp_path):
     out.put(f"ranks/{PUBLISHED}", json.dumps({"format": "other"}).encode())
     with pytest.raises(OutputError, match="is not a publication manifest"):
         published(str(tmp_path / "out"), "ranks")
+
+
+@pytest.mark.parametrize("output_path", ["/data/out", "/data/a b/out/", "file:///data/out", "s3://bkt/pre/fix/",
+                                         "s3a://bkt", "relative/out"])
+def test_an_outputs_uri_is_its_stores_address_and_back(output_path):
+    """The Asset URI of an output (computed from the text, as a DAG file does) names what the
+    store publishes to, and gives the output back."""
+    import pathlib
+
+    from include.outputs import output_of_uri, output_uri
+    from include.store import open_store
+
+    uri = output_uri(output_path, "ranks")
+    where = open_store(output_path, create=False).url("ranks") if output_path.startswith("s3") else None
+    if where is not None:
+        assert uri == where
+    else:
+        local = output_path.removeprefix("file://")
+        assert uri == pathlib.Path(local).absolute().joinpath("ranks").as_uri()
+    back, name = output_of_uri(uri)
+    assert name == "ranks" and output_uri(back, name) == uri
+
+
+@pytest.mark.parametrize("uri", ["http://host/out/ranks", "s3://bucket-only", "s3:///no-bucket/x", "file://", "ranks"])
+def test_what_is_not_an_outputs_uri_is_refused_naming_it(uri):
+    from include.errors import ConfigError
+    from include.outputs import output_of_uri
+
+    with pytest.raises(ConfigError, match="is not the URI of an output"):
+        output_of_uri(uri)

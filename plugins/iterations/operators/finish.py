@@ -17,11 +17,63 @@ class FinishOperator(SparkAttemptOperator):
     ui_color = "#fde9c9"
     operator_extra_links = (DataChecksLink(),)
 
+    def __init__(self, *, approval: bool = False, approval_timeout: float | None = None, **kwargs: Any) -> None:
+        """``approval``: a person approves each publication first (Airflow's human-in-the-loop
+        request, answered in the UI's Required Actions or the REST API; the task waits for the
+        answer in ``awaiting_input``, holding no worker slot). ``approval_timeout``: seconds to
+        wait for it; no answer in time is a rejection. None: no limit."""
+        super().__init__(**kwargs)
+        self.approval = approval
+        self.approval_timeout = approval_timeout
+
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         with permanent_errors():
             return self._finish(context)
 
-    def _finish(self, context: Mapping[str, Any]) -> dict[str, Any]:
+    def publication_answered(self, context: Mapping[str, Any], event: dict[str, Any] | None = None,
+                             asked: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Resumed with a person's answer to the approval request (or its timeout)."""
+        with permanent_errors():
+            return self._finish(context, answer=(asked, event or {}))
+
+    def _verdict(self, context: Mapping[str, Any], run, drain: bool, answer) -> str | None:
+        """None once a person approved publishing from the job's latest checkpoint; why not, when
+        they rejected it (or did not answer in time). Without an answer to that question yet,
+        the request is made and the task waits for it (``awaiting_input``)."""
+        import datetime as dt
+
+        from airflow.sdk.exceptions import TaskAwaitingInput
+        from airflow.sdk.execution_time.hitl import upsert_hitl_detail
+
+        from include.approval import APPROVE, REJECT, asked_about, publication_request
+
+        question = asked_about(run.job, run.state)
+        if answer is not None:
+            asked, event = answer
+            if asked == question:
+                chosen = list(event.get("chosen_options") or [])
+                user = event.get("responded_by_user") or {}
+                by = user.get("name") or user.get("id") if isinstance(user, dict) else user
+                if event.get("timedout") or "error" in event or not chosen:
+                    return f"publication not approved: no answer within {self.approval_timeout:.0f} s" \
+                        if self.approval_timeout else "publication not approved: no answer"
+                if chosen == [APPROVE]:
+                    self.log.info("publication of job %s checkpoint %s approved by %s", question["job_id"],
+                                  question["checkpoint_id"], by)
+                    return None
+                return f"publication rejected by {by}"
+            self.log.info("the approval answered was asked about %s; the job is at %s now: asking again", asked,
+                          question)
+        subject, body = publication_request(run.job, run.state, drain=drain)
+        upsert_hitl_detail(ti_id=context["task_instance"].id, options=[APPROVE, REJECT], subject=subject, body=body,
+                           params={})
+        self.log.info("job %s: waiting for a person to approve publishing from checkpoint %s (Required Actions "
+                      "in the UI); the task holds no worker slot while it waits", question["job_id"],
+                      question["checkpoint_id"])
+        timeout = dt.timedelta(seconds=self.approval_timeout) if self.approval_timeout else None
+        raise TaskAwaitingInput(method_name="publication_answered", kwargs={"asked": question}, timeout=timeout)
+
+    def _finish(self, context: Mapping[str, Any], answer=None) -> dict[str, Any]:
         from include.head import HeadStatus
         from include.lifecycle import StopMode
         from include.protocol import Step
@@ -32,6 +84,12 @@ class FinishOperator(SparkAttemptOperator):
         param = self.settings(context).get("stop", "none")
         step = run.boundary(asked=StopMode.parse(param) if param != "none" else None)
         why = "requested" if run.requested else f"stop param of run {context['run_id']}"
+        if step in (Step.FINISH, Step.DRAIN) and self.approval:
+            refused = self._verdict(context, run, step is Step.DRAIN, answer)
+            if refused is not None:
+                self.log.warning("job %s: %s: nothing is published; the job is suspended at checkpoint %s",
+                                 job.config.job_id, refused, run.state.latest.checkpoint_id)
+                step, why = Step.SUSPEND, refused
         if step in (Step.FINISH, Step.DRAIN):
             if step is Step.DRAIN:
                 self.log.info("job %s: draining at checkpoint %d (%s)", job.config.job_id,
