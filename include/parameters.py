@@ -190,14 +190,38 @@ ABSENT_PARAMS = {
 }
 
 
+#: The one conf key besides a DAG's params: the OpenLineage provider's parent-run information,
+#: which a triggering task (the continuation) adds so that lineage links the runs. Lineage
+#: metadata only, never read by the job; its shape is checked.
+LINEAGE_KEY = "openlineage"
+LINEAGE_FIELDS = ("parentRunId", "parentJobName", "parentJobNamespace", "rootParentRunId", "rootParentJobName",
+                  "rootParentJobNamespace")
+
+
+def check_lineage_conf(value: Any) -> None:
+    """ConfigError unless ``value`` is the provider's parent-run information: an object of
+    those fields, each a string of at most 1,000 characters."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{LINEAGE_KEY}: OpenLineage parent-run information must be an object, got {value!r:.100}")
+    extra = sorted(str(k) for k in value if k not in LINEAGE_FIELDS)
+    if extra:
+        raise ConfigError(f"{LINEAGE_KEY}: unknown field(s) {extra[:5]}; it may hold {', '.join(LINEAGE_FIELDS)}")
+    bad = sorted(k for k, v in value.items() if not isinstance(v, str) or len(v) > 1000)
+    if bad:
+        raise ConfigError(f"{LINEAGE_KEY}: {bad[0]} must be a string of at most 1,000 characters")
+
+
 def check_conf_keys(given: Mapping[str, Any] | Any, declared: Any, what: str = "run conf") -> None:
     """ConfigError if ``given`` (a run's conf, or its params merged with it) has a key that is
     not in ``declared`` (the DAG's params), naming the key and the nearest declared one: a
-    misspelt setting (``tolerence``) must not be silently ignored."""
+    misspelt setting (``tolerence``) must not be silently ignored. ``openlineage``
+    (``LINEAGE_KEY``) is accepted when well formed."""
     import difflib
 
+    if LINEAGE_KEY in given and LINEAGE_KEY not in declared:
+        check_lineage_conf(given[LINEAGE_KEY])
     known = sorted(declared)
-    unknown = sorted(k for k in given if k not in declared)
+    unknown = sorted(k for k in given if k not in declared and k != LINEAGE_KEY)
     if not unknown:
         return
     absent = [k for k in unknown if k in ABSENT_PARAMS]

@@ -313,9 +313,10 @@ def _exit(code: int) -> None:
     import atexit
     import threading
 
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
+    # as the interpreter does: threading's exit callbacks first (they shut down the executors
+    # of concurrent.futures, whose manager threads would otherwise be waited for forever: the
+    # OpenLineage provider's process pool), then every non-daemon thread joined
+    threading._shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:

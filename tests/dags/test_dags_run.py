@@ -26,6 +26,14 @@ from tests.helpers import StatsdListener, graph_with_dangling, ranks_of, read_pu
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
+def lineage_events(path) -> list[dict]:
+    """The OpenLineage events the provider's file transport wrote, of the iteration tasks."""
+    if not os.path.exists(path):
+        return []
+    events = [json.loads(line) for line in open(path) if line.strip()]
+    return [e for e in events if "iterations" in (e.get("run", {}).get("facets") or {})]
+
+
 def published_of(output_path, name):
     from include.outputs import published
 
@@ -51,8 +59,12 @@ def test_iterate_pagerank(airflow_env, spark, tmp_path):
             "output_path": str(tmp_path / "out"), "max_epochs": 5, "tolerance": 0, "num_partitions": 3,
             "damping": 0.85, "retain_last": 10}
     statsd = StatsdListener()
+    lineage = tmp_path / "openlineage.jsonl"  # the OpenLineage provider's file transport
+    ol_env = {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage),
+                                                              "append": True}),
+              "AIRFLOW__OPENLINEAGE__NAMESPACE": "iterations-test"}
     try:
-        log = dags_test({**airflow_env, **statsd.env()}, "iterate_pagerank", conf)
+        log = dags_test({**airflow_env, **statsd.env(), **ol_env}, "iterate_pagerank", conf)
         time.sleep(0.5)  # the last datagrams
     finally:
         statsd.close()
@@ -83,7 +95,8 @@ def test_iterate_pagerank(airflow_env, spark, tmp_path):
     assert asset_events(airflow_env, uri) == [{"extra": first, "dag_id": "iterate_pagerank", "task_id": "finish",
                                                "run_id": asset_events(airflow_env, uri)[0]["run_id"]}]
     assert f"output {uri}: asset event for version v-pr-dag-{final_id} ({len(ours)} rows)" in log
-    again = dags_test(airflow_env, "iterate_pagerank", conf)
+    first_events = lineage_events(lineage)
+    again = dags_test({**airflow_env, **ol_env}, "iterate_pagerank", conf)
     assert "job pr-dag is TERMINATED: epoch 5 is not needed" in again, "a finished job computes nothing"
     assert job.log.latest_id() == final_id, "a second run commits nothing"
     assert dict(zip(*read_published(tmp_path / "out", "ranks")[["node", "rank"]].T.values)) == ours
@@ -91,6 +104,29 @@ def test_iterate_pagerank(airflow_env, spark, tmp_path):
     assert f"output {uri}: the asset event of this publication (version v-pr-dag-{final_id}) was emitted" in again
 
     # recompute from epoch 3 with two epochs more: a new generation, the outputs replaced
+    # lineage: every task's run a child of the one logical job, the edges its input, the ranks
+    # its output at the version of the final checkpoint, reported again (not anew) by the
+    # second run; nothing of the checkpoint store is ever a dataset
+    events = lineage_events(lineage)
+    runs = {e["run"]["facets"]["iterations"]["jobRunId"] for e in events}
+    assert {e["run"]["facets"]["iterations"]["job"] for e in events} == {"iterations.pr-dag"} and len(runs) == 1
+    assert {e["job"]["name"].split(".", 1)[1] for e in first_events if e["eventType"] == "COMPLETE"} >= \
+        {"epoch_0.run", "finish", "continue"}
+    heads = [e["run"]["facets"]["iterations"] for e in first_events
+             if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".run")]
+    assert sorted(h["epoch"] for h in heads) == [0, 1, 2, 3, 4]
+    assert {(i["namespace"], i["name"]) for e in events for i in e.get("inputs", [])} == {("file", edges)}
+    finishes = [e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"] == "iterate_pagerank.finish"]
+    assert len(finishes) == 2
+    for e in finishes:
+        [out] = e["outputs"]
+        assert (out["namespace"], out["name"]) == ("file", str(tmp_path / "out" / "ranks"))
+        assert out["facets"]["version"]["datasetVersion"] == f"v-pr-dag-{final_id}"
+        assert out["outputFacets"]["outputStatistics"]["rowCount"] == len(ours)
+    store_root = str(tmp_path / "store")
+    named = [d["name"] for e in events for d in e.get("inputs", []) + e.get("outputs", [])]
+    assert not [n for n in named if n.startswith(store_root)], "checkpoint objects are never datasets"
+
     rewound = dags_test(airflow_env, "iterate_pagerank", {**conf, "rewind_to": 3, "max_epochs": 7})
     assert "generation pr-dag.r1 recomputes it from epoch 3 of pr-dag" in rewound
     assert "job pr-dag.r1: starts from checkpoint 2 of pr-dag (copied, verified): epoch 3 is next" in rewound

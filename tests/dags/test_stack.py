@@ -63,7 +63,10 @@ def stack(tmp_path_factory, holds):
     # Spark workers' executors) read the same failure points; every task process appends its
     # commits and publications to one trace (tests/faults/sweep.audit)
     points = {failpoints.FILE_ENV: os.path.join(holds, "armed"), failpoints.DIR_ENV: holds}
-    settings = {**SETTINGS, **points, failpoints.TRACE_ENV: os.path.join(holds, "trace.jsonl")}
+    # OpenLineage on, to a file (the provider's file transport): every task process appends to it
+    lineage = {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+        {"type": "file", "log_file_path": os.path.join(holds, "openlineage.jsonl"), "append": True})}
+    settings = {**SETTINGS, **points, **lineage, failpoints.TRACE_ENV: os.path.join(holds, "trace.jsonl")}
     argv = [sys.executable, "-m", "stack", "start", "--home", home,
             *[a for k, v in settings.items() for a in ("--setting", f"{k}={v}")],
             *[a for k, v in points.items() for a in ("--spark-worker-setting", f"{k}={v}")]]
@@ -120,7 +123,7 @@ def _wait_job(api: StackApi, job: str, batches: int, timeout: float = 900,
         time.sleep(2)
 
 
-def test_a_job_of_two_batches_with_a_celery_worker_killed_mid_epoch(stack, api, spark, tmp_path):
+def test_a_job_of_two_batches_with_a_celery_worker_killed_mid_epoch(stack, api, holds, spark, tmp_path):
     """Epoch 1's run task is on a Celery worker when that worker's machine dies (every process
     of the worker: its pool, the task supervisor, the task process). The scheduler notices the
     missing heartbeat, the task runs again on the other worker with a new attempt, the killed
@@ -164,6 +167,18 @@ def test_a_job_of_two_batches_with_a_celery_worker_killed_mid_epoch(stack, api, 
     assert json.loads(body["Body"].read())["attempt_id"] != killed_attempt, "the killed attempt is fenced"
     assert s3_published_ranks(stack.s3_endpoint, f"{OUTPUTS}/{job}") == \
         failure_free_ranks(spark, edges, 3, tmp_path, 2), "bit for bit"
+
+    # OpenLineage: the continuation made the second batch's run a child of its continue task
+    # (the provider's parent information in the run's conf, which the closed conf accepts); every
+    # task of both batches names the one logical job; the killed epoch's retry adds no output
+    last_conf = next(r for r in runs if r["dag_run_id"] != run_id)["conf"]
+    assert last_conf["openlineage"]["parentJobName"] == "iterate_pagerank.continue", last_conf
+    events = [json.loads(line) for line in open(os.path.join(holds, "openlineage.jsonl")) if line.strip()]
+    ours = [e for e in events if (e["run"].get("facets") or {}).get("iterations", {}).get("job") == f"iterations.{job}"]
+    assert {e["run"]["facets"]["iterations"]["jobRunId"] for e in ours} == {ours[0]["run"]["facets"]["iterations"]["jobRunId"]}
+    assert {e["job"]["name"] for e in ours} >= {"iterate_pagerank.epoch_0.run", "iterate_pagerank.finish"}
+    versions = {d["facets"]["version"]["datasetVersion"] for e in ours for d in e.get("outputs", [])}
+    assert versions == {f"v-{job}-3"}, "one output version: the final checkpoint's"
 
     # The variables kept in the batch's Spark Connect session reach the next task on whichever
     # worker it lands: epoch 1's run task (its retry or the killed try) and the last batch's

@@ -128,3 +128,23 @@ def test_parameters_are_declared_once_on_the_dataclass():
 
     with pytest.raises(TypeError, match=r"Undeclared.rate is not declared with include.parameters.param"):
         parameters_of(Undeclared)
+
+
+def test_the_openlineage_parent_information_is_the_one_key_besides_the_params():
+    """A continuation's run conf carries the OpenLineage provider's parent run: accepted when it
+    is that (an object of the provider's fields, strings), refused naming what is wrong."""
+    import pytest
+
+    from include.errors import ConfigError
+    from include.parameters import check_conf_keys
+
+    declared = {"job_id", "max_epochs"}
+    parent = {"parentRunId": "0190-…", "parentJobName": "iterate_pagerank.continue", "parentJobNamespace": "default",
+              "rootParentRunId": "0190-…", "rootParentJobName": "iterate_pagerank", "rootParentJobNamespace": "default"}
+    check_conf_keys({"job_id": "j", "openlineage": parent}, declared)
+    for bad, why in (("not an object", "must be an object"), ({"parentRunId": 3}, "parentRunId must be a string"),
+                     ({"parentRunId": "x" * 1001}, "at most 1,000"), ({"run": "x"}, r"unknown field\(s\) \['run'\]")):
+        with pytest.raises(ConfigError, match=why):
+            check_conf_keys({"openlineage": bad}, declared)
+    with pytest.raises(ConfigError, match="'openlinage'"):
+        check_conf_keys({"openlinage": parent}, declared)

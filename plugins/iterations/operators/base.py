@@ -147,6 +147,26 @@ class IterationOperator(BaseOperator):
         self.aws_conn_id = aws_conn_id
         self.scheduled = scheduled
 
+    def record_lineage(self, job, **what: Any) -> None:
+        """What this task read and published, for OpenLineage (include.lineage.job_lineage);
+        the latest call wins. Never fails the task."""
+        from include.lineage import job_lineage
+
+        try:
+            self._lineage = job_lineage(job, **what)
+        except Exception as e:  # lineage is a report, not the job's work
+            self.log.warning("lineage not recorded (%s: %s)", type(e).__name__, e)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any):
+        """The OpenLineage provider's hook (iterations.lineage): the job's input, the outputs
+        this task published with their versions, the logical iteration job it is part of."""
+        from iterations.lineage import operator_lineage
+
+        return operator_lineage(getattr(self, "_lineage", None))
+
+    def get_openlineage_facets_on_failure(self, task_instance: Any):
+        return self.get_openlineage_facets_on_complete(task_instance)
+
     def pre_execute(self, context: Any) -> None:
         from include.interpreter import skip_exit_collection
 
@@ -429,7 +449,9 @@ class IterationOperator(BaseOperator):
                                                  owner=owner, hold=self.hold(context, store, config.job_id))
             extra = generations.job_options(lineage, log_id)
         config = dataclasses.replace(config, job_id=log_id)
-        return IterationJob(config, store, store_options=options, output_owner=output_owner, **extra), options
+        job = IterationJob(config, store, store_options=options, output_owner=output_owner, **extra)
+        self.record_lineage(job)
+        return job, options
 
 
 class SparkAttemptOperator(IterationOperator):

@@ -48,7 +48,7 @@ class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
 
     def __init__(self, *, trigger_dag_id: str, **kwargs: Any) -> None:
         super().__init__(trigger_dag_id=trigger_dag_id, logical_date=None, skip_when_already_exists=True,
-                         openlineage_inject_parent_info=False, **kwargs)
+                         **kwargs)
 
     def execute(self, context: Mapping[str, Any]) -> None:
         from iterations.operators.base import permanent_errors
@@ -69,6 +69,9 @@ class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
             raise AirflowSkipException(f"job {job.config.job_id} is suspended at checkpoint "
                                        f"{state.latest.checkpoint_id}: trigger the DAG again to resume")
         conf = dict(context["params"])
+        # the OpenLineage provider adds this task as the next batch's parent run (the first
+        # batch's run stays the root), in place of what this batch's conf had
+        conf.pop("openlineage", None)
         conf["stop"] = "none"  # a stop param applied to the batch that asked for it
         if "recompute" in conf:  # a scheduled DAG's param (a run conf holds only the DAG's params)
             conf["recompute"] = False  # a continuation goes on with the batch's generation

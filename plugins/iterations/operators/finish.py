@@ -132,7 +132,11 @@ class FinishOperator(SparkAttemptOperator):
 
         from iterations.assets import announce
 
-        alias = next((o for o in self.outlets if isinstance(o, AssetAlias)), None)
-        if alias is None or not published:
+        if not published:
             return []
-        return announce(context, alias, [p for p in job.publications(manifest) if p["name"] in published], self.log)
+        publications = [p for p in job.publications(manifest) if p["name"] in published]
+        self.record_lineage(job, epoch=manifest.decision.epoch if manifest.decision else None,
+                            checkpoint_id=manifest.checkpoint_id,
+                            published=publications)
+        alias = next((o for o in self.outlets if isinstance(o, AssetAlias)), None)
+        return announce(context, alias, publications, self.log) if alias is not None else []
