@@ -2,7 +2,8 @@
 
 Scheduled on the Assets ``iterate_pagerank``'s finish publishes (through its alias
 ``iterate_pagerank.outputs``): each time a job of that DAG publishes its ranks, this DAG runs
-once, and its task reads what the asset event says arrived (job, checkpoint, version, rows) and
+once (publications that arrive before its next run is created are taken by one run), and its
+task reads what each asset event says arrived (job, checkpoint, version, rows) and
 checks it against the output's manifest: the version a reader of the location sees now, its
 files and rows. A DAG that needs one output only is scheduled on that output's Asset instead:
 ``iterations.assets.output_asset(output_path, "ranks")``.
