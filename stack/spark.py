@@ -11,7 +11,7 @@ import subprocess
 import sys
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 from spark_jobs.connect_server import spark_home
 from stack.procs import ROOT, free_port
@@ -84,31 +84,35 @@ class StandaloneCluster:
         self.start_connect()
         return self
 
-    def _start_master(self, attempts: int = 3) -> None:
-        """The master on exactly its ports (``spark.port.maxRetries=0``: Spark would otherwise
-        move to the next port when one is taken, and a client of the port asked for would talk to
-        whoever holds it). Ports left to choose (0) are chosen again when the master could not
-        bind them; ports given are used or the start fails, naming them."""
-        spark_class = os.path.join(spark_home(), "bin", "spark-class")
-        log = os.path.join(self.workdir, "master.log")
-        choose_port, choose_ui = not self.master_port, not self.master_ui
-        chosen = choose_port or choose_ui
+    def _on_exact_ports(self, name: str, ports: Sequence[str], start: Callable[[], None], attempts: int = 3) -> None:
+        """Start service ``name`` (``start``: RuntimeError when its process exits) on exactly its
+        ports (Spark with ``spark.port.maxRetries=0``: it would otherwise move to the next port
+        when one is taken, and a client of the port asked for would talk to whoever holds it).
+        The attributes ``ports`` left to choose (0) are chosen before each try, again when the
+        service could not bind them; ports given are tried once, the failure naming them."""
+        choosing = [p for p in ports if not getattr(self, p)]
         for attempt in range(1, attempts + 1):
-            if choose_port:
-                self.master_port = free_port()
-            if choose_ui:
-                self.master_ui = free_port()
-            proc = self._start("master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                                          "--port", str(self.master_port), "--webui-port", str(self.master_ui)],
-                               {"SPARK_MASTER_OPTS": "-Dspark.port.maxRetries=0"})
+            for p in choosing:
+                setattr(self, p, free_port())
             try:
-                wait_until(f"the standalone master on ports {self.master_port} and {self.master_ui} (UI)",
-                           self._master_answers, 120, log, proc)
+                start()
                 return
             except RuntimeError:
-                self.stop_process("master", signal.SIGKILL)
-                if not chosen or attempt == attempts:
+                self.stop_process(name, signal.SIGKILL)
+                if not choosing or attempt == attempts:
                     raise
+
+    def _start_master(self) -> None:
+        """The master on exactly its ports (``_on_exact_ports``)."""
+        self._on_exact_ports("master", ("master_port", "master_ui"), self._run_master)
+
+    def _run_master(self) -> None:
+        spark_class = os.path.join(spark_home(), "bin", "spark-class")
+        proc = self._start("master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                                      "--port", str(self.master_port), "--webui-port", str(self.master_ui)],
+                           {"SPARK_MASTER_OPTS": "-Dspark.port.maxRetries=0"})
+        wait_until(f"the standalone master on ports {self.master_port} and {self.master_ui} (UI)",
+                   self._master_answers, 120, os.path.join(self.workdir, "master.log"), proc)
 
     def start_worker(self, i: int) -> None:
         spark_class = os.path.join(spark_home(), "bin", "spark-class")
@@ -148,20 +152,9 @@ class StandaloneCluster:
         wait_until(f"{count} alive workers", lambda: self.alive_workers() == count, timeout,
               os.path.join(self.workdir, "master.log"))
 
-    def start_connect(self, attempts: int = 3) -> None:
-        """The Spark Connect server on exactly its port (chosen again, when left to choose, if
-        the server could not bind it)."""
-        chosen = not self.connect_port
-        for attempt in range(1, attempts + 1):
-            if chosen:
-                self.connect_port = free_port()
-            try:
-                self._start_connect()
-                return
-            except RuntimeError:
-                self.stop_process("connect", signal.SIGKILL)
-                if not chosen or attempt == attempts:
-                    raise
+    def start_connect(self) -> None:
+        """The Spark Connect server on exactly its port (``_on_exact_ports``)."""
+        self._on_exact_ports("connect", ("connect_port",), self._start_connect)
 
     def _start_connect(self) -> None:
         log = os.path.join(self.workdir, "connect.log")
