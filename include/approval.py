@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from include.errors import ObjectNotFound
+from include.schemas import DamagedRecord
 
 APPROVE, REJECT = "Approve", "Reject"
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~])")
@@ -49,21 +50,22 @@ def publication_request(job, state, *, drain: bool = False) -> tuple[str, str]:
 
 
 def check_lines(job, manifest) -> list[str]:
-    """The data checks of ``manifest``'s attempt, as Markdown lines: counts and what did not pass."""
+    """The data checks of ``manifest``'s attempt, as Markdown lines: counts and what did not pass
+    (read as the Iterations view reads them: include.overview.reader.check_view)."""
+    from include.overview.reader import check_view
+
     key = f"{job.log.layout.checks(manifest.checkpoint_id, manifest.attempt_id)}/validation.json"
     try:
-        report = json.loads(job.store.get(key)).get("report") or {}
+        view = check_view(manifest.checkpoint_id, manifest.attempt_id, json.loads(job.store.get(key)), key,
+                          job.store.location(key))
     except ObjectNotFound:
         return ["Data checks: none ran on this checkpoint."]
-    except (ValueError, AttributeError):
+    except (ValueError, DamagedRecord):
         return [f"Data checks: their result at {_md(job.store.location(key), 400)} cannot be read."]
-    counts = report.get("counts") if isinstance(report.get("counts"), dict) else {}
-    outcomes = [o for o in report.get("outcomes", []) if isinstance(o, dict)]
-    total = sum(v for v in counts.values() if isinstance(v, int)) or len(outcomes)
+    counts = view.counts
+    total = sum(v for v in counts.values() if isinstance(v, int)) or len(view.not_passed)
     lines = [f"Data checks of checkpoint {manifest.checkpoint_id}: {counts.get('passed', 0)} of {total} passed."]
-    for o in outcomes:
-        if o.get("status") != "passed":
-            note = f": {_md(o.get('note'))}" if o.get("note") else ""
-            lines.append(f"- {_md(o.get('status'), 20)} {_md(o.get('name'), 120)} "
-                         f"({_md(o.get('severity'), 20)}){note}")
+    for o in view.not_passed:
+        note = f": {_md(o['note'])}" if o["note"] else ""
+        lines.append(f"- {_md(o['status'], 20)} {_md(o['name'], 120)} ({_md(o['severity'], 20)}){note}")
     return lines

@@ -246,25 +246,10 @@ class _Reader:
             if name != "validation.json":
                 continue
             where = self.layout.checks(epoch, attempt)
-            data = self._json(f"{where}/validation.json")
-            report = data.get("report") if isinstance(data, dict) else None
-            if not isinstance(report, dict) or not isinstance(report.get("counts", {}), dict) \
-                    or not isinstance(report.get("outcomes", []), list):
-                raise DamagedRecord(f"{self.store.location(where + '/validation.json')} is not a data-check "
-                                    "result: a JSON object with a report of counts and outcomes is expected")
-            problems = [_outcome_line(o) for o in report.get("outcomes", [])
-                        if isinstance(o, dict) and o.get("status") in ("failed", "error")]
-            not_passed = [{"name": str(o.get("name")), "status": str(o.get("status")), "severity": str(o.get("severity")),
-                           "note": str(o.get("note") or "") or None}
-                          for o in report.get("outcomes", []) if isinstance(o, dict) and o.get("status") != "passed"]
-            counts = report.get("counts", {})
             html = f"{where}/data_docs.html"
-            out.setdefault(epoch, []).append(CheckView(
-                epoch=epoch, attempt_id=attempt, kind=report.get("kind", "epoch"),
-                success=bool(report.get("success")), counts=counts,
-                headline=(f"{counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
-                          f"{counts.get('warned', 0)} warning(s), {counts.get('skipped', 0)} skipped"),
-                problems=problems, not_passed=not_passed, json_key=f"{where}/validation.json",
+            out.setdefault(epoch, []).append(check_view(
+                epoch, attempt, self._json(f"{where}/validation.json"), f"{where}/validation.json",
+                self.store.location(f"{where}/validation.json"),
                 html_key=html if any(o.key == html for o in self.objects) else None))
         return out
 
@@ -329,6 +314,30 @@ def _phases(value: Any) -> dict[str, float]:
         return {}
     return {str(k): float(v) for k, v in value.items()
             if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e9}
+
+
+def check_view(epoch: int, attempt: str, data: Any, json_key: str, where: str,
+               html_key: str | None = None) -> CheckView:
+    """The data checks of attempt ``attempt`` of ``epoch`` from ``data``, its check result as
+    stored (``<checks of the attempt>/validation.json``, read from ``where``); DamagedRecord
+    naming ``where`` if it is not one."""
+    report = data.get("report") if isinstance(data, dict) else None
+    if not isinstance(report, dict) or not isinstance(report.get("counts", {}), dict) \
+            or not isinstance(report.get("outcomes", []), list):
+        raise DamagedRecord(f"{where} is not a data-check result: a JSON object with a report of counts and "
+                            "outcomes is expected")
+    problems = [_outcome_line(o) for o in report.get("outcomes", [])
+                if isinstance(o, dict) and o.get("status") in ("failed", "error")]
+    not_passed = [{"name": str(o.get("name")), "status": str(o.get("status")), "severity": str(o.get("severity")),
+                   "note": str(o.get("note") or "") or None}
+                  for o in report.get("outcomes", []) if isinstance(o, dict) and o.get("status") != "passed"]
+    counts = report.get("counts", {})
+    return CheckView(
+        epoch=epoch, attempt_id=attempt, kind=report.get("kind", "epoch"),
+        success=bool(report.get("success")), counts=counts,
+        headline=(f"{counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
+                  f"{counts.get('warned', 0)} warning(s), {counts.get('skipped', 0)} skipped"),
+        problems=problems, not_passed=not_passed, json_key=json_key, html_key=html_key)
 
 
 def _who_and_when(a: AttemptView, record: dict[str, Any]) -> None:
