@@ -12,8 +12,9 @@ from include.failpoints import failpoint, trace
 from include.lifecycle import Lifecycle, OperatorState
 from include.locations.owners import claim_output
 from include.manifest import Manifest
-from include.outputs import (_manifest, check_not_in_store, output_uri, publish_dataset, publish_delta,
-                             publish_increment, version_of)
+from include.outputs import (check_not_in_store, output_uri, publish_dataset, publish_delta, publish_increment,
+                             version_of)
+from include.outputs import published as current_publication
 from include.plan import JobState
 from include.store import open_store
 
@@ -95,36 +96,42 @@ class Publication:
         if keys:
             self.store.delete(keys)
 
-    def publications(self, manifest: Manifest) -> list[dict[str, Any]]:
-        """What the final checkpoint ``manifest`` published, one record per output, in the form
-        an orchestrator announces it (an Airflow asset event, an OpenLineage output dataset):
-        ``{"name", "uri", "extra": {"job_id", "checkpoint_id", "version", "rows", "format",
-        "replaces"}}``. ``version`` names the publication (the same for a retry, another for a
-        recompute); ``replaces`` is the version it replaced, when it replaced one. Only outputs
-        whose publication is recorded: none before ``publish``."""
-        if manifest.kind != "final" or not manifest.outputs or not self.config.output_path:
+    def publications(self, manifest: Manifest, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """What checkpoint ``manifest`` published, one record per output, in the form an
+        orchestrator announces it (an Airflow asset event, an OpenLineage output dataset):
+        ``{"name", "uri", "extra": {"job_id", "checkpoint_id", "version", ...}}``. ``version``
+        names the publication (the same for a retry, another for a recompute). A final
+        checkpoint's outputs (``names``: None, the recorded publications): also ``rows``,
+        ``format`` and ``replaces``, the version it replaced, when it replaced one. An epoch
+        checkpoint's appended outputs: ``names``, the ones its commit published (no I/O)."""
+        if not manifest.outputs or not self.config.output_path:
             return []
-        done = self.log.publications.of(manifest.checkpoint_id)
-        out = open_store(self.config.output_path, **self.store_options)
         stamp = {"job_id": manifest.job_id, "checkpoint_id": manifest.checkpoint_id}
-        # the URI the output's readers name it by: the location it was published to
         version = version_of(stamp)
+
+        def record(name: str, **extra: Any) -> dict[str, Any]:
+            return {"name": name, "uri": output_uri(self.config.output_path, name),
+                    "extra": {**stamp, "version": version, **extra}}
+
+        if manifest.kind != "final":
+            return [record(name) for name in sorted(names or ())]
+        done = self.log.publications.of(manifest.checkpoint_id)
         records = []
         for name in sorted(manifest.outputs):
-            if name not in done:
+            if name not in done or (names is not None and name not in names):
                 continue
+            fmt = done[name].get("format", "parquet")
             replaces = None
-            if done[name].get("format", "parquet") == "parquet":
+            if fmt == "parquet":
                 try:
-                    current = _manifest(out, name)
+                    current = current_publication(self.config.output_path, name, **self.store_options).manifest
                 except (IterationError, OSError) as e:  # a reader's problem, not the announcement's
-                    log.warning("output %s: its manifest could not be read (%s)", out.location(name), e)
+                    log.warning("output %s: its manifest could not be read (%s)",
+                                output_uri(self.config.output_path, name), e)
                     current = None
                 if current is not None and current.get("version") == version:
                     replaces = current.get("replaces")
-            records.append({"name": name, "uri": output_uri(self.config.output_path, name), "extra": {
-                **stamp, "version": version, "rows": int(done[name].get("rows", 0)),
-                "format": done[name].get("format", "parquet"), "replaces": replaces}})
+            records.append(record(name, rows=int(done[name].get("rows", 0)), format=fmt, replaces=replaces))
         return records
 
     def publish(self, manifest: Manifest) -> dict[str, str]:

@@ -30,15 +30,11 @@ class EpochCommitting(IterationOperator):
         and the later epochs (and the tasks ``also_skip``) are skipped, which ends the task."""
         from include.protocol import epoch_line
 
-        from include.outputs import output_uri, version_of
-
         d, manifest = done.decision, done.manifest
         self.log.info("%s", epoch_line(d))
-        job = run.job  # each epoch's outputs appended: version v-<job>-<checkpoint>, the same on a retry
-        increments = [{"uri": output_uri(job.config.output_path, name), "extra": {"version": version_of(
-            {"job_id": manifest.job_id, "checkpoint_id": manifest.checkpoint_id})}}
-            for name in sorted(done.published)] if job.config.output_path else []
-        self.record_lineage(job, epoch=d.epoch, checkpoint_id=manifest.checkpoint_id, published=increments)
+        # the epoch's appended outputs, each at its version (the same on a retry)
+        self.record_lineage(run.job, epoch=d.epoch, checkpoint_id=manifest.checkpoint_id,
+                            published=run.job.publications(manifest, names=list(done.published)))
         for name, where in done.published.items():
             self.log.info("epoch %d output %s appended to %s", d.epoch, name, where)
         self._emit_metrics(run.job.config.job_id, d, manifest, started_at)

@@ -134,7 +134,7 @@ class FinishOperator(SparkAttemptOperator):
 
         if not published:
             return []
-        publications = [p for p in job.publications(manifest) if p["name"] in published]
+        publications = job.publications(manifest, names=list(published))
         self.record_lineage(job, epoch=manifest.decision.epoch if manifest.decision else None,
                             checkpoint_id=manifest.checkpoint_id,
                             published=publications)
