@@ -217,3 +217,14 @@ def wait_held(holds, point: str, *, alive=lambda: True, context=lambda: "", time
 def release_hold(holds, point: str) -> None:
     """Let the process held at failure point ``point`` go on."""
     open(os.path.join(holds, f"{point}.release"), "w").close()
+
+
+def lineage_events(path) -> list[dict]:
+    """The OpenLineage events the provider's file transport wrote to ``path``, of the iteration
+    tasks (those with the ``iterations`` run facet)."""
+    import json
+
+    if not os.path.exists(path):
+        return []
+    events = [json.loads(line) for line in open(path) if line.strip()]
+    return [e for e in events if "iterations" in (e.get("run", {}).get("facets") or {})]

@@ -21,17 +21,9 @@ from spark_jobs.runner import IterationRunner
 from include.runtime import IterationJob
 from spark_jobs.storeio import read_input
 from tests.dags.conftest import airflow, asset_events
-from tests.helpers import StatsdListener, graph_with_dangling, ranks_of, read_published, write_edges
+from tests.helpers import StatsdListener, graph_with_dangling, lineage_events, ranks_of, read_published, write_edges
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-def lineage_events(path) -> list[dict]:
-    """The OpenLineage events the provider's file transport wrote, of the iteration tasks."""
-    if not os.path.exists(path):
-        return []
-    events = [json.loads(line) for line in open(path) if line.strip()]
-    return [e for e in events if "iterations" in (e.get("run", {}).get("facets") or {})]
 
 
 def published_of(output_path, name):

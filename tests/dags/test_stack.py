@@ -29,8 +29,8 @@ from stack.procs import listening, session_members
 from stack.services import Stack
 from tests.conftest import ROOT
 from tests.dags.airflow_server import StackApi, processes_titled
-from tests.helpers import (failure_free_ranks, graph_with_dangling, read_published, s3_checkpoint_ids,
-                           release_hold, s3_published_ranks, wait_held, write_edges)
+from tests.helpers import (failure_free_ranks, graph_with_dangling, lineage_events, read_published,
+                           s3_checkpoint_ids, release_hold, s3_published_ranks, wait_held, write_edges)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
 
@@ -123,6 +123,12 @@ def _wait_job(api: StackApi, job: str, batches: int, timeout: float = 900,
         time.sleep(2)
 
 
+def _finish_events(api: StackApi, dag_id: str, uri: str) -> list[dict]:
+    """The asset events the finish tasks of ``dag_id`` emitted for the Asset ``uri``."""
+    got = api.get(f"/api/v2/assets/events?source_dag_id={dag_id}&source_task_id=finish&limit=1000")
+    return [e for e in got["asset_events"] if e["uri"] == uri]
+
+
 def test_a_job_of_two_batches_with_a_celery_worker_killed_mid_epoch(stack, api, holds, spark, tmp_path):
     """Epoch 1's run task is on a Celery worker when that worker's machine dies (every process
     of the worker: its pool, the task supervisor, the task process). The scheduler notices the
@@ -173,8 +179,8 @@ def test_a_job_of_two_batches_with_a_celery_worker_killed_mid_epoch(stack, api, 
     # task of both batches names the one logical job; the killed epoch's retry adds no output
     last_conf = next(r for r in runs if r["dag_run_id"] != run_id)["conf"]
     assert last_conf["openlineage"]["parentJobName"] == "iterate_pagerank.continue", last_conf
-    events = [json.loads(line) for line in open(os.path.join(holds, "openlineage.jsonl")) if line.strip()]
-    ours = [e for e in events if (e["run"].get("facets") or {}).get("iterations", {}).get("job") == f"iterations.{job}"]
+    events = lineage_events(os.path.join(holds, "openlineage.jsonl"))
+    ours = [e for e in events if e["run"]["facets"]["iterations"]["job"] == f"iterations.{job}"]
     assert {e["run"]["facets"]["iterations"]["jobRunId"] for e in ours} == {ours[0]["run"]["facets"]["iterations"]["jobRunId"]}
     assert {e["job"]["name"] for e in ours} >= {"iterate_pagerank.epoch_0.run", "iterate_pagerank.finish"}
     versions = {d["facets"]["version"]["datasetVersion"] for e in ours for d in e.get("outputs", [])}
@@ -450,8 +456,7 @@ def test_a_finish_killed_after_it_published_makes_one_asset_event_and_one_downst
     assert api.task_instances("iterate_pagerank", run_id)["finish"]["try_number"] == 2
 
     def events() -> list[dict]:
-        got = api.get("/api/v2/assets/events?source_dag_id=iterate_pagerank&source_task_id=finish&limit=1000")
-        return [e for e in got["asset_events"] if e["uri"] == uri]
+        return _finish_events(api, "iterate_pagerank", uri)
 
     published = json.loads(_s3(stack).get_object(Bucket="iterations-outputs", Key=f"{job}/ranks/_PUBLISHED.json")["Body"].read())
     [event] = events()
@@ -512,8 +517,7 @@ def test_a_publication_waits_for_approval_rejected_then_approved(stack, api, hol
                               f"finish/-1/hitlDetails", {"chosen_options": [option]})
 
     def events() -> list[dict]:
-        got = api.get(f"/api/v2/assets/events?source_dag_id={dag}&source_task_id=finish&limit=1000")
-        return [e for e in got["asset_events"] if e["uri"] == uri]
+        return _finish_events(api, dag, uri)
 
     first = api.trigger(dag, conf)
     request = asked(first)
