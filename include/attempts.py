@@ -63,7 +63,7 @@ class Attempts:
             batch_id=batch_id,
             parent_id=None if latest is None else latest.checkpoint_id,
             body=meta,
-            input=self.config.input.to_dict(),
+            input=self.input_spec().to_dict(),
             num_partitions=P,
             store=self.store.spec(),
             restore=None if source is None else {k: v.to_dict() for k, v in source.variables.items()},

@@ -60,6 +60,9 @@ class InputSpec:
     path: str
     format: str | None = None  # inferred from the extension when None
     options: dict[str, str] = field(default_factory=dict)  # e.g. {"header": "true"} for CSV
+    # a published output read as input: the one version (its files) the job reads, fixed at its
+    # first epoch (include.arrivals.pin_input); None: the files at ``path``, as they are
+    published: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not self.path.strip():
@@ -70,6 +73,10 @@ class InputSpec:
             object.__setattr__(self, "format", _EXTENSIONS.get(ext, "parquet"))
         if self.format not in INPUT_FORMATS:
             raise ConfigError(f"input format {self.format!r} is not supported; accepted: {', '.join(INPUT_FORMATS)}")
+        if self.published is not None:
+            from include.arrivals import check_pinned
+
+            object.__setattr__(self, "published", check_pinned(self.published, f"input {self.path}"))
 
     @property
     def is_s3(self) -> bool:
@@ -81,11 +88,14 @@ class InputSpec:
         return Location.parse(self.path, "input path")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if d["published"] is None:  # the form every earlier record (a job's owner) has
+            del d["published"]
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "InputSpec":
-        return cls(d["path"], d.get("format"), dict(d.get("options") or {}))
+        return cls(d["path"], d.get("format"), dict(d.get("options") or {}), d.get("published"))
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,10 @@ class JobLayout:
         """Where the job records what it wrote into output ``name`` at ``location``."""
         return f"{self.root}/history/{hashlib.sha256(location.encode()).hexdigest()[:24]}/{check_attempt_id(name)}/"
 
+    def input_pin(self) -> str:
+        """The version of a published input the job reads (include.arrivals)."""
+        return f"{self.root}/input.json"
+
     def owner(self) -> str:
         """Who the job belongs to (include.ownership)."""
         return f"{self.root}/owner.json"

@@ -48,5 +48,6 @@ def job_lineage(job, *, epoch: int | None = None, checkpoint_id: int | None = No
     path = getattr(config.input, "path", None)
     if path:
         namespace, name = dataset_name(path)
-        inputs.append({"namespace": namespace, "name": name})
+        pinned = getattr(job, "pinned_input", None)  # a published output read as input: its version
+        inputs.append({"namespace": namespace, "name": name, **({"version": pinned["version"]} if pinned else {})})
     return {"job": logical, "inputs": inputs, "outputs": outputs}

@@ -35,7 +35,7 @@ from urllib.request import url2pathname
 
 from include.errors import ConfigError, ObjectNotFound, OutputError
 from include.manifest import DatasetRef, verify_bytes
-from include.schemas import INCREMENT, OUTPUT_MANIFEST, DamagedOutputRecord, DamagedRecord
+from include.schemas import INCREMENT, OUTPUT_MANIFEST, VERSION_PATTERN, DamagedOutputRecord, DamagedRecord
 from include.store import STORE_MARKER, ObjectStore, open_store
 
 log = logging.getLogger("iterations")
@@ -96,7 +96,7 @@ class PublicationHistory(Protocol):
         """``version``'s files were deleted."""
 
 
-_VERSION = re.compile(r"v-[A-Za-z0-9_.\-]{1,300}")
+_VERSION = VERSION_PATTERN
 
 
 def version_of(stamp: Mapping[str, Any]) -> str:

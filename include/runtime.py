@@ -55,6 +55,7 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
         may_publish: Callable[[], None] | None = None,
         lease_id: str | None = None,
         output_owner: OutputOwner | None = None,
+        arrivals: Sequence[Mapping[str, Any]] = (),
     ):
         """``warm_start``: the final checkpoint (of another job in the same store) whose
         variables epoch 0 starts from, through the body's ``warm_start``; used only while this
@@ -68,7 +69,8 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
         lease a run of this one holds (the base of its generations, include.generations: one
         run of any generation at a time); default this job. ``output_owner``: who this job
         publishes as (include.locations.owners); default this job of its store, outside
-        Airflow."""
+        Airflow. ``arrivals``: what the asset events that started this run say arrived
+        (include.arrivals.arrival), recorded with the input's version when it is pinned."""
         if warm_start is not None and warm_start.kind != "final":
             raise CheckpointError(
                 f"a job warm-starts from a final checkpoint; checkpoint {warm_start.checkpoint_id} "
@@ -96,6 +98,8 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
         self.output_owner = output_owner or OutputOwner(store=config.checkpoint_root, job_id=self.lease_id,
                                                         dag_id=None, body=body_reference(config.body))
         self.take_over = False  # the run takes the job and its output locations over (start_run)
+        self.arrivals = [dict(a) for a in arrivals]
+        self._input: Any = None  # input_spec(), once
         self.publication_history = _History(self.log, [CheckpointLog(self.store, j) for j in publication_family])
 
     @property
@@ -109,6 +113,25 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
             body.parse_params(self.config.body_params)  # refuse bad parameters before any work
             self._body_meta = meta
         return self._body_meta
+
+    @property
+    def pinned_input(self) -> dict[str, Any] | None:
+        """The version of a published input this log reads, once ``input_spec`` has found it."""
+        return None if self._input is None else self._input.published
+
+    def input_spec(self):
+        """The input every epoch of this log reads: the configured one, or, when it is an output
+        another job published, the version this log reads for good (include.arrivals.pin_input,
+        recorded at the first call of the log's first run)."""
+        if self._input is None:
+            from include.arrivals import pin_input
+
+            spec = self.config.input
+            if resolve_body(self.config.body).static_input:
+                spec = pin_input(self.store, self.config.job_id, spec, store_options=self.store_options,
+                                 arrivals=self.arrivals)
+            self._input = spec
+        return self._input
 
 
 __all__ = ["DEFAULT_CHECKS", "Check", "DataCheckFailed", "EpochPlan", "IterationJob", "JobState"]

@@ -26,8 +26,9 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
+from include.arrivals import MAX_ARRIVALS
 from include.checkpoint import CheckpointLog
 from include.errors import CheckpointError, ConfigError, ObjectNotFound
 from include.generations import Lineage
@@ -132,13 +133,17 @@ class Schedule:
     # --- the batch of a DAG run ---------------------------------------------------------------
 
     def attach(self, date: str, run: str, *, recompute: bool = False, rewind_to: int | None = None,
-               owner: JobOwner | None = None, hold: Callable[[], Any] | None = None) -> Generation:
+               owner: JobOwner | None = None, hold: Callable[[], Any] | None = None,
+               arrived: Sequence[Mapping[str, Any]] = ()) -> Generation:
         """The generation DAG run ``run`` (the batch of ``date``) works on; the first call of a
         run decides it, every later call (any task, any retry) gets the same one. ``rewind_to``:
         a new generation that recomputes the date's batch from that epoch (include.generations;
         ``owner``: the run's, which must own the batch it rewinds). ``hold``: called before the
         first call writes anything: it takes the date's lease (``lineage(date).base``), so that
-        a recompute or a rewind waits for, or is refused by, a run that holds the batch."""
+        a recompute or a rewind waits for, or is refused by, a run that holds the batch.
+        ``arrived``: what the asset events that started the run say arrived
+        (include.arrivals.arrival), recorded in a new generation's record."""
+        arrived = [dict(a) for a in arrived][-MAX_ARRIVALS:]
         lineage = self.lineage(date)
         known = lineage.run_generation(run)
         if known is not None:
@@ -153,14 +158,15 @@ class Schedule:
                 raise ConfigError(f"rewind_to={rewind_to}: batch {date} of {self.job_id} has not run: nothing to rewind")
             started = self.generation(base).started_from
             gen = self.generation(lineage.rewind(base, rewind_to, owner,
-                                                 {"date": date, "started_from": started, "recompute": True}))
+                                                 {"date": date, "started_from": started, "recompute": True,
+                                                  **({"arrived": arrived} if arrived else {})}))
         elif recompute and base is not None:
-            gen = self._new_generation(date, self.generation(base).started_from, recompute=True)
+            gen = self._new_generation(date, self.generation(base).started_from, recompute=True, arrived=arrived)
             log.info("batch %s of %s: recomputing as %s from %s", date, self.job_id, gen.job_id, gen.started_from)
         elif base is not None:
             gen = self.generation(base)  # continue the pending one, or find the current one done
         else:
-            gen = self._new_generation(date, self.start_of(date), recompute=False)
+            gen = self._new_generation(date, self.start_of(date), recompute=False, arrived=arrived)
         fixed = lineage.fix_run(run, gen.job_id)
         if fixed != gen.job_id:
             return self.generation(fixed)  # another task of the run was first
@@ -168,8 +174,10 @@ class Schedule:
             self._write_date({**record, "pending": gen.job_id})
         return gen
 
-    def _new_generation(self, date: str, started_from: dict[str, Any] | None, *, recompute: bool) -> Generation:
-        log_id = self.lineage(date).new({"date": date, "started_from": started_from, "recompute": recompute})
+    def _new_generation(self, date: str, started_from: dict[str, Any] | None, *, recompute: bool,
+                        arrived: Sequence[Mapping[str, Any]] = ()) -> Generation:
+        log_id = self.lineage(date).new({"date": date, "started_from": started_from, "recompute": recompute,
+                                         **({"arrived": list(arrived)} if arrived else {})})
         return Generation(log_id, date, started_from, recompute)
 
     def start_of(self, date: str) -> dict[str, Any] | None:

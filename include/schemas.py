@@ -111,9 +111,11 @@ PUBLICATION = RecordKind("publication record", {
 STOP_REQUEST = RecordKind("stop request", {"mode": _one_of("drain", "suspend")},
                           {"requested_at": _str(empty=True), "requested_by": _str(empty=True)})
 SAVEPOINT = RecordKind("savepoint record", {"checkpoint_id": _int(), "mode": _one_of("suspend")})
+#: an output version's name: ``v-<job>-<checkpoint>`` (include.outputs.version_of)
+VERSION_PATTERN = re.compile(r"v-[A-Za-z0-9_.\-]{1,300}")
 OUTPUT_MANIFEST = RecordKind("publication manifest (iterations.published/1)", {
     "format": _one_of("iterations.published/1"), "name": _str(_NAME), "job_id": _str(JOB_ID_PATTERN),
-    "checkpoint_id": _int(), "version": _str(re.compile(r"v-[A-Za-z0-9_.\-]{1,300}")), "rows": _int(),
+    "checkpoint_id": _int(), "version": _str(VERSION_PATTERN), "rows": _int(),
     "files": _list_of(_file)}, {"attempt_id": _str(_NAME), "schema": _str(empty=True)}, DamagedOutputRecord)
 INCREMENT = RecordKind("output increment (iterations.published/1)", {
     "format": _one_of("iterations.published/1"), "name": _str(_NAME), "job_id": _str(JOB_ID_PATTERN),
@@ -127,7 +129,14 @@ SCHEDULED_DATE = RecordKind("scheduled date record", {
     "date": _str(_DATE), "current": _opt(_str(JOB_ID_PATTERN)), "pending": _opt(_str(JOB_ID_PATTERN))})
 SCHEDULED_GENERATION = RecordKind("scheduled generation record", {
     "date": _str(_DATE), "started_from": _STARTED, "recompute": lambda v: isinstance(v, bool)},
-    {"rewound_from": lambda v: v is None or isinstance(v, Mapping)})
+    {"rewound_from": lambda v: v is None or isinstance(v, Mapping), "arrived": _list_of(lambda v: isinstance(v, Mapping))})
+#: the version of a published input a job's log reads (include.arrivals.pin_input; its files
+#: are checked there, relative to the input: ``<version>/part-NNNNN.parquet``)
+INPUT_PIN = RecordKind("input pin (iterations.input/1)", {
+    "format": _one_of("iterations.input/1"), "uri": _str(), "version": _str(VERSION_PATTERN),
+    "job_id": _str(JOB_ID_PATTERN), "checkpoint_id": _int(), "rows": _int(), "files": _list_of(_file)},
+    {"pinned_at": _str(empty=True), "arrived": _list_of(lambda v: isinstance(v, Mapping))})
 
-__all__ = ["BATCH", "BATCH_START", "DamagedOutputRecord", "DamagedRecord", "INCREMENT", "OUTPUT_MANIFEST", "PUBLICATION",
-           "RecordKind", "SAVEPOINT", "SCHEDULED_DATE", "SCHEDULED_GENERATION", "STOP_REQUEST"]
+__all__ = ["BATCH", "BATCH_START", "DamagedOutputRecord", "DamagedRecord", "INCREMENT", "INPUT_PIN", "OUTPUT_MANIFEST",
+           "PUBLICATION", "RecordKind", "SAVEPOINT", "SCHEDULED_DATE", "SCHEDULED_GENERATION", "STOP_REQUEST",
+           "VERSION_PATTERN"]

@@ -228,3 +228,36 @@ def lineage_events(path) -> list[dict]:
         return []
     events = [json.loads(line) for line in open(path) if line.strip()]
     return [e for e in events if "iterations" in (e.get("run", {}).get("facets") or {})]
+
+
+def publish_edges(output_path: str, graph, *, job: str, checkpoint: int, parts: int = 2) -> dict:
+    """Publish ``graph``'s edges (src, dst) as output ``edges`` under local ``output_path``, as an
+    upstream iteration job's finish does (include.outputs.publish_dataset: a version of
+    ``parts`` Parquet files, then the manifest), from a scratch store beside it; its manifest."""
+    import io
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from include.head import FileRef
+    from include.manifest import DatasetRef
+    from include.outputs import PUBLISHED, publish_dataset
+    from include.store import LocalStore, sha256_hex
+
+    edges = sorted(graph.edges())
+    source = LocalStore(os.path.join(os.path.dirname(output_path.rstrip("/")), f".staging-{job}-{checkpoint}"))
+    out = LocalStore(output_path)
+    files = []
+    for i in range(parts):
+        chunk = edges[i::parts]
+        buf = io.BytesIO()
+        pq.write_table(pa.table({"src": [u for u, _ in chunk], "dst": [v for _, v in chunk]},
+                                schema=pa.schema([("src", pa.int64()), ("dst", pa.int64())])), buf)
+        blob = buf.getvalue()
+        key = f"jobs/{job}/staged/edges/part-{i}.parquet"
+        source.put(key, blob)
+        files.append((FileRef(key, len(blob), sha256_hex(blob), len(chunk)),))
+    publish_dataset(source, out, "edges", DatasetRef("{}", tuple(files)),
+                    {"job_id": job, "checkpoint_id": checkpoint, "attempt_id": f"f{checkpoint}-abc"})
+    return json.loads(out.get(f"edges/{PUBLISHED}"))

@@ -37,6 +37,41 @@ def output_asset(output_path: str, name: str) -> Asset:
     return Asset(output_uri(output_path, name))
 
 
+def input_asset(input_path: str) -> Asset:
+    """The Asset of a job's input (what a DAG is scheduled on to run when its input arrives): its
+    URI the input's location, as an upstream names it in its outlets (``output_asset`` for an
+    iteration job's output: the same URI)."""
+    from include.arrivals import location_uri
+    from include.config import canonical_location
+
+    return Asset(location_uri(canonical_location(input_path, "input path")))
+
+
+def unique_events(triggering_asset_events: Mapping[Any, Sequence[Any]] | None) -> list[Any]:
+    """The asset events a run was triggered by, each once (a run scheduled on an alias gets an
+    event under its Asset and under the alias), oldest first."""
+    out, seen = [], set()
+    for events in (triggering_asset_events or {}).values():
+        for event in events:
+            key = (event.asset.uri, event.source_dag_id, event.source_run_id, str(event.timestamp))
+            if key not in seen:
+                seen.add(key)
+                out.append(event)
+    return sorted(out, key=lambda e: str(e.timestamp))
+
+
+def triggering_arrivals(context: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """What the asset events that started this DAG run say arrived (include.arrivals.arrival:
+    the extra's known fields, shape-checked), oldest first; empty for a run no asset started."""
+    from include.arrivals import arrival
+
+    out = []
+    for e in unique_events(context.get("triggering_asset_events")):
+        source = f"{e.source_dag_id}/{e.source_run_id}/{e.source_task_id}" if e.source_dag_id else "the REST API"
+        out.append(arrival(e.asset.uri, e.extra, source=source, at=str(e.timestamp)))
+    return out
+
+
 def _events_of(asset: Asset) -> Sequence[Any]:
     """The latest events Airflow holds of ``asset`` (none when it has no event yet)."""
     from airflow.sdk.execution_time.context import InletEventsAccessor
@@ -78,26 +113,21 @@ def describe_publications(triggering_asset_events: Mapping[Any, Sequence[Any]] |
     from iterations.hooks.iteration_store import IterationStoreHook
 
     log = logging.getLogger("iterations")
-    out, seen = [], set()
-    for events in (triggering_asset_events or {}).values():
-        for event in events:
-            uri, extra = event.asset.uri, dict(event.extra or {})
-            key = (uri, event.source_dag_id, event.source_run_id, str(event.timestamp))
-            if key in seen:  # the same event, under its Asset and under the alias it came through
-                continue
-            seen.add(key)
-            try:
-                output_path, name = output_of_uri(uri)
-                now = published(output_path, name, **IterationStoreHook(aws_conn_id).store_options(output_path))
-            except IterationError as e:
-                log.warning("asset event of %s: not an output this DAG can read (%s)", uri, e)
-                continue
-            current = now.manifest.get("version") == extra.get("version")
-            log.info("output %s: version %s of job %s (checkpoint %s, %s rows) %s", uri, extra.get("version"),
-                     extra.get("job_id"), extra.get("checkpoint_id"), extra.get("rows"),
-                     f"is current: {len(now.locations)} files, {now.rows} rows" if current
-                     else f"has been replaced since by version {now.manifest.get('version')}")
-            out.append({"uri": uri, **{k: extra.get(k) for k in ("job_id", "checkpoint_id", "version", "rows",
-                                                                 "replaces")},
-                        "current": current, "current_version": now.manifest.get("version"), "files": len(now.locations)})
+    out = []
+    for event in unique_events(triggering_asset_events):
+        uri, extra = event.asset.uri, dict(event.extra or {})
+        try:
+            output_path, name = output_of_uri(uri)
+            now = published(output_path, name, **IterationStoreHook(aws_conn_id).store_options(output_path))
+        except IterationError as e:
+            log.warning("asset event of %s: not an output this DAG can read (%s)", uri, e)
+            continue
+        current = now.manifest.get("version") == extra.get("version")
+        log.info("output %s: version %s of job %s (checkpoint %s, %s rows) %s", uri, extra.get("version"),
+                 extra.get("job_id"), extra.get("checkpoint_id"), extra.get("rows"),
+                 f"is current: {len(now.locations)} files, {now.rows} rows" if current
+                 else f"has been replaced since by version {now.manifest.get('version')}")
+        out.append({"uri": uri, **{k: extra.get(k) for k in ("job_id", "checkpoint_id", "version", "rows",
+                                                             "replaces")},
+                    "current": current, "current_version": now.manifest.get("version"), "files": len(now.locations)})
     return out

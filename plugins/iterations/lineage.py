@@ -47,7 +47,9 @@ def operator_lineage(recorded: Mapping[str, Any] | None):
             namespace=o["namespace"], name=o["name"], outputFacets=statistics,
             facets={"version": dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=o["version"])}))
     return OperatorLineage(
-        inputs=[InputDataset(namespace=i["namespace"], name=i["name"]) for i in recorded["inputs"]],
+        inputs=[InputDataset(namespace=i["namespace"], name=i["name"], facets={
+            "version": dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=i["version"])}
+            if i.get("version") else {}) for i in recorded["inputs"]],
         outputs=outputs,
         run_facets={"iterations": IterationsRunFacet(job=job["name"], jobRunId=job["runId"],
                                                      generation=job["generation"], epoch=job.get("epoch"),

@@ -143,6 +143,8 @@ def read_input(spark: SparkSession, spec: InputSpec, num_partitions: int, **stor
     no glob, list or escape to expand; S3 with the store source, object by object."""
     options = {"header": "true", "inferSchema": "true"} if spec.format == "csv" else {}
     options.update(spec.options)
+    if spec.published:
+        return _read_pinned(spark, spec, num_partitions, options, store_options)
     location = spec.location  # parsed again: nothing outside the grammar reaches a reader
     if location.is_local:
         path = _local_path(spec)
@@ -155,6 +157,23 @@ def read_input(spark: SparkSession, spec: InputSpec, num_partitions: int, **stor
         return spark.read.format(spec.format).options(**options).option(
             "iterations.input.version", _local_version(path)).load(location.hadoop_path())
     return _read_s3_input(spark, spec, num_partitions, options, store_options)
+
+
+def _read_pinned(spark, spec: InputSpec, num_partitions: int, options, store_options) -> DataFrame:
+    """A published output's one version (``spec.published``, include.arrivals): exactly its
+    files, each there with its recorded size (InputDataError otherwise), never the directory."""
+    from include.arrivals import check_still_there, pinned_files
+
+    files = pinned_files(spec)
+    version = spec.published["version"]
+    if spec.location.is_local:
+        check_still_there(spec, [os.path.getsize(f.path) if os.path.isfile(f.path) else None for f, _ in files])
+        return spark.read.format("parquet").options(**options).option(
+            "iterations.input.version", version).load([f.hadoop_path() for f, _ in files])
+    store = open_store(f"s3://{spec.location.bucket}", **store_options)
+    infos = [store.info(f.path) for f, _ in files]
+    check_still_there(spec, [None if i is None else i.size for i in infos])
+    return _read_s3_objects(spark, spec, store, [(f.path, size) for f, size in files], num_partitions, options)
 
 
 def _local_path(spec: InputSpec) -> str:
@@ -184,6 +203,9 @@ def input_version(spec: InputSpec, **store_options: Any) -> str:
     version read the same files (as far as names, sizes and times tell)."""
     import hashlib
 
+    if spec.published:  # one version of a published output: its name and files say what it is
+        h = hashlib.sha256(json.dumps(spec.published, sort_keys=True).encode())
+        return h.hexdigest()[:32]
     if not spec.is_s3:
         return _local_version(_local_path(spec))
     _store, objects = _s3_objects(spec, store_options)
@@ -207,12 +229,17 @@ def _s3_objects(spec: InputSpec, store_options: Mapping[str, Any]) -> tuple[Obje
 
 
 def _read_s3_input(spark, spec, num_partitions, options, store_options) -> DataFrame:
+    store, objects = _s3_objects(spec, store_options)
+    return _read_s3_objects(spark, spec, store, [(o.key, o.size) for o in objects], num_partitions, options)
+
+
+def _read_s3_objects(spark, spec, store, objects: Sequence[tuple[str, int]], num_partitions, options) -> DataFrame:
+    """The objects (key, size) of ``store`` as one DataFrame, the schema the first one's."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    store, objects = _s3_objects(spec, store_options)
-    first = _decode(store.get(objects[0].key), spec.format, options.get("header", "true").lower() == "true")
+    first = _decode(store.get(objects[0][0]), spec.format, options.get("header", "true").lower() == "true")
     schema = from_arrow_schema(first.schema)
     groups: list[list[dict[str, Any]]] = [[] for _ in range(min(num_partitions, len(objects)))]
-    for i, o in enumerate(objects):
-        groups[i % len(groups)].append({"key": o.key, "size": o.size})  # sizes too: see read_input
+    for i, (key, size) in enumerate(objects):
+        groups[i % len(groups)].append({"key": key, "size": size})  # sizes too: see read_input
     return read_files(spark, store, groups, schema, spec.format, {"header": options.get("header", "true")})

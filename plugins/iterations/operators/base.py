@@ -188,11 +188,13 @@ class IterationOperator(BaseOperator):
         return {k: v for k, v in merged.items() if v is not None and v != ""}
 
     def batch_date(self, context: Mapping[str, Any]) -> str:
-        """The date a scheduled batch is for: ``batch_date`` (set by continuation runs) or the
-        run's logical date."""
+        """The date a scheduled batch is for: ``batch_date`` (set by continuation runs), the
+        run's logical date, or, for a run that has none (started by asset events, or triggered
+        without one), the time it was due to run (``run_after``)."""
         from include.schedule import batch_date
 
-        when = self.settings(context).get("batch_date") or context.get("logical_date")
+        when = self.settings(context).get("batch_date") or context.get("logical_date") or \
+            getattr(context.get("dag_run"), "run_after", None)
         if when is None:
             raise ValueError("a batch of a scheduled job needs a date: trigger the run with a logical date "
                              "or set the batch_date param")
@@ -402,6 +404,18 @@ class IterationOperator(BaseOperator):
                       ", ".join(t.task_id for t in later[:6]) + (", ..." if len(later) > 6 else ""))
         SkipMixin().skip(context["ti"], later)
 
+    def arrivals(self, context: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """What the asset events that started this DAG run say arrived (iterations.assets),
+        logged once per task; empty for a run no asset event started."""
+        from include.arrivals import describe
+        from iterations.assets import triggering_arrivals
+
+        if getattr(self, "_arrivals", None) is None:
+            self._arrivals = triggering_arrivals(context)
+            for a in self._arrivals:
+                self.log.info("arrived: %s", describe(a))
+        return self._arrivals
+
     def iteration_job(self, context: Mapping[str, Any]):
         """The job this task works on: the generation (checkpoint log) this DAG run works on
         (include.generations: the newest, or a new one when the run rewinds the job); for a
@@ -430,13 +444,14 @@ class IterationOperator(BaseOperator):
                                    body=body_reference(config.body))
         with permanent_errors():  # the borders, before the run's first write (its lease, its generation)
             check_borders(config, store, options, output_owner, take_over=bool(settings.get("take_over")))
+        arrivals = self.arrivals(context)
         if self.scheduled:
             schedule = Schedule(store, config.job_id)
             date = self.batch_date(context)
             lineage = schedule.lineage(date)
             generation = schedule.attach(date, batch_id_of(context), recompute=bool(settings.get("recompute")),
                                          rewind_to=rewind_to, owner=owner,
-                                         hold=self.hold(context, store, lineage.base))
+                                         hold=self.hold(context, store, lineage.base), arrived=arrivals)
             self.generation = (schedule, generation)
             extra = {"warm_start": schedule.warm_start_manifest(generation), "rewound_from": generation.rewound_from,
                      "publication_family": lineage.family(generation.job_id),
@@ -449,7 +464,8 @@ class IterationOperator(BaseOperator):
                                                  owner=owner, hold=self.hold(context, store, config.job_id))
             extra = generations.job_options(lineage, log_id)
         config = dataclasses.replace(config, job_id=log_id)
-        job = IterationJob(config, store, store_options=options, output_owner=output_owner, **extra)
+        job = IterationJob(config, store, store_options=options, output_owner=output_owner, arrivals=arrivals,
+                           **extra)
         self.record_lineage(job)
         return job, options
 
