@@ -172,6 +172,16 @@ def kmeans_params(**defaults: Any) -> dict[str, Param]:
     return body_params("kmeans", **defaults)
 
 
+def _on_assets(schedule: Any) -> bool:
+    """Whether a DAG's schedule is made of Assets (an Asset, an alias, a list or an expression
+    of them) rather than a clock."""
+    from airflow.sdk.definitions.asset import BaseAsset
+
+    if isinstance(schedule, BaseAsset):
+        return True
+    return isinstance(schedule, (list, tuple)) and bool(schedule) and all(isinstance(a, BaseAsset) for a in schedule)
+
+
 def iteration_dag(
     *,
     dag_id: str,
@@ -197,6 +207,7 @@ def iteration_dag(
     attempt_retries: int = 0,
     approve_publication: bool = False,
     approval_timeout: float | None = None,
+    dated_batches: bool | None = None,
 ) -> DAG:
     """``params``: the DAG's params (``job_params``, plus the body's: ``body_params``).
     ``body_param_names``: which of them are the body's; None: all the body declares, those not
@@ -233,7 +244,16 @@ def iteration_dag(
     task, showing the job's final metrics and data checks; the task waits in
     ``awaiting_input`` (no worker slot) for up to ``approval_timeout`` seconds (None: no limit).
     Approve: the final checkpoint and the publication, once. Reject (or no answer in time):
-    nothing published, the job suspended, asking again when triggered with the same job_id."""
+    nothing published, the job suspended, asking again when triggered with the same job_id.
+
+    ``schedule``: a cron or timetable, or Assets (``iterations.assets.input_asset``: run when the
+    input arrives). ``dated_batches`` (default: True when there is a schedule): each run is the
+    batch of a date (include.schedule: a checkpoint log of its own, warm-started from the batch
+    before it, its outputs under ``<output_path>/<date>``; the params ``recompute`` and
+    ``batch_date``); False: every run goes on with the one job, as an unscheduled DAG's do (an
+    incremental job whose asset events say more input arrived). A DAG scheduled on Assets that
+    waits for its input (``wait_for_input``) never waits: an epoch with no input ends the batch
+    (its later tasks, the finish and the continuation skipped), and the next event starts the next."""
     from include.checks import load_checks_file
     from include.locations import LOCATION_PARAMS, dag_roots
     from iterations.assets import outputs_alias
@@ -254,7 +274,9 @@ def iteration_dag(
         raise ValueError(f"attempt_retries must be an integer >= 0, got {attempt_retries!r}")
     if approval_timeout is not None and (isinstance(approval_timeout, bool) or not approval_timeout > 0):
         raise ValueError(f"approval_timeout must be a number of seconds > 0 or None, got {approval_timeout!r}")
-    scheduled = schedule is not None
+    scheduled = schedule is not None if dated_batches is None else bool(dated_batches)
+    # an input-driven DAG: its next asset event, not a sensor, starts the epochs of new input
+    end_batch_without_input = wait_for_input and _on_assets(schedule)
     checks = load_checks_file(os.path.join(PROJECT_ROOT, checks_file)) if checks_file else None
     # where a run's params may point: the directories/prefixes of the defaults, the embedded
     # local directory, and the deployment's ITERATIONS_ALLOWED_ROOTS (include.locations)
@@ -306,6 +328,7 @@ def iteration_dag(
                 first = head
                 if wait_for_input:
                     first = InputSensor(task_id="wait_input", index=i, timeout=input_timeout,
+                                        end_batch_without_input=end_batch_without_input,
                                         poll_interval=float(os.environ.get("ITERATIONS_INPUT_POLL_SECONDS") or 5.0),
                                         **after_previous, **common)
                     first >> head

@@ -28,7 +28,7 @@ def test_no_import_errors(dagbag):
     assert dagbag.import_errors == {}
     assert set(dagbag.dag_ids) == {"iterate_pagerank", "iterate_kmeans", "iterate_pagerank_daily", "iterations_stop",
                                    "iterate_sgd_incremental", "iterate_components", "pagerank_published",
-                                   "iterate_pagerank_reviewed"}
+                                   "iterate_pagerank_reviewed", "iterate_pagerank_on_asset", "iterate_sgd_on_asset"}
 
 
 def test_the_outputs_are_assets(dagbag):
@@ -43,6 +43,27 @@ def test_the_outputs_are_assets(dagbag):
     assert list(downstream.timetable.asset_condition.objects) == [AssetAlias("iterate_pagerank.outputs")]
     assert downstream.doc_md and "iterations" in downstream.tags
     assert all(task.retries >= 1 for task in downstream.tasks)
+
+
+def test_a_dag_scheduled_on_its_input_asset(dagbag):
+    """iterate_pagerank_on_asset runs when its input is published: its schedule is the Asset of
+    its default input, by the URI an upstream finish announces it by (output_uri)."""
+    from airflow.sdk import Asset
+
+    from include.outputs import output_uri
+    from include.paths import LOCAL_DIR
+
+    dag = dagbag.dags["iterate_pagerank_on_asset"]
+    assert list(dag.timetable.asset_condition.objects) == [Asset(output_uri(os.path.join(LOCAL_DIR, "graph"), "edges"))]
+    assert dag.params["input_path"] == os.path.join(LOCAL_DIR, "graph", "edges")
+    assert "batch_date" in dag.params and "recompute" in dag.params, "each run is a batch of a scheduled job"
+
+    incremental = dagbag.dags["iterate_sgd_on_asset"]
+    assert list(incremental.timetable.asset_condition.objects) == [Asset(output_uri(LOCAL_DIR, "incoming_on_asset"))]
+    assert "batch_date" not in incremental.params, "every run goes on with the one job"
+    sensor = incremental.get_task("epoch_1.wait_input")
+    assert sensor.end_batch_without_input and not sensor.scheduled, "no sensor waits between events"
+    assert not dagbag.dags["iterate_sgd_incremental"].get_task("epoch_1.wait_input").end_batch_without_input
 
 
 def test_control_dag(dagbag):
@@ -70,7 +91,7 @@ def test_dag_file_imports_fast_without_spark(path):
 
 
 @pytest.mark.parametrize("dag_id", ["iterate_pagerank", "iterate_kmeans", "iterate_pagerank_daily",
-                                    "iterate_sgd_incremental"])
+                                    "iterate_sgd_incremental", "iterate_pagerank_on_asset", "iterate_sgd_on_asset"])
 def test_dag_shape(dagbag, dag_id):
     dag = dagbag.dags[dag_id]
     assert "iterations" in dag.tags and dag.doc_md
@@ -81,7 +102,7 @@ def test_dag_shape(dagbag, dag_id):
                     key=lambda g: int(g.split("_")[1]))
     assert groups[0] == "epoch_0" and len(groups) >= 2
     expected = {"epoch_0.run", "epoch_0.align", "epoch_0.commit"}
-    if dag_id == "iterate_sgd_incremental":  # input arrives while it runs: each epoch waits for it
+    if dag_id in ("iterate_sgd_incremental", "iterate_sgd_on_asset"):  # input arrives while it runs
         expected.add("epoch_0.wait_input")
         assert dag.get_task("epoch_1.wait_input").upstream_task_ids == {"epoch_0.run", "epoch_0.commit"}
         assert dag.get_task("epoch_1.run").upstream_task_ids == {"epoch_1.wait_input"}
@@ -95,7 +116,7 @@ def test_dag_shape(dagbag, dag_id):
         assert [link.name for link in task.operator_extra_links] == ["Data checks"]
     continuation = dag.get_task("continue")
     assert continuation.upstream_task_ids == {"finish"} and continuation.trigger_dag_id == dag_id
-    if dag.timetable.can_be_scheduled:
+    if dag.timetable.can_be_scheduled and dag_id != "iterate_sgd_on_asset":  # one job, not dated batches
         assert {"recompute", "batch_date"} <= set(dag.params)
 
 
@@ -304,3 +325,21 @@ def test_the_asset_scheduled_dag_of_the_docs(tmp_path, capsys):
                                       "job_id": "j", "checkpoint_id": 4, "version": "v-j-4", "rows": 3})
     dag.get_task("report").python_callable(triggering_asset_events={Asset(uri): [event]})
     assert capsys.readouterr().out.splitlines() == ["v-j-4 3 current: True"]
+
+
+def test_the_input_asset_dag_of_the_docs():
+    """docs/airflow.md's DAG scheduled on its input's Asset, as the page writes it: the Asset is
+    the input's location by the URI an upstream's finish announces it by."""
+    from airflow.sdk import Asset
+
+    from include.outputs import output_uri
+    from include.paths import LOCAL_DIR
+    from tests.docs import block
+
+    page = block("docs/airflow.md", "import os\n\nfrom iterations.assets import input_asset")
+    scope: dict = {}
+    exec(compile(page.text, "docs/airflow.md", "exec"), scope)
+    dag = scope["dag"]
+    assert dag.dag_id == "pagerank_on_edges"
+    assert list(dag.timetable.asset_condition.objects) == [Asset(output_uri(os.path.join(LOCAL_DIR, "graph"), "edges"))]
+    assert {"batch_date", "recompute", "damping"} <= set(dag.params)

@@ -550,6 +550,119 @@ def test_a_publication_waits_for_approval_rejected_then_approved(stack, api, hol
     assert retry_log and "waiting for a person" not in open(retry_log[0]).read(), "the retry does not ask again"
 
 
+def test_a_dag_scheduled_on_its_input_runs_a_batch_per_publication(stack, api):
+    """iterate_pagerank_on_asset is scheduled on its input's Asset: an upstream publishes the
+    edges (an output: versions behind a manifest) and announces each version with an asset event
+    (here through the REST API, as any producer may). Each event starts a run with no logical
+    date; its batch is dated by when it was due (run_after), reads the version the event named -
+    that one only, though the older version is kept beside it - records what arrived, warm-starts
+    from the previous batch and publishes under its date."""
+    import networkx as nx
+
+    from include.outputs import output_uri
+    from include.schedule import batch_date
+    from tests.helpers import publish_edges
+
+    dag, job = "iterate_pagerank_on_asset", "pagerank_on_asset"
+    local = os.path.join(stack.home, "local")  # the stack's ITERATIONS_LOCAL_DIR: the DAG's defaults
+    graph, store = os.path.join(local, "graph"), os.path.join(local, "store")
+    uri = output_uri(graph, "edges")
+    # regular graphs: uniform ranks are the fixed point, so each batch converges in a batch of epochs
+    versions = [nx.DiGraph([(i, (i + 1) % 10) for i in range(10)]),
+                nx.DiGraph([(i, (i + d) % 10) for i in range(10) for d in (1, 9)])]
+    api.unpause(dag)
+    [asset] = [a for a in api.get("/api/v2/assets?limit=100")["assets"] if a["uri"] == uri]
+    dates: list[str] = []
+    for n, g in enumerate(versions, start=1):
+        manifest = publish_edges(graph, g, job="upstream", checkpoint=n)
+        known = {r["dag_run_id"] for r in api.runs(dag)}
+        api.post("/api/v2/assets/events", {"asset_id": asset["id"], "extra": {
+            k: manifest[k] for k in ("job_id", "checkpoint_id", "version", "rows")}})
+        deadline = time.monotonic() + 600
+        while not (new := [r for r in api.runs(dag) if r["dag_run_id"] not in known and r["run_type"] == "asset_triggered"]):
+            assert time.monotonic() < deadline, f"no asset-triggered run of {dag}: {api.runs(dag)}"
+            time.sleep(2)
+        [run] = new
+        assert run["logical_date"] is None
+        assert api.wait_run(dag, run["dag_run_id"]) == "success", api.log_tail()
+        date = batch_date(datetime.fromisoformat(run["run_after"]))
+        deadline = time.monotonic() + 600  # the batch's continuation runs, if it took more than one
+        while json.loads(open(os.path.join(store, "schedules", job, "dates", f"{date}.json")).read())["current"] is None:
+            assert time.monotonic() < deadline and not [r for r in api.runs(dag) if r["state"] == "failed"], api.log_tail()
+            time.sleep(2)
+        generation = f"{job}.{date}"
+        pin = json.loads(open(os.path.join(store, "jobs", generation, "input.json")).read())
+        assert (pin["uri"], pin["version"], pin["rows"]) == (uri, manifest["version"], g.number_of_edges())
+        record = json.loads(open(os.path.join(store, "schedules", job, "generations", f"{generation}.json")).read())
+        [arrived] = record["arrived"]
+        assert (arrived["uri"], arrived["version"], arrived["source"]) == (uri, manifest["version"], "the REST API")
+        assert arrived["ignored"] == ["from_rest_api"]
+        if dates:  # warm-started from the previous batch's final checkpoint
+            assert record["started_from"]["job_id"] == f"{job}.{dates[-1]}"
+        published = read_published(os.path.join(local, "output", job, job, date), "ranks")  # <default>/<job>/<date>
+        assert sorted(published["node"]) == list(range(10))
+        head_log = open(glob.glob(os.path.join(api.home, "logs", f"dag_id={dag}", f"run_id={run['dag_run_id']}",
+                                               "task_id=epoch_0.run", "attempt=*.log"))[0], errors="replace").read()
+        assert f"arrived: {uri}: version {manifest['version']} of job upstream" in head_log
+        dates.append(date)
+    assert dates == sorted(set(dates)), dates
+    assert len(os.listdir(os.path.join(graph, "edges"))) == 3, "both versions were kept: only the pinned one was read"
+
+
+def test_an_incremental_job_on_its_input_asset_ends_each_batch_when_the_input_is_taken(stack, api):
+    """iterate_sgd_on_asset: files dropped into the input and announced by an asset event start a
+    batch of the one job; it processes the new files and ends its batch at the first epoch with
+    none (no sensor waits, no continuation); the next event's batch goes on with the same job;
+    the end marker ends the job, which publishes: every file processed once."""
+    import pandas as pd
+
+    from include.outputs import output_uri
+    from tests.integration.test_incremental import drop_file, end_input
+
+    dag, job = "iterate_sgd_on_asset", "sgd_on_asset"
+    local = os.path.join(stack.home, "local")
+    inbox = os.path.join(local, "incoming_on_asset")
+    uri = output_uri(local, "incoming_on_asset")
+    api.unpause(dag)
+    [asset] = [a for a in api.get("/api/v2/assets?limit=100")["assets"] if a["uri"] == uri]
+
+    def announce(files: list[str]) -> list[dict]:
+        """Post the event; the runs it started, once they all ended."""
+        known = {r["dag_run_id"] for r in api.runs(dag)}
+        api.post("/api/v2/assets/events", {"asset_id": asset["id"], "extra": {"files": files}})
+        deadline = time.monotonic() + 600
+        while not [r for r in api.runs(dag) if r["dag_run_id"] not in known and r["run_type"] == "asset_triggered"]:
+            assert time.monotonic() < deadline, f"no asset-triggered run of {dag}: {api.runs(dag)}"
+            time.sleep(2)
+        while [r for r in api.runs(dag) if r["state"] in ("queued", "running")]:
+            assert time.monotonic() < deadline, api.log_tail()
+            time.sleep(2)
+        runs = [r for r in api.runs(dag) if r["dag_run_id"] not in known]
+        assert [r["state"] for r in runs] == ["success"] * len(runs), api.log_tail()
+        return runs
+
+    first = announce([os.path.basename(drop_file(inbox, i)) for i in range(3)])
+    last = first[-1]["dag_run_id"]
+    tis = api.task_instances(dag, last)
+    assert (tis["finish"]["state"], tis["continue"]["state"]) == ("skipped", "skipped"), tis
+    ended = [t for t, ti in tis.items() if t.endswith(".wait_input") and ti["state"] == "success"][-1]
+    log = _task_log(api, dag, last, ended)
+    assert "no new input under" in log and "the batch ends here" in log, log[-2000:]
+    store = LocalStore(os.path.join(local, "store"))
+    after_first = CheckpointLog(store, job).latest_id()
+
+    dropped = os.path.basename(drop_file(inbox, 3))
+    end_input(inbox)
+    second = announce([dropped, "_DONE"])
+    head = _task_log(api, dag, second[0]["dag_run_id"], "epoch_0.run")
+    assert f"arrived: {uri}: no version named" in head and "keys not read: files, from_rest_api" in head, head[-3000:]
+    assert CheckpointLog(store, job).load(after_first + 1, verify="none").parent_id == after_first, \
+        "the second event's batch went on with the same job"
+    splits = read_published(os.path.join(local, "output", job, job), "splits")
+    assert sorted(splits["split"]) == [f"batch-{i:03d}.parquet" for i in range(4)], "each file once"
+    assert isinstance(splits, pd.DataFrame) and splits["rows"].sum() == 4 * 40
+
+
 def test_stop_leaves_nothing_running(stack):
     """``./run.sh stack stop`` (here ``python -m stack stop``, from another process than the one
     that started the stack) stops every process of every service, and frees every port."""

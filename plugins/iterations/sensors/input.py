@@ -14,14 +14,20 @@ class InputSensor(IterationOperator, BaseSensorOperator):
     """Before epoch ``index`` of the batch: waits (deferred, in the triggerer) until the job's
     input coordinators have something for the next epoch: a new file under the input prefix, a
     split not yet assigned, or the end-of-input marker. Passes at once when the epoch is
-    already committed or the job is no longer running (the head then restores or skips)."""
+    already committed or the job is no longer running (the head then restores or skips).
+
+    ``end_batch_without_input`` (a DAG scheduled on its input's Asset): never waits; with no
+    input for the epoch, the batch ends here - this epoch's and the later epochs' tasks, the
+    finish and the continuation are skipped - and the next asset event starts the next batch."""
 
     ui_color = "#e0f7fa"
 
-    def __init__(self, *, index: int, poll_interval: float = 5.0, **kwargs: Any) -> None:
+    def __init__(self, *, index: int, poll_interval: float = 5.0, end_batch_without_input: bool = False,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.index = index
         self.poll_interval = poll_interval
+        self.end_batch_without_input = end_batch_without_input
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from iterations.operators.base import permanent_errors
@@ -43,6 +49,14 @@ class InputSensor(IterationOperator, BaseSensorOperator):
         if job.input_available(state):
             self.log.info("job %s: input for epoch %d is there", job.config.job_id, epoch)
             return {"status": "available", "epoch": epoch}
+        if self.end_batch_without_input:
+            group = self.task_id.rsplit(".", 1)[0]
+            self.log.info("job %s: no new input under %s for epoch %d: the batch ends here; the next asset event "
+                          "of the input starts the next batch", job.config.job_id, job.config.input.path, epoch)
+            self.skip_epoch_tasks(context, after=self.index,
+                                  also=[t.task_id for t in self.dag.tasks if t.task_id.startswith(f"{group}.")
+                                        and t.task_id != self.task_id] + ["finish", "continue"])
+            return {"status": "no input: batch ended", "epoch": epoch}
         self.log.info("job %s: waiting for new input under %s before epoch %d", job.config.job_id,
                       job.config.input.path, epoch)
         self.defer(
