@@ -34,7 +34,7 @@ from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
 from include.errors import ConfigError, ObjectNotFound, OutputError
-from include.manifest import DatasetRef, verify_bytes
+from include.manifest import DatasetRef
 from include.schemas import INCREMENT, OUTPUT_MANIFEST, VERSION_PATTERN, DamagedOutputRecord, DamagedRecord
 from include.store import STORE_MARKER, ObjectStore, open_store
 
@@ -118,13 +118,17 @@ def _copy_version(source: ObjectStore, out: ObjectStore, name: str, ds: DatasetR
                   stamp: Mapping[str, Any]) -> dict[str, Any]:
     """Copy ``ds`` under ``<name>/v-<job>-<checkpoint>/``, each file verified against the
     checkpoint's size and SHA-256 first; the record that lists the copies."""
+    from include.store.transfer import copy_verified
+
     version = version_of(stamp)
-    files = []
+    files, how = [], set()
     for key, ref in zip(_version_keys(name, version, ds), ds.files):
-        data = source.get(ref.key)
-        verify_bytes(data, ref, source.location(ref.key))  # never publish bytes the checkpoint does not vouch for
-        out.put(key, data)
+        # never publish bytes the checkpoint does not vouch for; never a whole file in memory
+        how.add(copy_verified(source, out, ref, key))
         files.append({"key": key, "size": ref.size, "sha256": ref.sha256})
+    if files:
+        log.info("output %s: %d files (%d bytes) copied %s", out.location(f"{name}/{version}"), len(files),
+                 sum(f["size"] for f in files), " and ".join(sorted(how)))
     return {"format": FORMAT, "name": name, **{k: stamp[k] for k in ("job_id", "checkpoint_id", "attempt_id")},
             "version": version, "rows": ds.rows, "schema": ds.schema, "files": files}
 
@@ -298,6 +302,38 @@ def delta_storage_options(store_options: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
+#: rows per record batch a Delta publication streams from the checkpoint's files
+DELTA_BATCH_ROWS = 65_536
+
+
+def _record_batches(source: ObjectStore, ds: DatasetRef):
+    """The rows of ``ds``'s Parquet files as a stream of record batches, each file verified
+    (size, SHA-256) before any of its rows is given; and a one-element list that counts the rows
+    as they pass."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from include.store.transfer import verified_file
+
+    with verified_file(source, ds.files[0]) as first:
+        schema = pq.read_schema(first)
+    rows = [0]
+
+    def batches():
+        for ref in ds.files:
+            with verified_file(source, ref) as path:
+                # read page by page (a 1 MiB buffer), not a whole row group's columns at once
+                parquet = pq.ParquetFile(path, pre_buffer=False, buffer_size=1 << 20)
+                try:
+                    for batch in parquet.iter_batches(batch_size=DELTA_BATCH_ROWS):
+                        rows[0] += batch.num_rows
+                        yield batch.cast(schema) if batch.schema != schema else batch
+                finally:
+                    parquet.close()
+
+    return pa.RecordBatchReader.from_batches(schema, batches()), rows
+
+
 def publish_delta(source: ObjectStore, table_uri: str, ds: DatasetRef, stamp: Mapping[str, Any],
                   *, store_options: Mapping[str, Any] | None = None, mode: str = "overwrite") -> bool:
     """Publish ``ds`` as one new version of the Delta Lake table at ``table_uri`` (a local path
@@ -306,10 +342,6 @@ def publish_delta(source: ObjectStore, table_uri: str, ds: DatasetRef, stamp: Ma
     checkpoint: the commit carries a Delta app transaction (app id ``iterations/<job_id>``,
     version = checkpoint id), which survives Delta checkpoints, so publishing the same checkpoint
     again (a retry, a re-run batch) adds no version. True if this call committed a version."""
-    import io
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
     from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
     from deltalake.exceptions import TableNotFoundError
 
@@ -327,14 +359,9 @@ def publish_delta(source: ObjectStore, table_uri: str, ds: DatasetRef, stamp: Ma
         return False  # an epoch that emitted no rows: nothing to append
     if not ds.files:
         raise OutputError(f"output for {table_uri} has no files to publish (checkpoint {stamp['checkpoint_id']})")
-    def verified(ref) -> bytes:
-        data = source.get(ref.key)
-        verify_bytes(data, ref, source.location(ref.key))
-        return data
-
-    table = pa.concat_tables([pq.read_table(io.BytesIO(verified(f))) for f in ds.files])
+    reader, rows = _record_batches(source, ds)
     write_deltalake(
-        table_uri, table, mode=mode, schema_mode="overwrite" if mode == "overwrite" else None,
+        table_uri, reader, mode=mode, schema_mode="overwrite" if mode == "overwrite" else None,
         storage_options=options,
         commit_properties=CommitProperties(
             custom_metadata={"iterations.job_id": str(stamp["job_id"]),
@@ -344,5 +371,5 @@ def publish_delta(source: ObjectStore, table_uri: str, ds: DatasetRef, stamp: Ma
         ),
     )
     log.info("published %d rows of job %s checkpoint %s to Delta table %s",
-             table.num_rows, stamp["job_id"], stamp["checkpoint_id"], table_uri)
+             rows[0], stamp["job_id"], stamp["checkpoint_id"], table_uri)
     return True

@@ -8,7 +8,7 @@ import random
 import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, BinaryIO, Callable, Iterable
 
 from include.errors import ConfigError, PermanentStoreError
 
@@ -67,9 +67,28 @@ class RetryPolicy:
         return random.uniform(0, min(self.max_delay, self.base_delay * (2**attempt)))
 
 
+#: the block a streamed copy reads and hashes at a time (include.store.copy)
+STREAM_CHUNK = 1 << 20
+
+
 class ObjectStore(ABC):
     """What the checkpoint log needs from a store. Implementations must be picklable
     (Spark executors receive them inside the tail's closure)."""
+
+    def open_read(self, key: str) -> BinaryIO:
+        """The object as a file to read from, start to end, without holding it in memory (a
+        store of its own overrides this; the default reads it whole). ObjectNotFound if absent."""
+        import io
+
+        return io.BytesIO(self.get(key))
+
+    def write_stream(self, key: str, chunks: Iterable[bytes], *, verify: Callable[[], None]) -> None:
+        """Write the object from ``chunks`` without holding it whole (a store of its own
+        overrides this; the default joins them), and make it visible only once ``verify()``,
+        called after the last chunk, has returned: if it raises, nothing is left at ``key``."""
+        data = b"".join(chunks)
+        verify()
+        self.put(key, data)
 
     @abstractmethod
     def put(self, key: str, data: bytes) -> None:

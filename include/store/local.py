@@ -85,6 +85,34 @@ class LocalStore(ObjectStore):
         self._fsync_dir(path)
         return True
 
+    def open_read(self, key: str):
+        path = self._path(key)
+        try:
+            return open(path, "rb")
+        except FileNotFoundError:
+            raise ObjectNotFound(path) from None
+
+    def write_stream(self, key: str, chunks, *, verify) -> None:
+        """Chunk by chunk into a temporary file beside the object, renamed over it once
+        ``verify()`` returned (deleted if it raises)."""
+        path = self._path(key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}{_TMP_MARK}{uuid.uuid4().hex}"
+        try:
+            with open(tmp, "wb") as f:
+                for chunk in chunks:
+                    f.write(chunk)
+                verify()
+                if self.fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        self._fsync_dir(path)
+
     def get(self, key: str) -> bytes:
         path = self._path(key)
         try:

@@ -34,6 +34,12 @@ class ReadOnlyStore(ObjectStore):
     def get(self, key: str) -> bytes:
         return self._store.get(key)
 
+    def open_read(self, key: str):
+        return self._store.open_read(key)
+
+    def write_stream(self, key: str, chunks, *, verify) -> None:
+        self._refuse("write", key)
+
     def info(self, key: str) -> ObjectInfo | None:
         return self._store.info(key)
 

@@ -86,6 +86,12 @@ def conditional_writes_trusted_by_environment() -> bool:
     )
 
 
+#: a multipart upload's part (one in memory at a time; S3's minimum is 5 MiB)
+PART_SIZE = 8 << 20
+#: the largest object one CopyObject copies (S3's limit); larger ones are copied part by part
+COPY_LIMIT = 5 << 30
+
+
 @dataclass
 class S3Store(ObjectStore):
     """A bucket and key prefix on S3 or an S3-compatible endpoint (MinIO, moto_server).
@@ -264,6 +270,106 @@ class S3Store(ObjectStore):
                 raise
 
         return self._call("GET", key, get)
+
+    def open_read(self, key: str):
+        """The object's body as a stream (opening it is retried as every call is; an error
+        while reading it is the reader's to retry)."""
+        from botocore.exceptions import ClientError
+
+        k = self._key(key)
+
+        def open_body():
+            try:
+                return self.client.get_object(Bucket=self.bucket, Key=k)["Body"]
+            except ClientError as e:
+                if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                    raise ObjectNotFound(self.location(key)) from None
+                raise
+
+        return self._call("GET", key, open_body)
+
+    def write_stream(self, key: str, chunks, *, verify) -> None:
+        """A multipart upload of parts of about ``PART_SIZE`` (one part in memory at a time),
+        completed only once ``verify()`` returned, aborted otherwise; an object smaller than
+        one part is one PUT."""
+        k = self._key(key)
+        pending, size, parts, upload = [], 0, [], None
+
+        def send(part: bytes) -> None:
+            nonlocal upload
+            if upload is None:
+                upload = self._call("CREATE MULTIPART UPLOAD", key, lambda: self.client.create_multipart_upload(
+                    Bucket=self.bucket, Key=k)["UploadId"])
+            n = len(parts) + 1
+            etag = self._call(f"UPLOAD PART {n}", key, lambda: self.client.upload_part(
+                Bucket=self.bucket, Key=k, UploadId=upload, PartNumber=n, Body=part)["ETag"])
+            parts.append({"ETag": etag, "PartNumber": n})
+
+        try:
+            for chunk in chunks:
+                pending.append(chunk)
+                size += len(chunk)
+                if size >= PART_SIZE:  # a part of PART_SIZE and at most one chunk more
+                    part, pending, size = b"".join(pending), [], 0
+                    send(part)
+                    del part
+            verify()
+            rest = b"".join(pending)
+            if upload is None:
+                self.put(key, rest)
+                return
+            if rest:
+                send(rest)
+            self._call("COMPLETE MULTIPART UPLOAD", key, lambda: self.client.complete_multipart_upload(
+                Bucket=self.bucket, Key=k, UploadId=upload, MultipartUpload={"Parts": parts}))
+        except BaseException:
+            if upload is not None:
+                try:
+                    self.client.abort_multipart_upload(Bucket=self.bucket, Key=k, UploadId=upload)
+                except Exception as e:  # noqa: BLE001 - the first error is the one to raise
+                    log.warning("aborting the upload of %s failed (%s): the bucket's lifecycle rule for "
+                                "incomplete uploads removes its parts", self.location(key), e)
+            raise
+
+    def reads_with(self, other: "S3Store") -> bool:
+        """Whether this store's client may read ``other``'s objects: the same endpoint and the
+        same credentials (a server-side copy between them needs nothing else)."""
+        return isinstance(other, S3Store) and (self.endpoint_url, self.access_key_id, self.secret_access_key,
+                                               self.session_token) == (other.endpoint_url, other.access_key_id,
+                                                                       other.secret_access_key, other.session_token)
+
+    def copy_from(self, source: "S3Store", source_key: str, key: str) -> str | None:
+        """Copy ``source``'s object to ``key`` inside the S3 service (no byte through this
+        process), asking it for the copy's SHA-256; that checksum (hex), or None when the
+        service gives none. Objects over ``COPY_LIMIT`` are copied part by part (UploadPartCopy)."""
+        import base64
+
+        src = {"Bucket": source.bucket, "Key": source._key(source_key)}
+        k = self._key(key)
+        info = source.info(source_key)
+        if info is None:
+            raise ObjectNotFound(source.location(source_key))
+        if info.size <= COPY_LIMIT:
+            done = self._call("COPY", key, lambda: self.client.copy_object(
+                Bucket=self.bucket, Key=k, CopySource=src, ChecksumAlgorithm="SHA256"))
+            checksum = (done.get("CopyObjectResult") or {}).get("ChecksumSHA256")
+            return base64.b64decode(checksum).hex() if checksum else None
+        upload = self._call("CREATE MULTIPART UPLOAD", key, lambda: self.client.create_multipart_upload(
+            Bucket=self.bucket, Key=k)["UploadId"])
+        parts = []
+        try:
+            for n, start in enumerate(range(0, info.size, COPY_LIMIT), start=1):
+                end = min(start + COPY_LIMIT, info.size) - 1
+                etag = self._call(f"COPY PART {n}", key, lambda: self.client.upload_part_copy(
+                    Bucket=self.bucket, Key=k, UploadId=upload, PartNumber=n, CopySource=src,
+                    CopySourceRange=f"bytes={start}-{end}")["CopyPartResult"]["ETag"])
+                parts.append({"ETag": etag, "PartNumber": n})
+            self._call("COMPLETE MULTIPART UPLOAD", key, lambda: self.client.complete_multipart_upload(
+                Bucket=self.bucket, Key=k, UploadId=upload, MultipartUpload={"Parts": parts}))
+        except BaseException:
+            self.client.abort_multipart_upload(Bucket=self.bucket, Key=k, UploadId=upload)
+            raise
+        return None  # a multipart object has no whole-object SHA-256: the caller reads it back
 
     def info(self, key: str) -> ObjectInfo | None:
         from botocore.exceptions import ClientError
