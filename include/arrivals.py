@@ -119,19 +119,16 @@ def _current_version(location: Location, store_options: Mapping[str, Any]):
     """The current publication of the output at ``location`` (include.outputs.published), or
     None when it is not a published output (no ``_PUBLISHED.json`` in it)."""
     from include.outputs import PUBLISHED, published
+    from include.store import open_store
 
     if not location.segments:
         return None
-    if location.is_local and not os.path.isfile(os.path.join(location.path, PUBLISHED)):
-        return None  # checked first: opening a local store would create its directory
-    from include.errors import OutputError
-
-    try:
-        return published(location.parent.url, location.name, **store_options)
-    except OutputError as e:
-        if f"no {location.name}/{PUBLISHED}" in str(e) or "no output" in str(e):
-            return None
-        raise
+    if location.is_local:
+        if not os.path.isfile(os.path.join(location.path, PUBLISHED)):
+            return None  # asked of the file system: opening a local store would create its directory
+    elif not open_store(location.parent.url, **store_options).exists(f"{location.name}/{PUBLISHED}"):
+        return None
+    return published(location.parent.url, location.name, **store_options)  # a damaged manifest: refused
 
 
 def pin_input(store, log_id: str, spec, *, store_options: Mapping[str, Any] | None = None,

@@ -144,3 +144,15 @@ def test_a_spec_without_a_pin_keeps_its_recorded_form(tmp_path):
     spec = InputSpec(str(tmp_path / "edges.csv"))
     assert spec.to_dict() == {"path": str(tmp_path / "edges.csv"), "format": "csv", "options": {}}
     assert InputSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_a_damaged_manifest_at_the_input_is_refused_not_read_around(tmp_path, graph_dir):
+    """An input whose _PUBLISHED.json is not a valid manifest is not taken for a plain directory
+    (which would read every version in it): the first epoch fails naming the manifest."""
+    store = LocalStore(tmp_path / "store")
+    publish_edges(graph_dir, CYCLE, job="up", checkpoint=1)
+    with open(os.path.join(graph_dir, "edges", "_PUBLISHED.json"), "w") as f:
+        f.write('{"format": "iterations.published/1"}')
+    with pytest.raises(DamagedRecord, match="_PUBLISHED.json is not a publication manifest"):
+        pin_input(store, "job", InputSpec(os.path.join(graph_dir, "edges")))
+    assert store.list("jobs/") == []
