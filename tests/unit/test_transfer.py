@@ -130,8 +130,8 @@ def test_publication_memory_does_not_grow_with_the_output(moto_endpoint, bucket)
     (node, rank), as Parquet to a local output (streamed), to S3 from an S3 store (copied by the
     service), to S3 from a local store (multipart, one file of 1M or 4M rows: parts), and as a
     Delta table (record batches). The Python heap's peak stays where it was for an output four
-    times larger, and Arrow's stays under half the table; a publication that held a file or the
-    table whole would not (before streaming: 24 and 71 MiB at 4M rows, bench/RESULTS.md)."""
+    times larger, and Arrow's under the table's size; a publication that held a file or the table
+    whole would not (before streaming: 24 and 71 MiB at 4M rows, bench/RESULTS.md)."""
     from bench.publication_memory import probe
     from include.store.s3 import PART_SIZE
 
@@ -139,8 +139,10 @@ def test_publication_memory_does_not_grow_with_the_output(moto_endpoint, bucket)
         small, large = (probe(mode, rows, parts, moto_endpoint, bucket) for rows in (1_000_000, 4_000_000))
         assert large["bytes"] > 3 * small["bytes"] > 30 * MIB
         assert large["py_peak"] <= small["py_peak"] + 3 * MIB, (mode, small, large)
-        # the rows in Arrow (8-byte node and rank): the Delta writer keeps some batches, never the table
-        assert large["arrow_peak"] < large["rows"] * 16 / 2, (mode, small, large)
+        # the rows in Arrow (8-byte node and rank), which a publication that read them whole held
+        # (and more: 71 MiB at 4M rows); the Delta writer keeps some batches, more when the
+        # machine is busy (26 MiB at 4M rows alone, 37 MiB under the whole suite), never the table
+        assert large["arrow_peak"] < 0.8 * large["rows"] * 16, (mode, small, large)
         bound = 2.5 * PART_SIZE if mode == "parquet-to-s3" else large["bytes"] / 8  # one part at a time
         assert large["py_peak"] < bound, (mode, large)
         assert large["how"] == {"parquet-s3": "server-side", "delta-local": "record batches"}.get(mode, "streamed")
