@@ -338,28 +338,36 @@ class S3Store(ObjectStore):
                                                self.session_token) == (other.endpoint_url, other.access_key_id,
                                                                        other.secret_access_key, other.session_token)
 
-    def copy_from(self, source: "S3Store", source_key: str, key: str) -> str | None:
+    def copy_from(self, source: "S3Store", source_key: str, key: str, size: int) -> str | None:
         """Copy ``source``'s object to ``key`` inside the S3 service (no byte through this
         process), asking it for the copy's SHA-256; that checksum (hex), or None when the
-        service gives none. Objects over ``COPY_LIMIT`` are copied part by part (UploadPartCopy)."""
+        service gives none. ``size``: the object's (its checkpoint's record of it); objects over
+        ``COPY_LIMIT`` are copied part by part (UploadPartCopy)."""
         import base64
 
         src = {"Bucket": source.bucket, "Key": source._key(source_key)}
         k = self._key(key)
-        info = source.info(source_key)
-        if info is None:
-            raise ObjectNotFound(source.location(source_key))
-        if info.size <= COPY_LIMIT:
-            done = self._call("COPY", key, lambda: self.client.copy_object(
-                Bucket=self.bucket, Key=k, CopySource=src, ChecksumAlgorithm="SHA256"))
+        if size <= COPY_LIMIT:
+            from botocore.exceptions import ClientError
+
+            def copy():
+                try:
+                    return self.client.copy_object(Bucket=self.bucket, Key=k, CopySource=src,
+                                                   ChecksumAlgorithm="SHA256")
+                except ClientError as e:  # the source is gone: as a get of it says
+                    if e.response.get("Error", {}).get("Code") in ("NoSuchKey", "404"):
+                        raise ObjectNotFound(source.location(source_key)) from None
+                    raise
+
+            done = self._call("COPY", key, copy)
             checksum = (done.get("CopyObjectResult") or {}).get("ChecksumSHA256")
             return base64.b64decode(checksum).hex() if checksum else None
         upload = self._call("CREATE MULTIPART UPLOAD", key, lambda: self.client.create_multipart_upload(
             Bucket=self.bucket, Key=k)["UploadId"])
         parts = []
         try:
-            for n, start in enumerate(range(0, info.size, COPY_LIMIT), start=1):
-                end = min(start + COPY_LIMIT, info.size) - 1
+            for n, start in enumerate(range(0, size, COPY_LIMIT), start=1):
+                end = min(start + COPY_LIMIT, size) - 1
                 etag = self._call(f"COPY PART {n}", key, lambda: self.client.upload_part_copy(
                     Bucket=self.bucket, Key=k, UploadId=upload, PartNumber=n, CopySource=src,
                     CopySourceRange=f"bytes={start}-{end}")["CopyPartResult"]["ETag"])

@@ -35,20 +35,33 @@ def _inner(store: ObjectStore) -> ObjectStore:
     return store._store if isinstance(store, ReadOnlyStore) else store
 
 
-def _mismatch(where: str, size: int, digest: str, ref: Any) -> CheckpointCorrupted:
-    if size != ref.size:
-        return CheckpointCorrupted(f"{where} has {size} bytes, the manifest says {ref.size}")
-    return CheckpointCorrupted(f"{where} fails its checksum (sha256 {digest[:12]}…, manifest says "
-                               f"{ref.sha256[:12]}…): the checkpoint is damaged")
+class _Tally:
+    """The size and SHA-256 of the blocks read through it, checked against a FileRef."""
 
+    def __init__(self) -> None:
+        self.digest, self.size = hashlib.sha256(), 0
 
-def _hash_stream(store: ObjectStore, key: str) -> tuple[int, str]:
-    h, n = hashlib.sha256(), 0
-    with store.open_read(key) as f:
-        while block := f.read(STREAM_CHUNK):
-            h.update(block)
-            n += len(block)
-    return n, h.hexdigest()
+    def blocks(self, store: ObjectStore, key: str) -> Iterator[bytes]:
+        """The object's bytes, ``STREAM_CHUNK`` at a time, counted and hashed as they pass."""
+        with store.open_read(key) as f:
+            while block := f.read(STREAM_CHUNK):
+                self.digest.update(block)
+                self.size += len(block)
+                yield block
+
+    def read(self, store: ObjectStore, key: str) -> "_Tally":
+        for _ in self.blocks(store, key):
+            pass
+        return self
+
+    def check(self, ref: Any, where: str) -> None:
+        """CheckpointCorrupted naming ``where`` unless what passed is ``ref``'s size and digest."""
+        digest = self.digest.hexdigest()
+        if self.size != ref.size:
+            raise CheckpointCorrupted(f"{where} has {self.size} bytes, the manifest says {ref.size}")
+        if digest != ref.sha256:
+            raise CheckpointCorrupted(f"{where} fails its checksum (sha256 {digest[:12]}…, manifest says "
+                                      f"{ref.sha256[:12]}…): the checkpoint is damaged")
 
 
 def copy_verified(source: ObjectStore, out: ObjectStore, ref: Any, key: str) -> str:
@@ -61,29 +74,19 @@ def copy_verified(source: ObjectStore, out: ObjectStore, ref: Any, key: str) -> 
     src, dst = _inner(source), out
     where = source.location(ref.key)
     if isinstance(src, S3Store) and isinstance(dst, S3Store) and dst.reads_with(src):
-        digest = dst.copy_from(src, ref.key, key)
-        size = ref.size
-        if digest is None:  # the service gave no checksum of the copy: read it back
-            size, digest = _hash_stream(dst, key)
-        if (size, digest) != (ref.size, ref.sha256):
+        digest = dst.copy_from(src, ref.key, key, ref.size)
+        try:
+            if digest is None:  # the service gave no checksum of the copy: read it back
+                _Tally().read(dst, key).check(ref, where)
+            elif digest != ref.sha256:
+                raise CheckpointCorrupted(f"{where} fails its checksum (sha256 {digest[:12]}…, manifest says "
+                                          f"{ref.sha256[:12]}…): the checkpoint is damaged")
+        except CheckpointCorrupted:
             dst.delete([key])
-            raise _mismatch(where, size, digest, ref)
+            raise
         return "server-side"
-    h, n = hashlib.sha256(), 0
-
-    def chunks():
-        nonlocal n
-        with source.open_read(ref.key) as f:
-            while block := f.read(STREAM_CHUNK):
-                h.update(block)
-                n += len(block)
-                yield block
-
-    def verify() -> None:
-        if (n, h.hexdigest()) != (ref.size, ref.sha256):
-            raise _mismatch(where, n, h.hexdigest(), ref)
-
-    dst.write_stream(key, chunks(), verify=verify)
+    tally = _Tally()
+    dst.write_stream(key, tally.blocks(source, ref.key), verify=lambda: tally.check(ref, where))
     return "streamed"
 
 
@@ -95,21 +98,15 @@ def verified_file(source: ObjectStore, ref: Any, scratch: str | None = None) -> 
     where = source.location(ref.key)
     path = _inner(source).local_path(ref.key)
     if path is not None:
-        size, digest = _hash_stream(source, ref.key)
-        if (size, digest) != (ref.size, ref.sha256):
-            raise _mismatch(where, size, digest, ref)
+        _Tally().read(source, ref.key).check(ref, where)
         yield path
         return
     with tempfile.NamedTemporaryFile(prefix="iterations-publish-", suffix=".parquet", dir=scratch) as tmp:
-        h, n = hashlib.sha256(), 0
-        with source.open_read(ref.key) as f:
-            while block := f.read(STREAM_CHUNK):
-                h.update(block)
-                n += len(block)
-                tmp.write(block)
+        tally = _Tally()
+        for block in tally.blocks(source, ref.key):
+            tmp.write(block)
         tmp.flush()
-        if (n, h.hexdigest()) != (ref.size, ref.sha256):
-            raise _mismatch(where, n, h.hexdigest(), ref)
+        tally.check(ref, where)
         yield tmp.name
 
 
