@@ -171,8 +171,7 @@ def pin_input(store, log_id: str, spec, *, store_options: Mapping[str, Any] | No
     if record["uri"] != uri:
         raise ConfigError(f"job {log_id} reads version {record['version']} of input {record['uri']} (pinned at its "
                           f"first epoch, {store.location(key)}); this run names input {uri}: use another job_id")
-    pinned = check_pinned(record, store.location(key))
-    return dataclasses.replace(spec, published=pinned)
+    return dataclasses.replace(spec, published=record)  # InputSpec keeps the checked part (check_pinned)
 
 
 def _read_pin(store, key: str) -> dict[str, Any] | None:
