@@ -36,7 +36,7 @@ class Attempts:
     def _base_plan(self, kind: str, checkpoint_id: int, latest: Manifest | None, batch_id: str | None) -> EpochPlan:
         self.check_expectations()
         meta = self.body_meta
-        P = self.config.num_partitions
+        P = self.num_partitions
         source = latest if latest is not None else self.warm_start
         if source is not None:
             if source.body.get("name") != meta["name"]:

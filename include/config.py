@@ -22,8 +22,9 @@ SETTINGS: dict[str, Parameter] = {p.name: p for p in (
     Parameter("max_epochs", 50, "The job terminates after this many epochs; null: never by count (convergence, "
               "the end of its input or a stop ends it).",
               {"type": ["null", "integer"], "minimum": 1, "maximum": 1_000_000_000}),
-    Parameter("num_partitions", 4, "Partitions of the feedback datasets; may change between runs.",
-              {"type": "integer", "minimum": 1, "maximum": 100_000}),
+    Parameter("num_partitions", None, "Partitions of the feedback datasets; may change between runs. null: "
+              "derived from the input's size when the job's log starts (one per 64 MiB, at least 4; include.sizing).",
+              {"type": ["null", "integer"], "minimum": 1, "maximum": 100_000}),
     Parameter("retain_last", 3, "Committed checkpoints kept (besides each batch's final one and savepoints).",
               {"type": "integer", "minimum": 1, "maximum": 1_000_000}),
     Parameter("retain_batches", None, "Batches whose final checkpoint is kept for a recompute of the batch "
@@ -111,7 +112,7 @@ class JobConfig:
     body_params: dict[str, Any] = field(default_factory=dict)
     max_epochs: int | None = SETTINGS["max_epochs"].default  # None: no limit (HeadOperatorTest's unbounded iteration)
     tolerance: float | None = 1e-6
-    num_partitions: int = SETTINGS["num_partitions"].default
+    num_partitions: int | None = SETTINGS["num_partitions"].default  # None: from the input's size (include.sizing)
     retain_last: int = SETTINGS["retain_last"].default
     retain_batches: int | None = SETTINGS["retain_batches"].default
     retain_history: int | None = SETTINGS["retain_history"].default

@@ -30,7 +30,7 @@ class Coordination:
             found.update(self._extra_coordinators)
             if "alignment" in found:
                 raise CheckpointError("coordinator name 'alignment' is reserved for the global alignment")
-            P = self.config.num_partitions
+            P = self.num_partitions
             holders = {"alignment": CoordinatorHolder(
                 "alignment", AlignmentCoordinator(head_partitions(meta, P)), P)}
             holders.update({name: CoordinatorHolder(name, c, P) for name, c in sorted(found.items())})

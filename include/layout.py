@@ -132,6 +132,10 @@ class JobLayout:
         """The version of a published input the job reads (include.arrivals)."""
         return f"{self.root}/input.json"
 
+    def sizing(self) -> str:
+        """The partition count the job's input's size gave the log (include.sizing)."""
+        return f"{self.root}/sizing.json"
+
     def owner(self) -> str:
         """Who the job belongs to (include.ownership)."""
         return f"{self.root}/owner.json"

@@ -100,6 +100,7 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
         self.take_over = False  # the run takes the job and its output locations over (start_run)
         self.arrivals = [dict(a) for a in arrivals]
         self._input: Any = None  # input_spec(), once
+        self._partitions: int | None = None  # num_partitions, once
         self.publication_history = _History(self.log, [CheckpointLog(self.store, j) for j in publication_family])
 
     @property
@@ -132,6 +133,24 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
                                  arrivals=self.arrivals)
             self._input = spec
         return self._input
+
+    @property
+    def num_partitions(self) -> int:
+        """The partitions of this log's feedback datasets: the job's ``num_partitions``, or when
+        it names none, the count the log was sized with (include.sizing.log_partitions)."""
+        if self.config.num_partitions is not None:
+            return self.config.num_partitions
+        if self._partitions is None:
+            from include.sizing import log_partitions
+
+            def latest_partitions() -> int | None:
+                latest = self.log.latest_id()
+                return None if latest is None else self.log.load(latest, verify="none").num_partitions
+
+            self._partitions = log_partitions(self.store, self.config.job_id, self.input_spec(),
+                                              latest_partitions=latest_partitions, store_options=self.store_options,
+                                              static=resolve_body(self.config.body).static_input)
+        return self._partitions
 
 
 __all__ = ["DEFAULT_CHECKS", "Check", "DataCheckFailed", "EpochPlan", "IterationJob", "JobState"]

@@ -14,6 +14,7 @@ import sys
 import time
 
 from include.paths import LOCAL_DIR
+from include.sizing import server_heap
 
 DEFAULT_PORT = int(os.environ.get("ITERATIONS_SPARK_CONNECT_PORT", "15002"))
 STATE_DIR = os.environ.get("ITERATIONS_SPARK_CONNECT_DIR", os.path.join(LOCAL_DIR, "spark-connect"))
@@ -59,10 +60,10 @@ def ensure(port: int = DEFAULT_PORT, master: str = "local[2]", timeout: float = 
         script = os.path.join(spark_home(), "sbin", "start-connect-server.sh")
         subprocess.run(
             ["bash", script, "--master", master,
-             # the same heap as a local session's driver (spark_jobs.session): the server is
-             # the driver of every epoch (Spark's default 1g collects in full during a run:
-             # bench/RESULTS.md)
-             "--driver-memory", os.environ.get("SPARK_DRIVER_MEMORY", "2g"),
+             # the server is the driver (and, in local mode, the executors) of every epoch of
+             # every job: its heap is sized from the machine (include.sizing.server_heap;
+             # Spark's default 1g collects in full during a run: bench/RESULTS.md)
+             "--driver-memory", os.environ.get("SPARK_DRIVER_MEMORY") or server_heap(),
              "--conf", f"spark.connect.grpc.binding.port={port}",
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", "spark.ui.enabled=false",

@@ -40,7 +40,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--output-format", default="parquet", choices=["parquet", "delta"])
     p.add_argument("--max-epochs", type=_count_or_none, default=50, help="the epoch limit; none: no limit")
     p.add_argument("--tolerance", type=float, default=1e-6)
-    p.add_argument("--num-partitions", type=int, default=4)
+    p.add_argument("--num-partitions", type=int, default=None,
+                   help="partitions of the feedback datasets; default: from the input's size (include.sizing)")
     p.add_argument("--retain-last", type=int, default=3)
     p.add_argument("--retain-batches", type=_count_or_none, default=None,
                    help="batches whose final checkpoint is kept (default: every batch's)")

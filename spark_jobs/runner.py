@@ -146,8 +146,28 @@ class IterationRunner:
         if self._spark is None:
             from spark_jobs.session import get_spark
 
-            self._spark = get_spark(f"iterations-{self.config.job_id}")
+            self._spark = get_spark(f"iterations-{self.config.job_id}", driver_memory=self._driver_memory())
         return self._spark
+
+    def _driver_memory(self) -> str | None:
+        """The heap the job's input asks of the driver this runner starts (include.sizing),
+        unless ``SPARK_DRIVER_MEMORY`` names one; None (the session's default) when the input is
+        not there yet."""
+        import os
+
+        from include.errors import InputDataError
+        from include.sizing import derive, input_bytes
+
+        if os.environ.get("SPARK_DRIVER_MEMORY"):
+            return None
+        try:
+            size = input_bytes(self.job.input_spec(), self.store_options)
+        except InputDataError as e:
+            log.info("job %s: the driver's heap is the default one: %s", self.config.job_id, e)
+            return None
+        sizing = derive(size, self.config.input.format)
+        log.info("job %s: %s; SPARK_DRIVER_MEMORY overrides the heap", self.config.job_id, sizing.describe())
+        return sizing.driver_memory
 
     @property
     def executor(self):

@@ -13,10 +13,13 @@ def get_spark(
     app_name: str = "iterations",
     master: str | None = None,
     conf: Mapping[str, str] | None = None,
+    driver_memory: str | None = None,
 ):
     """Create (or return) the session. Python workers use this interpreter, in which the
     project is installed (``./run.sh``: editable), so they import ``include`` and
-    ``spark_jobs``; settings must be in place before the JVM starts."""
+    ``spark_jobs``; settings must be in place before the JVM starts. The driver's heap:
+    ``SPARK_DRIVER_MEMORY``, else ``driver_memory`` (the library runner's: from the input's
+    size, include.sizing), else 2g."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -37,7 +40,7 @@ def get_spark(
         .config("spark.ui.enabled", os.environ.get("SPARK_UI_ENABLED", "false"))
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.sql.adaptive.enabled", "true")
-        .config("spark.driver.memory", os.environ.get("SPARK_DRIVER_MEMORY", "2g"))
+        .config("spark.driver.memory", os.environ.get("SPARK_DRIVER_MEMORY") or driver_memory or "2g")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.python.worker.reuse", "true")

@@ -216,16 +216,11 @@ def input_version(spec: InputSpec, **store_options: Any) -> str:
 
 
 def _s3_objects(spec: InputSpec, store_options: Mapping[str, Any]) -> tuple[ObjectStore, list]:
-    """The input's data files on S3 (names starting with ``.`` or ``_`` and empty objects
-    left out), and the store they are in."""
-    location = spec.location
-    bucket_url, key = location.bucket, location.path
-    store = open_store(f"s3://{bucket_url}", **store_options)
-    objects = [o for o in store.list(key) if not o.key.rsplit("/", 1)[-1].startswith((".", "_")) and o.size > 0]
-    objects = [o for o in objects if o.key == key or o.key.startswith(key.rstrip("/") + "/") or not key]
-    if not objects:
-        raise InputDataError(f"input {spec.path} does not exist or holds no data files")
-    return store, objects
+    """The input's data files on S3 (include.sizing.s3_input_objects: names starting with
+    ``.`` or ``_`` and empty objects left out), and the store they are in."""
+    from include.sizing import s3_input_objects
+
+    return s3_input_objects(spec.location, store_options)
 
 
 def _read_s3_input(spark, spec, num_partitions, options, store_options) -> DataFrame:

@@ -74,7 +74,7 @@ def test_messages_say_what_is_accepted():
         k.check(True)
     with pytest.raises(ConfigError, match=r"features must be null or a list of one or more non-empty strings, got \[\]"):
         resolve_body("kmeans").parse_params({"features": []})
-    with pytest.raises(ConfigError, match=r"num_partitions must be an integer in \[1, 100000\], got 0"):
+    with pytest.raises(ConfigError, match=r"num_partitions must be null or an integer in \[1, 100000\], got 0"):
         JobConfig(job_id="j", body="pagerank", input="x.csv", checkpoint_root="/tmp/s", num_partitions=0)
     with pytest.raises(ConfigError, match=r"output_format must be one of \['parquet', 'delta'\], got 'orc'"):
         JobConfig(job_id="j", body="pagerank", input="x.csv", checkpoint_root="/tmp/s", output_format="orc")
