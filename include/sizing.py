@@ -136,6 +136,21 @@ def s3_input_objects(location, store_options: Mapping[str, Any]):
     return store, objects
 
 
+def driver_memory(spec, store_options: Mapping[str, Any] | None = None) -> tuple[str | None, str]:
+    """The heap to give a Spark driver started for one job whose input is ``spec`` (the
+    library runner's local session, an epoch's spark-submit), and what to log about it: None
+    when ``SPARK_DRIVER_MEMORY`` names one (Spark takes it from there) or the input is not there
+    yet (Spark's or the session's default)."""
+    if os.environ.get("SPARK_DRIVER_MEMORY"):
+        return None, f"the driver's heap is SPARK_DRIVER_MEMORY's ({os.environ['SPARK_DRIVER_MEMORY']})"
+    try:
+        size = input_bytes(spec, store_options)
+    except InputDataError as e:
+        return None, f"the driver's heap is the default one: {e}"
+    sizing = derive(size, spec.format)
+    return sizing.driver_memory, f"{sizing.describe()}; SPARK_DRIVER_MEMORY overrides the heap"
+
+
 def log_partitions(store, log_id: str, spec, *, latest_partitions: Callable[[], int | None],
                    store_options: Mapping[str, Any] | None = None, static: bool = True) -> int:
     """The partition count of log ``log_id`` when its job names none: the one recorded for the
@@ -185,5 +200,5 @@ def _read_sizing(store, key: str) -> dict[str, Any] | None:
 
 
 __all__ = ["HEAP_PER_INPUT_BYTE", "MIN_HEAP", "MIN_PARTITIONS", "PARTITION_INPUT_BYTES", "Sizing", "derive",
-           "input_bytes", "log_partitions", "machine_memory", "partitions_for", "s3_input_objects",
-           "server_heap"]
+           "driver_memory", "input_bytes", "log_partitions", "machine_memory", "partitions_for",
+           "s3_input_objects", "server_heap"]

@@ -150,24 +150,12 @@ class IterationRunner:
         return self._spark
 
     def _driver_memory(self) -> str | None:
-        """The heap the job's input asks of the driver this runner starts (include.sizing),
-        unless ``SPARK_DRIVER_MEMORY`` names one; None (the session's default) when the input is
-        not there yet."""
-        import os
+        """The heap the job's input asks of the driver this runner starts (include.sizing)."""
+        from include.sizing import driver_memory
 
-        from include.errors import InputDataError
-        from include.sizing import derive, input_bytes
-
-        if os.environ.get("SPARK_DRIVER_MEMORY"):
-            return None
-        try:
-            size = input_bytes(self.job.input_spec(), self.store_options)
-        except InputDataError as e:
-            log.info("job %s: the driver's heap is the default one: %s", self.config.job_id, e)
-            return None
-        sizing = derive(size, self.config.input.format)
-        log.info("job %s: %s; SPARK_DRIVER_MEMORY overrides the heap", self.config.job_id, sizing.describe())
-        return sizing.driver_memory
+        memory, why = driver_memory(self.job.input_spec(), self.store_options)
+        log.info("job %s: %s", self.config.job_id, why)
+        return memory
 
     @property
     def executor(self):

@@ -177,3 +177,20 @@ def test_a_jobs_plan_uses_its_logs_count(tmp_path, small_partitions):
     assert plan.num_partitions == -(-size // 1024) > 4
     assert len(plan.head_state["heads"]["ranks"]["partitions"]) == plan.num_partitions
     assert IterationJob(JobConfig(**base, num_partitions=2)).plan_epoch().num_partitions == 2
+
+
+def test_a_drivers_heap_for_a_job(tmp_path, monkeypatch):
+    """What the library runner and an epoch's spark-submit give their driver: the input's,
+    unless SPARK_DRIVER_MEMORY names one; the default while the input is not there."""
+    monkeypatch.delenv("SPARK_DRIVER_MEMORY", raising=False)
+    monkeypatch.setattr(sizing, "machine_memory", lambda: 24 * GiB)
+    spec = _input(tmp_path, 1000)
+    assert sizing.driver_memory(spec) == ("2g", "input 0.0 MiB: 4 partitions, a local driver's heap 2g; "
+                                                "SPARK_DRIVER_MEMORY overrides the heap")
+    monkeypatch.setattr(sizing, "HEAP_PER_INPUT_BYTE", {**sizing.HEAP_PER_INPUT_BYTE, "csv": 5 * GiB // 1000})
+    assert sizing.driver_memory(spec)[0] == "5g"
+    monkeypatch.setenv("SPARK_DRIVER_MEMORY", "3g")
+    assert sizing.driver_memory(spec) == (None, "the driver's heap is SPARK_DRIVER_MEMORY's (3g)")
+    monkeypatch.delenv("SPARK_DRIVER_MEMORY")
+    memory, why = sizing.driver_memory(InputSpec(str(tmp_path / "later"), "parquet"))
+    assert memory is None and why.startswith("the driver's heap is the default one: input path") and "later" in why

@@ -281,12 +281,17 @@ class SparkEpochHook(BaseHook):
                          ("session_token", "AWS_SESSION_TOKEN")):
             if store_options.get(key):
                 env[var] = store_options[key]  # passed in the environment, never on the command line
+        from include.sizing import driver_memory
+
+        memory, why = driver_memory(plan.input_spec(), store_options)  # the epoch's driver: from its input's size
+        self.log.info("epoch %d of job %s: %s", plan.epoch, plan.job_id, why)
         hook = SparkSubmitHook(
             conn_id=self.conn_id,
             name=f"iterations-{plan.job_id}-{plan.checkpoint_id}",
             application_args=args,
             env_vars=env,
             conf={"spark.ui.enabled": "false"},
+            driver_memory=memory,
         )
         self._submitting = (plan.attempt_id, hook)
         try:
