@@ -241,13 +241,16 @@ def main(argv: list[str] | None = None) -> int:
 
     def server() -> list[int]:
         """The embedded Spark Connect server of the bench's Airflow, once it runs."""
-        nonlocal server_pid
-        if server_pid is None:
-            import psutil
+        import psutil
 
+        nonlocal server_pid
+        if server_pid is None or not psutil.pid_exists(server_pid):
+            server_pid = None
             port = f"spark.connect.grpc.binding.port={env['ITERATIONS_SPARK_CONNECT_PORT']}"
-            for proc in psutil.process_iter(["name", "cmdline"]):  # the JVM, not the script that started it
-                if proc.info["name"] == "java" and port in " ".join(proc.info["cmdline"] or []):
+            for proc in psutil.process_iter(["name", "cmdline"]):
+                cmd = " ".join(proc.info["cmdline"] or [])
+                # the server's JVM: not the scripts nor the launcher JVM that start it
+                if proc.info["name"] == "java" and port in cmd and "org.apache.spark.deploy.SparkSubmit" in cmd:
                     server_pid = proc.pid
         return [] if server_pid is None else [server_pid]
 

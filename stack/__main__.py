@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 
@@ -21,6 +22,11 @@ def main(argv: list[str] | None = None) -> int:
                              "setting, say); repeatable")
     parser.add_argument("--spark-worker-setting", action="append", default=[], metavar="NAME=VALUE",
                         help="an environment variable for the Spark workers and their executors; repeatable")
+    parser.add_argument("--spark-worker-memory", default="2g", metavar="SIZE",
+                        help="the memory each of the two Spark workers offers its executors (default 2g)")
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="NAME=VALUE",
+                        help="a setting of the Spark Connect server's application (the epochs' driver and "
+                             "executors), e.g. spark.executor.memory=3g (default 768m); repeatable")
     args = parser.parse_args(argv)
 
     from stack.services import Stack, StackError
@@ -28,11 +34,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = _pairs(args.setting, "--setting")
         worker_settings = _pairs(args.spark_worker_setting, "--spark-worker-setting")
+        spark_conf = _pairs(args.spark_conf, "--spark-conf", spark=True)
     except ValueError as e:
         parser.error(str(e))
-    if (settings or worker_settings) and args.action != "start":
-        parser.error("--setting and --spark-worker-setting go with start only")
-    stack = Stack(args.home, extra_env=settings, spark_worker_env=worker_settings)
+    if not re.fullmatch(r"[1-9][0-9]*[mMgG]", args.spark_worker_memory):
+        parser.error(f"--spark-worker-memory must be a size such as 768m or 4g, got {args.spark_worker_memory!r}")
+    if (settings or worker_settings or spark_conf or args.spark_worker_memory != "2g") and args.action != "start":
+        parser.error("--setting, --spark-worker-setting, --spark-worker-memory and --spark-conf go with start only")
+    stack = Stack(args.home, extra_env=settings, spark_worker_env=worker_settings,
+                  spark_worker_memory=args.spark_worker_memory, spark_conf=spark_conf)
     if args.action == "status":
         running = stack.running()
         if not running:
@@ -77,11 +87,15 @@ Stop everything it started:              ./run.sh stack stop""")
     return 0
 
 
-def _pairs(values: list[str], option: str) -> dict[str, str]:
+def _pairs(values: list[str], option: str, spark: bool = False) -> dict[str, str]:
+    """NAME=VALUE pairs: environment variables' names, or (``spark``) Spark settings' (spark.*)."""
     pairs = {}
     for value in values:
         name, sep, setting = value.partition("=")
-        if not sep or not name or not name.replace("_", "").isalnum() or name[0].isdigit():
+        if spark:
+            if not sep or not re.fullmatch(r"spark\.[A-Za-z0-9_.\-]+", name):
+                raise ValueError(f"{option} {value!r}: expected NAME=VALUE with a Spark setting's name (spark.*)")
+        elif not sep or not name or not name.replace("_", "").isalnum() or name[0].isdigit():
             raise ValueError(f"{option} {value!r}: expected NAME=VALUE with an environment variable's name")
         pairs[name] = setting
     return pairs

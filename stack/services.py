@@ -89,6 +89,10 @@ class Stack:
     # for start: more settings for every Airflow component, and for the Spark workers (and executors)
     extra_env: dict[str, str] = field(default_factory=dict)
     spark_worker_env: dict[str, str] = field(default_factory=dict)
+    # for start: the Spark workers' memory, and more --conf of the Spark Connect server (its
+    # executors' memory for a large job, say: spark.executor.memory=3g)
+    spark_worker_memory: str = "2g"
+    spark_conf: dict[str, str] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
     cluster: StandaloneCluster | None = None
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)  # what this process started
@@ -229,6 +233,8 @@ class Stack:
             "started": time.time(),
             "extra_env": self.extra_env,
             "spark_worker_env": self.spark_worker_env,
+            "spark_worker_memory": self.spark_worker_memory,
+            "spark_conf": self.spark_conf,
         }
         self._save()
         try:
@@ -348,7 +354,8 @@ class Stack:
         os.makedirs(spark_dir, exist_ok=True)
         self.cluster = StandaloneCluster(
             spark_dir, master_port=p["spark_master"], master_ui=p["spark_master_ui"], connect_port=p["spark_connect"],
-            worker_env=dict(self.spark_worker_env), on_start=self._record)
+            worker_env=dict(self.spark_worker_env), on_start=self._record, worker_memory=self.spark_worker_memory,
+            connect_conf=dict(self.spark_conf))
         self.cluster.start()
 
     def _start_airflow(self, timeout: float) -> None:

@@ -36,7 +36,8 @@ class StandaloneCluster:
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     # called with (service name, session id) as each process starts: the stack records them
     on_start: Callable[[str, int], None] | None = None
-    connect_conf: dict[str, str] = field(default_factory=dict)  # more --conf of the Connect server
+    connect_conf: dict[str, str] = field(default_factory=dict)  # more --conf of the Connect server (last wins)
+    worker_memory: str = "2g"  # what each worker offers its executors
 
     @property
     def master_url(self) -> str:
@@ -121,7 +122,7 @@ class StandaloneCluster:
         # 2 cores each: the Connect server's application holds 2 (spark.cores.max), a
         # spark-submit application gets the other 2
         self._start(f"worker-{i}", [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                                    "--cores", "2", "--memory", "2g", "--webui-port", str(free_port()),
+                                    "--cores", "2", "--memory", self.worker_memory, "--webui-port", str(free_port()),
                                     "--work-dir", work, self.master_url], self.worker_env)
 
     def worker_running(self, pid: int) -> str:

@@ -41,6 +41,15 @@ def test_the_command_line_refuses_bad_settings_naming_them(capsys, tmp_path):
     with pytest.raises(SystemExit):
         main(["stop", "--home", str(tmp_path), "--setting", "A=1"])
     assert "go with start only" in capsys.readouterr().err
+    for bad, named in ((["--spark-conf", "executor.memory=3g"], "'executor.memory=3g'"),
+                       (["--spark-conf", "spark.executor.memory"], "'spark.executor.memory'"),
+                       (["--spark-worker-memory", "lots"], "got 'lots'")):
+        with pytest.raises(SystemExit):
+            main(["start", "--home", str(tmp_path), *bad])
+        assert named in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["stop", "--home", str(tmp_path), "--spark-conf", "spark.executor.memory=3g"])
+    assert "go with start only" in capsys.readouterr().err
 
 
 def test_status_and_stop_of_a_folder_with_no_stack(tmp_path):
