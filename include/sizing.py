@@ -4,8 +4,9 @@ The shared Spark Connect server of the embedded default starts before any input 
 heap comes from the machine's memory (``server_heap``).
 
 One rule for every runner: the library (spark_jobs.run_job) and the Airflow operators both
-take a job's partition count from ``log_partitions``, and a local driver's heap from
-``derive``. Each is a default: a ``num_partitions`` the job names, and
+take a job's partition count from ``log_partitions`` (through IterationJob.num_partitions),
+and a driver started for one job (the library's local session, an epoch's spark-submit) its
+heap from ``driver_memory``. Each is a default: a ``num_partitions`` the job names, and
 ``SPARK_DRIVER_MEMORY``, win over it.
 
 - Partitions: one per ``PARTITION_INPUT_BYTES`` of input (at least ``MIN_PARTITIONS``, the
