@@ -83,7 +83,7 @@ def test_bad_parameters_are_refused_before_any_work(spark, tmp_path):
         pagerank_config(tmp_path, edges, job_id="../x")
     with pytest.raises(ConfigError, match="tolerance must be a finite number >= 0"):
         pagerank_config(tmp_path, edges, tolerance=float("nan"))
-    with pytest.raises(ConfigError, match=r"num_partitions must be an integer in \[1, 100000\], got 0"):
+    with pytest.raises(ConfigError, match=r"num_partitions must be null or an integer in \[1, 100000\], got 0"):
         pagerank_config(tmp_path, edges, num_partitions=0)
     with pytest.raises(ConfigError, match="unknown iteration body 'pagerankk'"):
         IterationRunner(pagerank_config(tmp_path, edges, body="pagerankk"), spark).run()
