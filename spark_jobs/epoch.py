@@ -35,6 +35,10 @@ log = logging.getLogger("iterations")
 # EpochExecutor(driver_tail_bytes=...): a variable stored in at most this many bytes is small
 # enough for the driver to hold and write (in memory, Parquet's size a few times over)
 DRIVER_TAIL_BYTES = 4 << 20
+# ... and of at most this many records: past them, collecting, writing from one Python process
+# and handing the records back to Spark costs more than the tail in Spark (connected components'
+# 100,000-edge variable: about even; 515,000: slower)
+DRIVER_TAIL_ROWS = 100_000
 
 
 class EpochExecutor:
@@ -48,9 +52,10 @@ class EpochExecutor:
     (the library runner); one that runs a single attempt gains nothing from it.
 
     ``driver_tail_bytes``: on a classic session (not Spark Connect), an epoch's variable whose
-    previous value took at most this many bytes in the store is written by the driver
-    (``write_dataset(on_driver=True)``): one Spark job collects it, instead of a shuffle and a
-    Python worker writing it; kept, it is a local frame. The rule reads only the checkpoint the
+    previous value took at most this many bytes in the store (and ``DRIVER_TAIL_ROWS`` records)
+    is written by the driver (``write_dataset(on_driver=True)``): one Spark job collects it,
+    instead of a shuffle and a Python worker writing it; kept, it is a local frame (in Spark past
+    ``write.LOCAL_FRAME_ROWS`` records). The rule reads only the checkpoint the
     plan restores, so an attempt that computes the epoch again writes it the same way. Epoch 0
     (restoring nothing) and Spark Connect sessions always write in Spark: there what is kept must
     stay on the server, for the next task process to take over. None: ``DRIVER_TAIL_BYTES``;
@@ -443,11 +448,11 @@ class EpochExecutor:
 
     def _driver_tail(self, plan: EpochPlan) -> frozenset[str]:
         """The heads the driver writes (``driver_tail_bytes``): those whose dataset in the
-        checkpoint the plan restores is that small."""
+        checkpoint the plan restores is that small, in bytes and in records (``DRIVER_TAIL_ROWS``)."""
         if plan.restore is None or self.driver_tail_bytes < 0:
             return frozenset()
         return frozenset(name for name, ds in plan.restore_datasets().items()
-                         if name in plan.heads and ds.size <= self.driver_tail_bytes)
+                         if name in plan.heads and ds.size <= self.driver_tail_bytes and ds.rows <= DRIVER_TAIL_ROWS)
 
     def _write(self, plan, store, frames, names, *, data_dir, report_dir, keys=None, metrics=None,
                facts=None, kept=None, on_driver=frozenset(), heads=False) -> list[EpochReport]:

@@ -69,7 +69,8 @@ def write_dataset(
     size of the variable the epoch started from): its records, each with Spark's partition id,
     are collected by one Spark job and written by the driver, as a local frame is, instead of by
     a shuffle and Spark's Python workers; what is kept is then a local frame of them, marked for
-    broadcast joins as a small variable read from the store is. Records past what the driver may
+    broadcast joins as a small variable read from the store is, or, past ``LOCAL_FRAME_ROWS``
+    records, a local checkpoint of them in Spark (one small job). Records past what the driver may
     collect (``spark.driver.maxResultSize``) are written in Spark after all. Each partition's file holds
     the same bytes either way (its name says which task wrote it: here "driver").
 
@@ -152,16 +153,21 @@ def write_dataset(
         table = table.take(order)
         texts = [b.column(0)[0].as_py() for b in tail(iter(table.to_batches()), task="driver")]
         if kept is not None:
-            records = arrow_frame(source.sparkSession, table.select(data_columns))  # local too
+            records = table.select(data_columns)
     else:
         texts = [row.report for row in df.mapInArrow(tail, "report string").collect()]
     reports = by_partition(head, [EpochReport.from_json(t) for t in texts])
     if kept is not None:
         stored = sum(f.size for r in reports.values() for f in r.files)
-        if local:  # nothing held in Spark; a small collected variable joins as one read from the store would
-            kept[head] = (sized_for_joins(records, stored) if collected is not None else records, None)
-        else:
+        if not local:
             kept[head] = (sized_for_joins(df.select(*data_columns), stored), df)
+        elif collected is None:  # the body's own local frame: kept as it came
+            kept[head] = (arrow_frame(source.sparkSession, records), None)
+        elif records.num_rows <= LOCAL_FRAME_ROWS:  # nothing held in Spark; joins as a read from the store would
+            kept[head] = (sized_for_joins(arrow_frame(source.sparkSession, records), stored), None)
+        else:  # too many rows for a local relation: held in Spark, as the tail in Spark would
+            in_spark = source.sparkSession.createDataFrame(records).localCheckpoint(eager=True)
+            kept[head] = (sized_for_joins(in_spark, stored), in_spark)
     for p in range(num_partitions):
         if p not in reports:
             empty = {name: 0.0 for name, (_c, agg) in metrics.items() if agg == "sum"}
@@ -172,6 +178,13 @@ def write_dataset(
 
 
 _PID = "__iterations_partition"
+
+# write_dataset(on_driver=True, kept=...): a collected variable of at most this many records is
+# kept as a local frame (a local relation in the next epoch's plan); more are kept in Spark. The
+# optimizer evaluates a local relation's projections and filters on the driver, once for every
+# place a plan reads it: connected components' step reads its variable in some forty, and a
+# local relation of 515,000 edges filled a 2g driver heap with forty copies of it.
+LOCAL_FRAME_ROWS = 1000
 
 
 def _collect(df: DataFrame, head: str, epoch: int) -> Any | None:

@@ -156,7 +156,7 @@ from include.store import LocalStore
 from spark_jobs.storeio import write_dataset
 root = Path(sys.argv[1])
 out = {}
-for name, rows in (("grown", 200_000), ("small", 2_000)):
+for name, rows in (("grown", 200_000), ("small", 2_000), ("few", 600)):
     df = spark.range(rows).select(F.col("id").alias("node"), (F.col("id") * 0.5).alias("rank"),
                                   F.sha2(F.col("id").cast("string"), 256).alias("pad"))
     for on_driver in (True, False):
@@ -166,7 +166,9 @@ for name, rows in (("grown", 200_000), ("small", 2_000)):
                                 num_partitions=3, key_columns=("node",), kept=kept, on_driver=on_driver)
         out[f"{name}-{on_driver}"] = {"sha256": [[f.sha256 for f in r.files] for r in reports],
                                       "tasks": sorted({f.key.rsplit("-", 1)[1].split(".")[0] for r in reports for f in r.files}),
-                                      "kept_in_spark": kept["ranks"][1] is not None}
+                                      "kept_in_spark": kept["ranks"][1] is not None,
+                                      "kept_local": "LocalRelation" in kept["ranks"][0]._jdf.queryExecution().analyzed().toString(),
+                                      "kept_rows": kept["ranks"][0].count()}
 print("RESULT " + json.dumps(out))
 """
 
@@ -174,7 +176,9 @@ print("RESULT " + json.dumps(out))
 @pytest.mark.slow  # a Spark driver of its own
 def test_a_variable_grown_past_what_the_driver_may_collect_is_written_in_spark(tmp_path):
     """``on_driver``: the tail collects the records to the driver, unless they are more than
-    ``spark.driver.maxResultSize``: then it writes them in Spark (warning), the same bytes."""
+    ``spark.driver.maxResultSize``: then it writes them in Spark (warning), the same bytes.
+    What it keeps is a local frame up to ``LOCAL_FRAME_ROWS`` records, else a local checkpoint
+    in Spark (a local relation is copied into every place a plan reads it)."""
     import json
     import os
     import subprocess
@@ -192,6 +196,10 @@ def test_a_variable_grown_past_what_the_driver_may_collect_is_written_in_spark(t
         "instead" in done.stderr
     assert done.stderr.count("grew past what the driver may collect") == 1, "only the grown variable"
     assert got["grown-True"]["kept_in_spark"] and got["grown-True"]["tasks"] != ["driver"], "written in Spark"
-    assert not got["small-True"]["kept_in_spark"] and got["small-True"]["tasks"] == ["driver"]
-    for name in ("grown", "small"):
+    assert got["small-True"]["tasks"] == ["driver"], "2,000 records: written by the driver"
+    assert got["small-True"]["kept_in_spark"] and not got["small-True"]["kept_local"], "kept in Spark"
+    assert got["few-True"]["tasks"] == ["driver"] and got["few-True"]["kept_local"], "600: kept as a local frame"
+    assert not got["few-True"]["kept_in_spark"]
+    for name, rows in (("grown", 200_000), ("small", 2_000), ("few", 600)):
         assert got[f"{name}-True"]["sha256"] == got[f"{name}-False"]["sha256"], name
+        assert got[f"{name}-True"]["kept_rows"] == got[f"{name}-False"]["kept_rows"] == rows, name
