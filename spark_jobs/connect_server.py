@@ -15,6 +15,7 @@ import time
 
 from include.paths import LOCAL_DIR
 from include.sizing import server_heap
+from spark_jobs.session import driver_java_options
 
 DEFAULT_PORT = int(os.environ.get("ITERATIONS_SPARK_CONNECT_PORT", "15002"))
 STATE_DIR = os.environ.get("ITERATIONS_SPARK_CONNECT_DIR", os.path.join(LOCAL_DIR, "spark-connect"))
@@ -68,7 +69,8 @@ def ensure(port: int = DEFAULT_PORT, master: str = "local[2]", timeout: float = 
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", "spark.ui.enabled=false",
              "--conf", "spark.sql.shuffle.partitions=8",
-             "--conf", "spark.ui.showConsoleProgress=false"],
+             "--conf", "spark.ui.showConsoleProgress=false",
+             "--conf", f"spark.driver.extraJavaOptions={driver_java_options()}"],
             env=_env(), check=True, capture_output=True, text=True,
         )
         deadline = time.monotonic() + timeout

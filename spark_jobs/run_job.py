@@ -132,6 +132,17 @@ def main(argv: list[str] | None = None) -> int:
     except IterationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except Exception:
+        from spark_jobs.session import driver_exit_code
+
+        code = None if args.remote else driver_exit_code(wait=5.0)  # an exiting JVM: its socket closes first
+        if code is None:
+            raise
+        print(f"error: job {args.job_id}: the Spark driver (JVM) of this run exited with code {code}: its last "
+              f"lines above say why ('Terminating due to java.lang.OutOfMemoryError': it ran out of heap; "
+              f"SPARK_DRIVER_MEMORY sets it). Every committed checkpoint is kept: run again to resume.",
+              file=sys.stderr)
+        return 1
     summary = {
         "job_id": result.job_id,
         "status": result.status.value,

@@ -9,6 +9,19 @@ from typing import Mapping
 from include.failpoints import DRIVER_PID_ENV
 
 
+# A driver JVM that runs out of heap exits instead of living on: an OutOfMemoryError can kill the
+# thread that serves a collect's results to Python (which then waits for ever) or the heartbeats
+# of a local executor, and leave the JVM half-working. Exited, its Python side fails at once and
+# the run resumes from its last checkpoint.
+DRIVER_JAVA_OPTIONS = "-XX:+ExitOnOutOfMemoryError"
+
+
+def driver_java_options(options: str | None = None) -> str:
+    """``options`` (a caller's ``spark.driver.extraJavaOptions``) with ``DRIVER_JAVA_OPTIONS``."""
+    options = (options or "").strip()
+    return options if DRIVER_JAVA_OPTIONS in options.split() else f"{options} {DRIVER_JAVA_OPTIONS}".strip()
+
+
 def get_spark(
     app_name: str = "iterations",
     master: str | None = None,
@@ -19,7 +32,8 @@ def get_spark(
     project is installed (``./run.sh``: editable), so they import ``include`` and
     ``spark_jobs``; settings must be in place before the JVM starts. The driver's heap:
     ``SPARK_DRIVER_MEMORY``, else ``driver_memory`` (the library runner's: from the input's
-    size, include.sizing), else 2g."""
+    size, include.sizing), else 2g. The driver exits when it runs out of heap
+    (``DRIVER_JAVA_OPTIONS``)."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -47,9 +61,31 @@ def get_spark(
     )
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
+    builder = builder.config("spark.driver.extraJavaOptions",
+                             driver_java_options((conf or {}).get("spark.driver.extraJavaOptions")))
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
     return spark
+
+
+def driver_exit_code(spark=None, wait: float = 0.0) -> int | None:
+    """The exit code of the driver JVM this process started for its classic session (``spark``,
+    or the process's), once it has exited (waiting up to ``wait`` seconds for one that is
+    exiting); None while it runs, or when this process did not start one (Spark Connect,
+    spark-submit's driver)."""
+    import subprocess
+
+    from pyspark import SparkContext
+
+    if spark is not None and not is_classic(spark):
+        return None
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None:
+        return None
+    try:
+        return proc.wait(timeout=wait)
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def is_classic(spark) -> bool:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 from spark_jobs.connect_server import spark_home
+from spark_jobs.session import driver_java_options
 from stack.procs import ROOT, free_port
 from stack.procs import listening as _listening
 from stack.procs import spawn, wait_until
@@ -169,7 +170,10 @@ class StandaloneCluster:
                                 "--conf", f"spark.executorEnv.PYSPARK_PYTHON={sys.executable}",
                                 "--conf", "spark.cores.max=2", "--conf", "spark.executor.memory=768m",
                                 "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
-                                *[a for k, v in self.connect_conf.items() for a in ("--conf", f"{k}={v}")]],
+                                "--conf", "spark.driver.extraJavaOptions="
+                                + driver_java_options(self.connect_conf.get("spark.driver.extraJavaOptions")),
+                                *[a for k, v in self.connect_conf.items() if k != "spark.driver.extraJavaOptions"
+                                  for a in ("--conf", f"{k}={v}")]],
                     {"SPARK_NO_DAEMONIZE": "1"})
         wait_until(f"the Spark Connect server on port {self.connect_port}",
                    lambda: self._connect_started(log, offset), 180, log, proc)

@@ -132,3 +132,14 @@ def test_kmeans_of_784_features_on_spark_connect(airflow_env, connect_url, tmp_p
                          algorithm="lloyd").fit(X)
     np.testing.assert_allclose(np.array(got["centroids"]), reference.cluster_centers_, atol=1e-9)
     assert got["labels"] == reference.labels_.tolist()
+
+
+def test_the_connect_server_exits_when_out_of_heap(connect_url):
+    """The embedded server is every epoch's driver: one that ran out of heap exits (its clients
+    fail, and the next task starts a new one) instead of serving half-working."""
+    import psutil
+
+    port = connect_url.rsplit(":", 1)[1]
+    [server] = [p for p in psutil.process_iter(["name", "cmdline"])
+                if p.info["name"] == "java" and f"spark.connect.grpc.binding.port={port}" in (p.info["cmdline"] or [])]
+    assert "-XX:+ExitOnOutOfMemoryError" in server.info["cmdline"], server.info["cmdline"]

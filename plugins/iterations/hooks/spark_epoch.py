@@ -282,6 +282,7 @@ class SparkEpochHook(BaseHook):
             if store_options.get(key):
                 env[var] = store_options[key]  # passed in the environment, never on the command line
         from include.sizing import driver_memory
+        from spark_jobs.session import driver_java_options
 
         memory, why = driver_memory(plan.input_spec(), store_options)  # the epoch's driver: from its input's size
         self.log.info("epoch %d of job %s: %s", plan.epoch, plan.job_id, why)
@@ -290,7 +291,7 @@ class SparkEpochHook(BaseHook):
             name=f"iterations-{plan.job_id}-{plan.checkpoint_id}",
             application_args=args,
             env_vars=env,
-            conf={"spark.ui.enabled": "false"},
+            conf={"spark.ui.enabled": "false", "spark.driver.extraJavaOptions": driver_java_options()},
             driver_memory=memory,
         )
         self._submitting = (plan.attempt_id, hook)
