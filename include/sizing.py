@@ -59,11 +59,12 @@ class Sizing:
         """The heap as Spark spells it (``6g``)."""
         return f"{self.heap_bytes // GiB}g"
 
-    def describe(self) -> str:
-        text = (f"input {self.input_bytes / MiB:,.1f} MiB: {self.num_partitions} partitions, "
-                f"a local driver's heap {self.driver_memory}")
+    def describe_heap(self) -> str:
+        """The heap and why, for a log line (the partitions are the log's: ``log_partitions``)."""
+        text = f"input {self.input_bytes / MiB:,.1f} MiB: a local driver's heap {self.driver_memory}"
         if self.capped:
-            text += " (capped at half of this machine's memory: the input asks for more; run it on a cluster)"
+            text += (" (capped at half of this machine's memory, below what the rule asks for this input; "
+                     "a job that needs more runs on a cluster)")
         return text
 
 
@@ -149,7 +150,7 @@ def driver_memory(spec, store_options: Mapping[str, Any] | None = None) -> tuple
     except InputDataError as e:
         return None, f"the driver's heap is the default one: {e}"
     sizing = derive(size, spec.format)
-    return sizing.driver_memory, f"{sizing.describe()}; SPARK_DRIVER_MEMORY overrides the heap"
+    return sizing.driver_memory, f"{sizing.describe_heap()}; SPARK_DRIVER_MEMORY overrides it"
 
 
 def log_partitions(store, log_id: str, spec, *, latest_partitions: Callable[[], int | None],

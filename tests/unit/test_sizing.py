@@ -32,7 +32,7 @@ def test_the_rule():
     assert derive(512_433_805, "csv", 24 * GiB).driver_memory == "2g"  # text: a third of the density
     too_big = derive(40 * GiB, "parquet", 24 * GiB)
     assert (too_big.driver_memory, too_big.capped) == ("12g", True)
-    assert "capped" in too_big.describe() and "cluster" in too_big.describe()
+    assert "capped" in too_big.describe_heap() and "cluster" in too_big.describe_heap()
     assert derive(10**15, "parquet", 24 * GiB).num_partitions == sizing.MAX_PARTITIONS
     assert derive(0, "json", 1 * GiB).driver_memory == "2g"  # a small machine still gets the minimum
 
@@ -185,8 +185,8 @@ def test_a_drivers_heap_for_a_job(tmp_path, monkeypatch):
     monkeypatch.delenv("SPARK_DRIVER_MEMORY", raising=False)
     monkeypatch.setattr(sizing, "machine_memory", lambda: 24 * GiB)
     spec = _input(tmp_path, 1000)
-    assert sizing.driver_memory(spec) == ("2g", "input 0.0 MiB: 4 partitions, a local driver's heap 2g; "
-                                                "SPARK_DRIVER_MEMORY overrides the heap")
+    assert sizing.driver_memory(spec) == ("2g", "input 0.0 MiB: a local driver's heap 2g; "
+                                                "SPARK_DRIVER_MEMORY overrides it")
     monkeypatch.setattr(sizing, "HEAP_PER_INPUT_BYTE", {**sizing.HEAP_PER_INPUT_BYTE, "csv": 5 * GiB // 1000})
     assert sizing.driver_memory(spec)[0] == "5g"
     monkeypatch.setenv("SPARK_DRIVER_MEMORY", "3g")
