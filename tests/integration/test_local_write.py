@@ -153,14 +153,15 @@ spark = (SparkSession.builder.master("local[2]").config("spark.driver.maxResultS
          .config("spark.ui.enabled", "false").getOrCreate())
 spark.sparkContext.setLogLevel("OFF")
 from include.store import LocalStore
-from spark_jobs.storeio import write_dataset
+from spark_jobs.storeio import release_kept, write_dataset
 root = Path(sys.argv[1])
+persistent = lambda: spark.sparkContext._jsc.getPersistentRDDs().size()
 out = {}
 for name, rows in (("grown", 200_000), ("small", 2_000), ("few", 600)):
     df = spark.range(rows).select(F.col("id").alias("node"), (F.col("id") * 0.5).alias("rank"),
                                   F.sha2(F.col("id").cast("string"), 256).alias("pad"))
     for on_driver in (True, False):
-        kept = {}
+        kept, before = {}, persistent()
         reports = write_dataset(df, store=LocalStore(root / f"{name}-{on_driver}"), prefix="v/ranks",
                                 report_prefix="v/_r/ranks", head="ranks", epoch=3, attempt_id="a3",
                                 num_partitions=3, key_columns=("node",), kept=kept, on_driver=on_driver)
@@ -168,7 +169,10 @@ for name, rows in (("grown", 200_000), ("small", 2_000), ("few", 600)):
                                       "tasks": sorted({f.key.rsplit("-", 1)[1].split(".")[0] for r in reports for f in r.files}),
                                       "kept_in_spark": kept["ranks"][1] is not None,
                                       "kept_local": "LocalRelation" in kept["ranks"][0]._jdf.queryExecution().analyzed().toString(),
-                                      "kept_rows": kept["ranks"][0].count()}
+                                      "kept_rows": kept["ranks"][0].count(),
+                                      "held": persistent() - before}
+        release_kept(kept["ranks"][1])
+        out[f"{name}-{on_driver}"]["left_after_release"] = persistent() - before
 print("RESULT " + json.dumps(out))
 """
 
@@ -203,3 +207,6 @@ def test_a_variable_grown_past_what_the_driver_may_collect_is_written_in_spark(t
     for name, rows in (("grown", 200_000), ("small", 2_000), ("few", 600)):
         assert got[f"{name}-True"]["sha256"] == got[f"{name}-False"]["sha256"], name
         assert got[f"{name}-True"]["kept_rows"] == got[f"{name}-False"]["kept_rows"] == rows, name
+        for on_driver in (True, False):
+            run = got[f"{name}-{on_driver}"]
+            assert run["held"] == (1 if run["kept_in_spark"] else 0) and run["left_after_release"] == 0, (name, run)
