@@ -132,10 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     except IterationError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except Exception:
-        from spark_jobs.session import driver_exit_code
+    except Exception as e:
+        from spark_jobs.session import lost_driver_exit_code
 
-        code = None if args.remote else driver_exit_code(wait=5.0)  # an exiting JVM: its socket closes first
+        code = None if args.remote else lost_driver_exit_code(e)
         if code is None:
             raise
         print(f"error: job {args.job_id}: the Spark driver (JVM) of this run exited with code {code}: its last "

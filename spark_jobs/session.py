@@ -88,6 +88,30 @@ def driver_exit_code(spark=None, wait: float = 0.0) -> int | None:
         return None
 
 
+def lost_driver_exit_code(error: BaseException, spark=None, wait: float = 5.0) -> int | None:
+    """The exit code of this process's driver JVM (see ``driver_exit_code``) when ``error`` came
+    from losing it, else None. A JVM that has exited answers at once. One that is exiting closes
+    its sockets before it ends, so a connection error anywhere in ``error``'s chain (py4j's
+    network error, a reset or refused connection, a stream cut short) waits up to ``wait`` seconds
+    for it; any other error returns None at once, its traceback not held back."""
+    code = driver_exit_code(spark)
+    if code is not None or not _connection_error(error):
+        return code
+    return driver_exit_code(spark, wait=wait)
+
+
+def _connection_error(error: BaseException | None) -> bool:
+    from py4j.protocol import Py4JNetworkError
+
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, (Py4JNetworkError, ConnectionError, EOFError)):
+            return True
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def is_classic(spark) -> bool:
     """A classic session: its driver runs in this process (a local session, spark-submit's
     driver), so the driver can hold small frames itself; not a Spark Connect client."""

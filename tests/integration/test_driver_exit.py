@@ -19,18 +19,24 @@ import pytest
 from tests.conftest import ROOT, write_edges_csv
 
 _OUT_OF_HEAP = """
-import json, sys
-from spark_jobs.session import driver_exit_code, get_spark
+import json, sys, time
+from spark_jobs.session import driver_exit_code, get_spark, lost_driver_exit_code
 spark = get_spark("oom", driver_memory="512m", conf={"spark.driver.extraJavaOptions": "-Dits.own.option=1"})
 spark.sparkContext.setLogLevel("OFF")
 args = list(spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
 before = driver_exit_code(spark)
+started = time.monotonic()
+other = lost_driver_exit_code(ValueError("not the driver"), spark, wait=60)  # the JVM runs: no wait
+other_took = time.monotonic() - started
 try:
     spark._jvm.java.nio.ByteBuffer.allocate(1536 * 1024 * 1024)  # on the driver, outside any task
     outcome = "allocated"
+    code = None
 except Exception as e:
     outcome = type(e).__name__
-print("RESULT " + json.dumps({"args": args, "before": before, "outcome": outcome, "code": driver_exit_code(spark, wait=30)}))
+    code = lost_driver_exit_code(e, spark, wait=30)
+print("RESULT " + json.dumps({"args": args, "before": before, "other": other, "other_took": other_took,
+                              "outcome": outcome, "code": code}))
 """
 
 
@@ -45,6 +51,7 @@ def test_a_driver_out_of_heap_exits_and_keeps_the_options_it_was_given():
     got = json.loads(line[len("RESULT "):])
     assert "-XX:+ExitOnOutOfMemoryError" in got["args"] and "-Dits.own.option=1" in got["args"], got["args"]
     assert got["before"] is None, "running"
+    assert got["other"] is None and got["other_took"] < 30, "another error, the JVM running: no wait for it"
     # without the option the allocation fails with a Py4JJavaError and the JVM lives on
     assert got["outcome"] != "allocated" and got["code"] == 3, got
     assert "Terminating due to java.lang.OutOfMemoryError" in done.stdout + done.stderr
@@ -56,6 +63,33 @@ def test_the_driver_options_are_added_once():
     assert driver_java_options() == DRIVER_JAVA_OPTIONS
     assert driver_java_options("  -Da=1 ") == f"-Da=1 {DRIVER_JAVA_OPTIONS}"
     assert driver_java_options(f"-Da=1 {DRIVER_JAVA_OPTIONS}") == f"-Da=1 {DRIVER_JAVA_OPTIONS}"
+
+
+def test_only_a_connection_error_is_taken_for_a_lost_driver():
+    from py4j.protocol import Py4JError, Py4JNetworkError
+
+    from spark_jobs.session import _connection_error
+
+    def chained(outer: Exception, inner: Exception) -> Exception:
+        try:
+            try:
+                raise inner
+            except Exception as e:
+                raise outer from e
+        except Exception as e:
+            return e
+
+    # what a collect whose driver ran out of heap raised (seen): py4j's network error over a reset socket
+    assert _connection_error(chained(Py4JNetworkError("Error while sending or receiving"),
+                                     ConnectionResetError(104, "Connection reset by peer")))
+    assert _connection_error(chained(RuntimeError("reading the Arrow stream"), EOFError()))
+    assert _connection_error(ConnectionRefusedError(111, "Connection refused"))
+    assert not _connection_error(ValueError("a body's bug"))
+    assert not _connection_error(chained(Py4JError("An error occurred while calling o1.x"), KeyError("k")))
+    cycle = ValueError("a")
+    cycle.__context__ = KeyError("b")
+    cycle.__context__.__context__ = cycle
+    assert not _connection_error(cycle)
 
 
 def _jvm_of(pid: int) -> psutil.Process:
