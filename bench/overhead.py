@@ -16,11 +16,11 @@ run of every variant on a small input comes first (Python workers), then, for ea
 round of every variant at that size that is not counted (the JIT compiles the code paths of
 the real size: whichever variant ran first at a size was 10-30% slower). ``--repeat N`` runs
 the variants N times, in alternating order (forward, backward, ...), and reports each one's
-mean: the JVM keeps getting faster over a run, which favours whatever runs last, and a mean
-over alternating orders cancels that drift. Each variant's CPU seconds (the driver, the Spark
-JVM and its Python workers; not moto_server) are printed beside its wall seconds. On this kind
-of machine both vary by up to +-15% between two runs of one variant: compare means of several
-runs. Run::
+median: the JVM keeps getting faster over a run, which favours whatever runs last, and the
+alternating order puts every variant early and late. Each variant's CPU seconds (the driver,
+the Spark JVM and its Python workers; not moto_server) are printed beside its wall seconds. On
+this kind of machine both vary by up to +-15% between two runs of one variant: compare medians
+of several runs (every run's figure is printed too). Run::
 
     .venv/bin/python -m bench.overhead                                  # 250k, 1M, 4M edges; k-means 1M
     .venv/bin/python -m bench.overhead --edges 1000000 --kmeans-points 0 --no-s3
@@ -123,16 +123,17 @@ class Figures:
         self.totals, self.median_epoch, self.cpu = totals, median_epoch, cpu
 
     @property
-    def mean(self) -> float:
-        return statistics.mean(self.totals)
+    def median(self) -> float:
+        return statistics.median(self.totals)
 
     @property
-    def mean_cpu(self) -> float:
-        return statistics.mean(self.cpu)
+    def median_cpu(self) -> float:
+        return statistics.median(self.cpu)
 
 
 def _ratio_table(results, figure, unit: str, digits: int) -> None:
-    """One row per input: the variants' mean ``figure`` (``mean`` or ``mean_cpu``) and the ratios."""
+    """One row per input: the variants' median ``figure`` (``median`` or ``median_cpu``) and the
+    ratios."""
     nan = Figures([float("nan")], float("nan"), [float("nan")])
     print("| input | (a) bare | (b) bare+parquet | (c) library local | (c) library s3 | "
           "(c local)/(a) | (c local)/(b) | (c s3)/(a) | (c s3)/(b) |")
@@ -146,17 +147,17 @@ def _ratio_table(results, figure, unit: str, digits: int) -> None:
 
 def print_table(title, results):
     print(f"\n{title}")
-    _ratio_table(results, "mean", " s", 2)
-    print("\nCPU seconds (the driver, the Spark JVM and its Python workers), mean of the same runs:")
-    _ratio_table(results, "mean_cpu", "", 1)
+    _ratio_table(results, "median", " s", 2)
+    print("\nCPU seconds (the driver, the Spark JVM and its Python workers), median of the same runs:")
+    _ratio_table(results, "median_cpu", "", 1)
     for label, fig in results:
         print(f"{label}, each run's wall seconds: " + "; ".join(
             f"{v} " + " ".join(f"{t:.1f}" for t in f.totals) for v, f in fig.items()))
         print(f"{label}, median seconds per epoch: " + ", ".join(f"{v} {f.median_epoch:.3f}" for v, f in fig.items()))
         if "library local, no handoff" in fig:
-            off = fig["library local, no handoff"].mean
+            off = fig["library local, no handoff"].median
             print(f"{label}, library local without the warm-session handoff (every epoch reads its checkpoint "
-                  f"back): {off:.2f} s, /(a) {off / fig['bare'].mean:.2f}, /(b) {off / fig['bare+parquet'].mean:.2f}")
+                  f"back): {off:.2f} s, /(a) {off / fig['bare'].median:.2f}, /(b) {off / fig['bare+parquet'].median:.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
                 spark, "kmeans", path, {"k": 4}, args.epochs, args.partitions, work, moto_url, args.repeat,
                 f"km{args.kmeans_points}", no_handoff=args.no_handoff_too, warmup_round=not args.no_warmup_round,
                 exclude=exclude)))
-        print_table(f"end-to-end seconds (mean of {args.repeat}, alternating order), {args.epochs} epochs, "
+        print_table(f"end-to-end seconds (median of {args.repeat}, alternating order), {args.epochs} epochs, "
                     f"{machine()}", results)
     finally:
         spark.stop()
