@@ -46,6 +46,14 @@ def _module(nodeid: str) -> str:
     return SHARED_SCOPES.get(module, module)
 
 
+def pytest_configure(config):
+    # Every JVM the tests start: the client compiler, the serial collector and the class-data
+    # archive ./run.sh builds (tests/jvm.py says why). Speed only; a user's JAVA_TOOL_OPTIONS is
+    # kept. Set when pytest starts, not when this module is imported: the benchmarks import its
+    # helpers (start_moto_server, free_port) and must measure the JVMs users run.
+    os.environ.setdefault("JAVA_TOOL_OPTIONS", tool_options())
+
+
 def pytest_collection_modifyitems(config, items):
     rank = {m: i for i, m in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(_module(item.nodeid), len(rank)))  # stable: order kept within
@@ -69,9 +77,6 @@ logging.getLogger("py4j").setLevel(logging.WARNING)
 # Airflow imported by a test must never write into the user's ~/airflow.
 os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="iterations-airflow-home-"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
-# Every JVM the tests start: the client compiler, the serial collector and the class-data
-# archive ./run.sh builds (tests/jvm.py says why). Speed only; a user's JAVA_TOOL_OPTIONS is kept.
-os.environ.setdefault("JAVA_TOOL_OPTIONS", tool_options())
 # The DAG tests give runs paths under the temporary directory and random moto buckets.
 os.environ.setdefault("ITERATIONS_ALLOWED_ROOTS", f"{os.path.realpath(tempfile.gettempdir())},s3://")
 
