@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -145,15 +146,35 @@ def checkpoint_bytes(store: str, job_id: str) -> int:
     return 0
 
 
+def exit_on_sigterm() -> None:
+    """A SIGTERM (``kill``, a CI timeout) ends the sweep as an exception would: the run it
+    watches is stopped and the embedded Connect server too (main's ``finally``), instead of
+    both living on."""
+    def _exit(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, _exit)
+
+
 def _watch(cmd: list[str], env: dict, roots_extra=lambda: []) -> tuple[int, list[tuple[float, str]], dict, float]:
-    """Run ``cmd``; its output lines with the time each arrived, its peaks, its wall time."""
+    """Run ``cmd``; its output lines with the time each arrived, its peaks, its wall time. If the
+    sweep stops first (an error, SIGTERM), ``cmd`` is terminated (killed after 60 s)."""
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
-    with Peaks(lambda: [proc.pid, *roots_extra()]) as peaks:
-        for line in proc.stdout:
-            lines.append((time.perf_counter() - started, line))
-        code = proc.wait()
+    try:
+        with Peaks(lambda: [proc.pid, *roots_extra()]) as peaks:
+            for line in proc.stdout:
+                lines.append((time.perf_counter() - started, line))
+            code = proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
     return code, lines, peaks.peak, time.perf_counter() - started
 
 
@@ -223,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.epochs < 2:
         p.error(f"--epochs must be >= 2 (the first epoch also loads the input), got {args.epochs}")
+    exit_on_sigterm()
     os.makedirs(DATA, exist_ok=True)
     from include.sizing import server_heap
 

@@ -2,15 +2,34 @@
 
 - They import the tests' helpers (moto_server, free ports): doing so must not switch their JVMs
   to the tests' options (client compiler, serial collector), which ``tests/conftest.py`` set on
-  import until 2026-11-29 and so slowed every benchmark's Spark since 2026-11-28."""
+  import until 2026-11-29 and so slowed every benchmark's Spark since 2026-11-28.
+- bench.sweep, stopped by SIGTERM (a ``kill``, a CI timeout), stops the run it watches: a sweep
+  killed mid-run used to leave its ``run_job`` (and its Spark driver) or ``airflow dags test``
+  running, and the embedded Connect server with them."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
+
+import psutil
 
 from tests.conftest import ROOT
+
+_SWEEP = """
+import os, sys
+from bench.sweep import _watch, exit_on_sigterm
+exit_on_sigterm()
+try:
+    _watch([sys.executable, "-c", "import os, time; open(%r, 'w').write(str(os.getpid())); time.sleep(600)"],
+           dict(os.environ))
+finally:
+    print("stopped", flush=True)
+"""
+
 
 def test_importing_the_tests_helpers_leaves_the_jvm_options_alone():
     env = {k: v for k, v in os.environ.items() if k != "JAVA_TOOL_OPTIONS"}
@@ -25,3 +44,23 @@ def test_importing_the_tests_helpers_leaves_the_jvm_options_alone():
 def test_the_tests_jvms_still_get_the_tests_options():
     # tests/conftest.py's pytest_configure sets them (a user's own are kept)
     assert "JAVA_TOOL_OPTIONS" in os.environ
+
+
+def test_a_terminated_sweep_stops_the_run_it_watches(tmp_path):
+    pid_file = tmp_path / "run.pid"
+    sweep = subprocess.Popen([sys.executable, "-c", _SWEEP % str(pid_file)], cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": ROOT}, stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text()):
+            assert sweep.poll() is None and time.monotonic() < deadline, "the watched run never started"
+            time.sleep(0.1)
+        run = int(pid_file.read_text())
+        assert psutil.pid_exists(run)
+        sweep.send_signal(signal.SIGTERM)
+        out, _ = sweep.communicate(timeout=90)
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+    assert sweep.returncode == 128 + signal.SIGTERM and "stopped" in out
+    assert not psutil.pid_exists(run), f"the watched run {run} outlived the sweep"
