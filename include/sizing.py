@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import os
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
@@ -82,6 +83,24 @@ def server_heap(machine_bytes: int | None = None) -> str:
     sized from the machine: a quarter of its memory, at least ``MIN_HEAP``, at most 16g."""
     machine = machine_memory() if machine_bytes is None else machine_bytes
     return f"{max(MIN_HEAP, min(machine // 4, 16 * GiB)) // GiB}g"
+
+
+_MEMORY = re.compile(r"[1-9][0-9]*[kmgt]", re.IGNORECASE)
+
+
+def connect_server_heap(environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The heap of the embedded Spark Connect server, and why: ``ITERATIONS_SPARK_CONNECT_MEMORY``,
+    else ``SPARK_DRIVER_MEMORY`` (every driver's), else ``server_heap()``. A set value must be
+    a JVM memory size (``2g``, ``1536m``): ConfigError naming it otherwise."""
+    env = os.environ if environ is None else environ
+    for name in ("ITERATIONS_SPARK_CONNECT_MEMORY", "SPARK_DRIVER_MEMORY"):
+        value = env.get(name)
+        if value:
+            if not _MEMORY.fullmatch(value.strip()):
+                raise ConfigError(f"{name}={value!r} is not a heap size; write a number and a unit, "
+                                  f"for example 2g or 1536m")
+            return value.strip(), f"{name} sets it"
+    return server_heap(), "a quarter of this machine's memory; ITERATIONS_SPARK_CONNECT_MEMORY overrides it"
 
 
 def partitions_for(input_bytes: int) -> int:

@@ -7,6 +7,7 @@ every epoch task (each task is a short-lived client, so no task pays a JVM start
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import socket
 import subprocess
@@ -14,8 +15,10 @@ import sys
 import time
 
 from include.paths import LOCAL_DIR
-from include.sizing import server_heap
+from include.sizing import connect_server_heap
 from spark_jobs.session import driver_java_options
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PORT = int(os.environ.get("ITERATIONS_SPARK_CONNECT_PORT", "15002"))
 STATE_DIR = os.environ.get("ITERATIONS_SPARK_CONNECT_DIR", os.path.join(LOCAL_DIR, "spark-connect"))
@@ -59,12 +62,15 @@ def ensure(port: int = DEFAULT_PORT, master: str = "local[2]", timeout: float = 
         if listening(port):
             return url
         script = os.path.join(spark_home(), "sbin", "start-connect-server.sh")
+        heap, why = connect_server_heap()
+        log.info("starting the Spark Connect server on 127.0.0.1:%d, heap %s (%s)", port, heap, why)
         subprocess.run(
             ["bash", script, "--master", master,
              # the server is the driver (and, in local mode, the executors) of every epoch of
-             # every job: its heap is sized from the machine (include.sizing.server_heap;
-             # Spark's default 1g collects in full during a run: bench/RESULTS.md)
-             "--driver-memory", os.environ.get("SPARK_DRIVER_MEMORY") or server_heap(),
+             # every job: its heap is sized from the machine unless set
+             # (include.sizing.connect_server_heap; Spark's default 1g collects in full
+             # during a run: bench/RESULTS.md)
+             "--driver-memory", heap,
              "--conf", f"spark.connect.grpc.binding.port={port}",
              "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
              "--conf", "spark.ui.enabled=false",

@@ -52,6 +52,10 @@ def pytest_configure(config):
     # kept. Set when pytest starts, not when this module is imported: the benchmarks import its
     # helpers (start_moto_server, free_port) and must measure the JVMs users run.
     os.environ.setdefault("JAVA_TOOL_OPTIONS", tool_options())
+    # The embedded Spark Connect servers the tests start (one per xdist worker, more in the
+    # README and UI tests) run small data: 2g each, not a quarter of the machine each, which
+    # left a 24 GiB machine without page cache while the slowest modules overlapped.
+    os.environ.setdefault("ITERATIONS_SPARK_CONNECT_MEMORY", "2g")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -15,7 +15,7 @@ from include.config import InputSpec, JobConfig
 from include.errors import ConfigError, InputDataError
 from include.runtime import IterationJob
 from include.schemas import DamagedRecord
-from include.sizing import GiB, MiB, derive, input_bytes, log_partitions, server_heap
+from include.sizing import GiB, MiB, connect_server_heap, derive, input_bytes, log_partitions, server_heap
 from include.store import LocalStore
 from tests.helpers import publish_edges
 
@@ -52,6 +52,21 @@ def test_the_shared_servers_heap_comes_from_the_machine():
     assert server_heap(24 * GiB) == "6g"
     assert server_heap(4 * GiB) == "2g"
     assert server_heap(256 * GiB) == "16g"
+
+
+def test_the_shared_servers_heap_can_be_set_and_a_bad_one_is_named():
+    machine = server_heap()
+    assert connect_server_heap({}) == (machine, "a quarter of this machine's memory; "
+                                                "ITERATIONS_SPARK_CONNECT_MEMORY overrides it")
+    assert connect_server_heap({"SPARK_DRIVER_MEMORY": "3g"}) == ("3g", "SPARK_DRIVER_MEMORY sets it")
+    both = {"SPARK_DRIVER_MEMORY": "3g", "ITERATIONS_SPARK_CONNECT_MEMORY": "1536m"}
+    assert connect_server_heap(both) == ("1536m", "ITERATIONS_SPARK_CONNECT_MEMORY sets it")
+    assert connect_server_heap({"ITERATIONS_SPARK_CONNECT_MEMORY": ""})[0] == machine  # empty: unset
+    for bad in ("2", "2 g", "-2g", "0g", "2gb --conf x=y", "lots"):
+        with pytest.raises(ConfigError, match=f"ITERATIONS_SPARK_CONNECT_MEMORY={bad!r} is not a heap size"):
+            connect_server_heap({"ITERATIONS_SPARK_CONNECT_MEMORY": bad})
+    with pytest.raises(ConfigError, match="SPARK_DRIVER_MEMORY='4 GiB' is not a heap size"):
+        connect_server_heap({"SPARK_DRIVER_MEMORY": "4 GiB"})
 
 
 def test_an_inputs_bytes_are_its_data_files(tmp_path):
