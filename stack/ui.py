@@ -16,6 +16,7 @@ user is an admin), unless they are set already.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -73,12 +74,25 @@ def running() -> int | None:
     return sid if session_members(sid) else None
 
 
-def healthy(port: int) -> bool:
+#: what standalone runs besides the API server, each healthy (heartbeating) before the UI is ready
+COMPONENTS = ("metadatabase", "scheduler", "triggerer", "dag_processor")
+
+
+def health(port: int) -> dict | None:
+    """The API server's health report on ``port``; None when nothing answers there."""
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v2/monitor/health", timeout=2) as r:
-            return r.status == 200
-    except OSError:
-        return False
+            return json.load(r) if r.status == 200 else None
+    except (OSError, ValueError):
+        return None
+
+
+def ready(port: int) -> bool:
+    """The UI answers and every component standalone starts is healthy: a run triggered now is
+    scheduled (the API server answers before the scheduler's first heartbeat, and a home used
+    before still holds the last start's dead scheduler)."""
+    report = health(port)
+    return report is not None and all((report.get(c) or {}).get("status") == "healthy" for c in COMPONENTS)
 
 
 def start(port: int, timeout: float) -> int:
@@ -86,7 +100,7 @@ def start(port: int, timeout: float) -> int:
     if sid is not None:
         print(f"the Airflow UI runs already (session {sid}): http://localhost:{port}; stop it with ./run.sh ui stop")
         return 0
-    if healthy(port):
+    if health(port) is not None:
         print(f"port {port} answers already (another Airflow?): choose another with ITERATIONS_UI_PORT", file=sys.stderr)
         return 1
     os.makedirs(HOME, exist_ok=True)
@@ -96,7 +110,8 @@ def start(port: int, timeout: float) -> int:
         f.write(str(proc.pid))
     print(f"starting airflow standalone (parallelism {env['AIRFLOW__CORE__PARALLELISM']}, log {LOG_FILE})", flush=True)
     try:
-        wait_until(f"the Airflow UI on port {port}", lambda: healthy(port), timeout, LOG_FILE, proc)
+        wait_until(f"the Airflow UI on port {port} and its {', '.join(COMPONENTS[1:])} healthy",
+                   lambda: ready(port), timeout, LOG_FILE, proc)
     except (RuntimeError, TimeoutError) as e:
         print(e, file=sys.stderr)
         stop()
