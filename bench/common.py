@@ -139,6 +139,19 @@ def dir_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
 
 
+def resident(procs) -> int:
+    """The resident bytes of psutil ``procs``; one that has gone meanwhile counts for nothing."""
+    import psutil
+
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
 class PeakMemory:
     """Samples the resident memory of a process and all its descendants (the Spark JVM and its
     Python workers) every ``interval`` seconds; ``peak`` in bytes."""
@@ -161,13 +174,7 @@ class PeakMemory:
             procs = [top, *top.children(recursive=True)]
         except psutil.Error:
             return 0
-        total = 0
-        for p in procs:
-            try:
-                total += p.memory_info().rss
-            except psutil.Error:
-                pass
-        return total
+        return resident(procs)
 
     def _run(self) -> None:
         while not self._stop.is_set():

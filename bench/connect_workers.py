@@ -24,7 +24,9 @@ import time
 
 import psutil
 
+from bench.common import resident
 from spark_jobs.connect_server import _env, spark_home
+from tests.conftest import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -62,21 +64,9 @@ print(f"{time.monotonic() - started:.2f}")
 '''
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def descendants(server: psutil.Process) -> tuple[int, float]:
     kids = server.children(recursive=True)
-    rss = 0
-    for kid in kids:
-        try:
-            rss += kid.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return len(kids), rss / 2**20
+    return len(kids), resident(kids) / 2**20
 
 
 def main(argv: list[str] | None = None) -> int:
