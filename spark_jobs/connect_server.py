@@ -7,6 +7,7 @@ every epoch task (each task is a short-lived client, so no task pays a JVM start
 from __future__ import annotations
 
 import fcntl
+import glob
 import logging
 import os
 import socket
@@ -22,6 +23,13 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PORT = int(os.environ.get("ITERATIONS_SPARK_CONNECT_PORT", "15002"))
 STATE_DIR = os.environ.get("ITERATIONS_SPARK_CONNECT_DIR", os.path.join(LOCAL_DIR, "spark-connect"))
+# A Python daemon of the server's that has had no worker for this long is stopped (reap_idle_daemons)
+DAEMON_IDLE_SECONDS = 120.0
+
+
+def is_python_daemon(cmdline: list[str]) -> bool:
+    """Whether a command line is pyspark's daemon (``python -m pyspark.daemon [worker module]``)."""
+    return any(a == "-m" and b == "pyspark.daemon" for a, b in zip(cmdline, cmdline[1:]))
 
 
 def spark_home() -> str:
@@ -55,6 +63,11 @@ def ensure(port: int = DEFAULT_PORT, master: str = "local[2]", timeout: float = 
     """Start the server unless it is already listening; return its ``sc://`` URL."""
     url = f"sc://127.0.0.1:{port}"
     if listening(port):
+        try:
+            reap_idle_daemons(port)
+        except Exception:  # housekeeping: never the reason an epoch fails
+            log.warning("could not look for idle Python daemons of the Spark Connect server on port %d", port,
+                        exc_info=True)
         return url
     os.makedirs(STATE_DIR, exist_ok=True)
     with open(os.path.join(STATE_DIR, "start.lock"), "w") as lock:
@@ -86,6 +99,63 @@ def ensure(port: int = DEFAULT_PORT, master: str = "local[2]", timeout: float = 
             time.sleep(0.5)
     raise RuntimeError(f"Spark Connect server did not listen on 127.0.0.1:{port} within {timeout:.0f}s; "
                        f"see the logs in {os.path.join(STATE_DIR, 'logs')}")
+
+
+def server_process(port: int = DEFAULT_PORT):
+    """The server's JVM (a ``psutil.Process``) bound to ``port``, by the pid file Spark's start
+    script wrote in ``STATE_DIR``; None if there is none or the pid is not that server."""
+    import psutil
+
+    for pid_file in glob.glob(os.path.join(STATE_DIR, "spark-*SparkConnectServer-*.pid")):
+        try:
+            with open(pid_file) as f:
+                proc = psutil.Process(int(f.read().strip()))
+            if f"spark.connect.grpc.binding.port={port}" in proc.cmdline():
+                return proc
+        except (OSError, ValueError, psutil.Error):
+            continue
+    return None
+
+
+def reap_idle_daemons(port: int = DEFAULT_PORT, idle: float = DAEMON_IDLE_SECONDS) -> list[int]:
+    """Stop the server's Python daemons that have no worker and are older than ``idle`` seconds;
+    return their pids.
+
+    pyspark 4.3 gives every client session a Python worker factory of its own (keyed by the
+    session's artifact UUID) and never removes it (SPARK-54055): each session leaves its
+    ``pyspark.daemon`` processes running until the server stops, so on the embedded default
+    every batch of epochs would grow the server by three processes for ever
+    (bench/RESULTS.md, "The Spark Connect server's Python processes"). Spark already stops a
+    daemon's idle workers after a minute; a daemon left with none, older than ``idle``, serves
+    a session that ended or has been idle a minute (``SIGTERM``: the daemon stops its process
+    group and exits). If its session needs Python again, Spark finds the daemon gone and
+    starts another ("Assuming that daemon unexpectedly quit, attempting to restart").
+    Called by ``ensure``, that is by every epoch task on the embedded server."""
+    import psutil
+
+    server = server_process(port)
+    if server is None:
+        return []
+    now = time.time()
+    reaped = []
+    try:
+        children = server.children()
+    except psutil.Error:
+        return []
+    for child in children:
+        try:
+            if (not is_python_daemon(child.cmdline()) or now - child.create_time() < idle
+                    or child.children()):
+                continue
+            child.terminate()
+            reaped.append(child.pid)
+        except psutil.Error:  # gone meanwhile, or not ours to signal
+            continue
+    if reaped:
+        log.info("stopped %d idle Python daemon(s) of the Spark Connect server on port %d (pids %s): "
+                 "no worker and older than %.0fs; Spark starts one again when a session needs it",
+                 len(reaped), port, ", ".join(map(str, reaped)), idle)
+    return reaped
 
 
 def stop() -> None:

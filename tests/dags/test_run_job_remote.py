@@ -143,3 +143,101 @@ def test_the_connect_server_exits_when_out_of_heap(connect_url):
     [server] = [p for p in psutil.process_iter(["name", "cmdline"])
                 if p.info["name"] == "java" and f"spark.connect.grpc.binding.port={port}" in (p.info["cmdline"] or [])]
     assert "-XX:+ExitOnOutOfMemoryError" in server.info["cmdline"], server.info["cmdline"]
+
+
+SESSION_TWICE = r"""
+import sys
+from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+class Reader(DataSourceReader):
+    def partitions(self):
+        return [InputPartition(i) for i in range(2)]
+    def read(self, partition):
+        for i in range(500):
+            yield (partition.value * 500 + i,)
+
+class Numbers(DataSource):
+    @classmethod
+    def name(cls):
+        return "numbers_twice"
+    def schema(self):
+        return "x long"
+    def reader(self, schema):
+        return Reader()
+
+def doubled(batches):
+    for batch in batches:
+        yield batch.set_column(0, "x", batch.column(0).to_numpy() * 2)
+
+spark = SparkSession.builder.remote(sys.argv[1]).create()
+spark.dataSource.register(Numbers)
+for line in sys.stdin:  # one job per line, its sum printed; the session stays open between them
+    total = spark.read.format("numbers_twice").load().mapInArrow(doubled, "x long").groupBy().sum("x").first()[0]
+    print(total, flush=True)
+spark.stop()
+"""
+
+
+def test_the_servers_idle_python_daemons_are_stopped_and_a_session_gets_new_ones(airflow_env, connect_url,
+                                                                                  monkeypatch):
+    """pyspark 4.3 keeps a session's Python daemons until the server stops (SPARK-54055);
+    spark_jobs.connect_server.reap_idle_daemons stops those with no worker. A daemon with
+    workers is never stopped, and a session whose daemons were stopped runs Python again
+    (Spark starts new ones)."""
+    import time
+
+    import psutil
+
+    from spark_jobs import connect_server
+
+    monkeypatch.setattr(connect_server, "STATE_DIR", airflow_env["ITERATIONS_SPARK_CONNECT_DIR"])
+    port = int(connect_url.rsplit(":", 1)[1])
+    server = connect_server.server_process(port)
+    assert server is not None, "the embedded server, found by its pid file"
+    before = {p.pid for p in server.children()}
+    client = subprocess.Popen([sys.executable, "-c", SESSION_TWICE, connect_url], env=airflow_env, cwd=ROOT,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    expected = str(2 * sum(range(1000)))
+    try:
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        assert client.stdout.readline().strip() == expected, \
+            client.stderr.read()[-3000:] if client.poll() is not None else "a wrong sum"
+
+        def daemons():
+            found = []
+            for p in server.children():
+                try:
+                    if p.pid not in before and connect_server.is_python_daemon(p.cmdline()):
+                        found.append(p)
+                except psutil.Error:  # ended meanwhile
+                    pass
+            return found
+
+        working = [d.pid for d in daemons() if d.children()]
+        assert working, "the session's Python ran in a daemon's worker"
+        assert not set(connect_server.reap_idle_daemons(port, idle=0)) & set(working), "daemons at work are kept"
+        deadline = time.monotonic() + 150  # Spark stops a daemon's idle workers after a minute
+        while any(d.children() for d in daemons()) and time.monotonic() < deadline:
+            time.sleep(2)
+        idle = {d.pid for d in daemons()}
+        assert idle and not any(d.children() for d in daemons()), "Spark stopped the idle workers"
+        assert idle <= set(connect_server.reap_idle_daemons(port, idle=0))
+        deadline = time.monotonic() + 30
+        while daemons() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not daemons(), "the session's daemons are gone"
+
+        client.stdin.write("again\n")
+        client.stdin.flush()
+        assert client.stdout.readline().strip() == expected, "the same session, after its daemons were stopped"
+        assert daemons(), "Spark started a daemon again"
+    finally:
+        client.stdin.close()
+        try:
+            client.wait(timeout=120)
+        finally:
+            if client.poll() is None:
+                client.kill()
+    assert client.returncode == 0, client.stderr.read()[-3000:]
