@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PORT = int(os.environ.get("ITERATIONS_SPARK_CONNECT_PORT", "15002"))
 STATE_DIR = os.environ.get("ITERATIONS_SPARK_CONNECT_DIR", os.path.join(LOCAL_DIR, "spark-connect"))
-# A Python daemon of the server's that has had no worker for this long is stopped (reap_idle_daemons)
+# The server's Python daemons with no worker that are older than this are stopped (reap_idle_daemons)
 DAEMON_IDLE_SECONDS = 120.0
 
 
