@@ -117,6 +117,25 @@ def server_process(port: int = DEFAULT_PORT):
     return None
 
 
+def python_daemons(server) -> list:
+    """The Python daemons the server (a ``psutil.Process``) started: its children whose command
+    line is ``python -m pyspark.daemon [worker module]``; none if the server is gone."""
+    import psutil
+
+    try:
+        children = server.children()
+    except psutil.Error:
+        return []
+    found = []
+    for child in children:
+        try:
+            if is_python_daemon(child.cmdline()):
+                found.append(child)
+        except psutil.Error:  # gone meanwhile
+            continue
+    return found
+
+
 def reap_idle_daemons(port: int = DEFAULT_PORT, idle: float = DAEMON_IDLE_SECONDS) -> list[int]:
     """Stop the server's Python daemons that have no worker and are older than ``idle`` seconds;
     return their pids.
@@ -138,14 +157,9 @@ def reap_idle_daemons(port: int = DEFAULT_PORT, idle: float = DAEMON_IDLE_SECOND
         return []
     now = time.time()
     reaped = []
-    try:
-        children = server.children()
-    except psutil.Error:
-        return []
-    for child in children:
+    for child in python_daemons(server):
         try:
-            if (not is_python_daemon(child.cmdline()) or now - child.create_time() < idle
-                    or child.children()):
+            if now - child.create_time() < idle or child.children():
                 continue
             child.terminate()
             reaped.append(child.pid)

@@ -187,8 +187,6 @@ def test_the_servers_idle_python_daemons_are_stopped_and_a_session_gets_new_ones
     (Spark starts new ones)."""
     import time
 
-    import psutil
-
     from spark_jobs import connect_server
 
     monkeypatch.setattr(connect_server, "STATE_DIR", airflow_env["ITERATIONS_SPARK_CONNECT_DIR"])
@@ -206,14 +204,7 @@ def test_the_servers_idle_python_daemons_are_stopped_and_a_session_gets_new_ones
             client.stderr.read()[-3000:] if client.poll() is not None else "a wrong sum"
 
         def daemons():
-            found = []
-            for p in server.children():
-                try:
-                    if p.pid not in before and connect_server.is_python_daemon(p.cmdline()):
-                        found.append(p)
-                except psutil.Error:  # ended meanwhile
-                    pass
-            return found
+            return [p for p in connect_server.python_daemons(server) if p.pid not in before]
 
         working = [d.pid for d in daemons() if d.children()]
         assert working, "the session's Python ran in a daemon's worker"
