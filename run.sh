@@ -143,7 +143,12 @@ case "$cmd" in
     ensure_class_archive
     # most tests wait on servers and subprocesses rather than compute: whole modules run on
     # parallel workers (tests/conftest.py orders them, longest first)
-    exec "$VENV/bin/python" -m pytest -n "${ITERATIONS_TEST_WORKERS:-2}" --dist loadscope "$@"
+    status=0
+    started=$(date +%s)
+    "$VENV/bin/python" -m pytest -n "${ITERATIONS_TEST_WORKERS:-2}" --dist loadscope "$@" || status=$?
+    # where this run's time and CPU went (tests/profiling.py wrote it): a report, never a failure
+    "$VENV/bin/python" -m bench.suite_profile --newer-than "$started" || true
+    exit "$status"
     ;;
   *)
     echo "usage: ./run.sh demo|test|ui|stack|setup [args...]" >&2

@@ -141,7 +141,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("where", nargs="?", default=DEFAULT_DIR, help=f"the profile's directory (default {DEFAULT_DIR})")
     parser.add_argument("--top", type=int, default=25, help="modules to list (default 25)")
     parser.add_argument("--json", action="store_true", help="the summary as JSON instead of tables")
+    parser.add_argument("--newer-than", type=float, default=None, metavar="EPOCH",
+                        help="report only a profile written after this time (seconds since 1970): "
+                             "./run.sh test's own run, not an older one")
     args = parser.parse_args(argv)
+    written = os.path.join(args.where, "cpu.json")
+    if args.newer_than is not None and not (os.path.exists(written) and os.path.getmtime(written) >= args.newer_than):
+        print(f"no suite profile of this run in {args.where} (pytest ran with --suite-profile elsewhere or '')")
+        return 0
     if args.json:
         tests, cpu = load(args.where)
         s = summarise(tests, cpu)

@@ -22,7 +22,6 @@ os.environ.setdefault("ITERATIONS_LOCAL_DIR", tempfile.mkdtemp(prefix="iteration
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 from stack.procs import free_port  # noqa: E402  (tests import it from here)
-from tests import profiling  # noqa: E402
 from tests.jvm import long_lived_env, tool_options  # noqa: E402
 
 # py4j logs from __del__ at interpreter exit, after pytest closed its streams.
@@ -47,16 +46,11 @@ def _module(nodeid: str) -> str:
     return SHARED_SCOPES.get(module, module)
 
 
-def pytest_addoption(parser):
-    profiling.addoption(parser)
-
-
 #: JAVA_TOOL_OPTIONS as the user started the suite (None: the suite sets its own, pytest_configure)
 USER_JAVA_TOOL_OPTIONS = os.environ.get("JAVA_TOOL_OPTIONS")
 
 
 def pytest_configure(config):
-    profiling.configure(config)  # where the run's time and CPU go (python -m bench.suite_profile)
     # Every JVM the tests start: the client compiler, the serial collector and the class-data
     # archive ./run.sh builds (tests/jvm.py says why). Speed only; a user's JAVA_TOOL_OPTIONS is
     # kept. Set when pytest starts, not when this module is imported: the benchmarks import its

@@ -13,8 +13,10 @@
   writes ``cpu.json`` at the end.
 
 The report is a measurement, never a check: nothing fails because the machine is slow. The
-directory is ``--suite-profile DIR`` (default ``.local/suite-profile`` in the checkout), emptied
-when a run starts; ``--suite-profile ''`` switches the plugin off.
+directory is ``--suite-profile=DIR`` (default ``.local/suite-profile`` in the checkout), emptied
+when a run starts; ``--suite-profile=''`` switches the plugin off (with ``=``: pytest reads a
+value after a space as a test path before it knows the option). pytest.ini loads the plugin
+(``-p tests.profiling``) before it reads the command line, so the option is known to it.
 """
 
 from __future__ import annotations
@@ -32,8 +34,7 @@ SAMPLE_SECONDS = 1.0
 _HZ = os.sysconf("SC_CLK_TCK")
 
 
-def addoption(parser) -> None:
-    """The plugin's option (tests/conftest.py's ``pytest_addoption`` calls this)."""
+def pytest_addoption(parser) -> None:
     parser.addoption("--suite-profile", default=DEFAULT_DIR, metavar="DIR",
                      help="where to write the suite's time and CPU profile (python -m bench.suite_profile "
                           "reads it); an empty value switches it off")
@@ -44,8 +45,7 @@ def _worker_id(config) -> str:
     return workerinput["workerid"] if workerinput else "main"
 
 
-def configure(config) -> None:
-    """Start recording (tests/conftest.py's ``pytest_configure`` calls this)."""
+def pytest_configure(config) -> None:
     where = config.getoption("--suite-profile")
     if not where:
         return
@@ -116,10 +116,19 @@ def process_kind(cmdline: str) -> str:
     for marker, kind in (("pyspark.daemon", "python: Spark's Python workers"),
                          ("pyspark.worker", "python: Spark's Python workers"),
                          ("tests.warm_airflow", "python: warm Airflow (dags test, tasks test)"),
-                         ("stack.supervise", "python: the stack's Airflow"),
-                         ("celery", "python: the stack's Airflow"),
+                         ("stack.supervise", "python: Airflow services"),
+                         ("celery", "python: Airflow services"),
+                         ("airflow standalone", "python: Airflow services"),
+                         ("airflow api-server", "python: Airflow services"),
+                         ("airflow api_server", "python: Airflow services"),
+                         ("airflow scheduler", "python: Airflow services"),
+                         ("airflow triggerer", "python: Airflow services"),
+                         ("airflow dag-processor", "python: Airflow services"),
+                         ("airflow dag_processor", "python: Airflow services"),
+                         ("airflow task", "python: Airflow services"),
+                         ("airflow worker", "python: Airflow services"),
                          ("bin/airflow", "python: cold airflow command"),
-                         ("airflow ", "python: the stack's Airflow"),
+                         ("airflow ", "python: Airflow services"),
                          ("spark_jobs.run_job", "python: run_job drivers"),
                          ("spark_jobs/epoch.py", "python: spark-submit epoch drivers"),
                          ("spark_jobs.connect_server", "python: connect_server command"),
