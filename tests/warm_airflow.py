@@ -12,8 +12,10 @@ Only third-party modules are imported before the fork, never the project's: the 
 some settings from the environment when its modules are imported (failure points, the local
 directory, the Spark mode), and each command brings its own environment.
 
-A command whose environment names another Airflow home (or database) than the server's runs as
-a plain subprocess: the warm process holds that home's configuration.
+A command may name a DAGs folder of its own (a test's DAG file in its temporary directory): the
+child reads the folder again from its environment, as a new process does. A command whose
+environment names another Airflow home, database or plugins folder than the server's runs as a
+plain subprocess: the warm process holds that home's configuration and the plugins it loaded.
 """
 
 from __future__ import annotations
@@ -33,8 +35,7 @@ AIRFLOW = os.path.join(os.path.dirname(sys.executable), "airflow")
 #: what the server imports before it forks a command (third-party only: see the module's docstring)
 PRELOAD = ("great_expectations", "pyspark.sql.connect.session", "pandas", "pyarrow", "boto3", "networkx")
 #: settings the warm process fixed when it imported Airflow: a command that changes one runs cold
-_FIXED = ("AIRFLOW_HOME", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__DAGS_FOLDER",
-          "AIRFLOW__CORE__PLUGINS_FOLDER", "AIRFLOW_CONFIG")
+_FIXED = ("AIRFLOW_HOME", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CORE__PLUGINS_FOLDER", "AIRFLOW_CONFIG")
 
 
 class WarmProcess:
@@ -267,6 +268,7 @@ def _child(request: dict[str, Any]) -> None:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         from airflow import settings
 
+        _dags_folder_from_this_environment()
         settings.configure_orm()
         _stats_from_this_environment()
         sys.argv = ["airflow", *request["args"]]
@@ -285,6 +287,17 @@ def _child(request: dict[str, Any]) -> None:
         traceback.print_exc()
         code = 1
     _exit(code)
+
+
+def _dags_folder_from_this_environment() -> None:
+    """The DAGs folder of this command (``AIRFLOW__CORE__DAGS_FOLDER``), where Airflow keeps it
+    once read: ``settings.DAGS_FOLDER`` (the bundle of the DAGs folder, the DagBag) and the copy
+    the serializer imported (each serialized DAG records the folder it was parsed from)."""
+    from airflow import settings
+    from airflow.serialization import serialized_objects
+
+    settings.DAGS_FOLDER = os.path.expanduser(settings.conf.get("core", "DAGS_FOLDER"))
+    serialized_objects.DAGS_FOLDER = settings.DAGS_FOLDER
 
 
 def _stats_from_this_environment() -> None:

@@ -212,7 +212,7 @@ def run_events_dag(env: dict[str, str], work: Path, seed: int, commit_in_head: b
 
     poison_epoch, coordinator_epoch = events_faults(seed)
     (work / "markers").mkdir()
-    (work / "dags").mkdir()  # a DAGs folder of its own: the command runs cold, not forked warm
+    (work / "dags").mkdir()  # a DAGs folder of its own (the warm Airflow reads it from the env)
     poison, flag, records, trace = work / "poison", work / "coordinator_fails", work / "records.jsonl", work / "trace"
     poison.write_text("armed")
     flag.write_text("armed")
