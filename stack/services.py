@@ -349,14 +349,21 @@ class Stack:
             s3.create_bucket(Bucket=bucket)
 
     def _start_spark(self) -> None:
-        p = self.ports
-        spark_dir = os.path.join(self.home, "spark")
-        os.makedirs(spark_dir, exist_ok=True)
-        self.cluster = StandaloneCluster(
-            spark_dir, master_port=p["spark_master"], master_ui=p["spark_master_ui"], connect_port=p["spark_connect"],
-            worker_env=dict(self.spark_worker_env), on_start=self._record, worker_memory=self.spark_worker_memory,
-            connect_conf=dict(self.spark_conf))
-        self.cluster.start()
+        os.makedirs(os.path.join(self.home, "spark"), exist_ok=True)
+        self.spark().start()
+
+    def spark(self) -> StandaloneCluster:
+        """The stack's Spark cluster (its master's status, its logs in ``workdir``), made from the
+        stack's state, so that a process other than the one that started the stack can start one
+        of its services again (``restart``); each process it starts is recorded."""
+        if self.cluster is None:
+            p = self.ports
+            self.cluster = StandaloneCluster(
+                os.path.join(self.home, "spark"), master_port=p["spark_master"], master_ui=p["spark_master_ui"],
+                connect_port=p["spark_connect"], worker_env=dict(self.state.get("spark_worker_env", {})),
+                on_start=self._record, worker_memory=self.state.get("spark_worker_memory", "2g"),
+                connect_conf=dict(self.state.get("spark_conf", {})))
+        return self.cluster
 
     def _start_airflow(self, timeout: float) -> None:
         env = self.airflow_env()
@@ -456,9 +463,18 @@ class Stack:
 
     def restart(self, name: str, timeout: float = 300) -> None:
         """Stop service ``name`` (every process of its session), then start it again the same way
-        (PostgreSQL on its data, an Airflow component, a Celery worker)."""
+        (PostgreSQL on its data, an Airflow component, a Celery worker, a Spark worker, the Spark
+        Connect server: a new application on the cluster)."""
+        if name not in self.sessions():
+            raise StackError(f"no service {name!r} in the stack at {self.home}: {', '.join(sorted(self.sessions()))}")
         self._stop_service(name)
-        if name == "postgres":
+        if name in ("spark-worker-1", "spark-worker-2"):
+            self.spark().start_worker(int(name.rsplit("-", 1)[1]))
+        elif name == "spark-connect":
+            port = self.ports["spark_connect"]
+            wait_until("the old Spark Connect server to go", lambda: not listening(port), 60)
+            self.spark().start_connect()
+        elif name == "postgres":
             self._run_postgres(_postgres_user(), timeout)
         elif name.startswith("airflow-"):
             component = name[len("airflow-"):]

@@ -20,7 +20,7 @@ from stack.procs import listening as _listening
 from stack.procs import spawn, wait_until
 
 
-def _parent_and_group(pid: int) -> tuple[int, int]:
+def parent_and_group(pid: int) -> tuple[int, int]:
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return int(fields[1]), int(fields[2])
@@ -133,7 +133,7 @@ class StandaloneCluster:
         workers = {proc.pid: name for name, proc in self.procs.items() if name.startswith("worker")}
         seen = pid
         while seen > 1:
-            parent, group = _parent_and_group(seen)
+            parent, group = parent_and_group(seen)
             if group in workers:
                 return workers[group]
             seen = parent

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -217,6 +218,23 @@ def wait_held(holds, point: str, *, alive=lambda: True, context=lambda: "", time
 def release_hold(holds, point: str) -> None:
     """Let the process held at failure point ``point`` go on."""
     open(os.path.join(holds, f"{point}.release"), "w").close()
+
+
+@contextlib.contextmanager
+def armed(holds: str, point: str, action: str = "hold"):
+    """Failure point ``point`` armed with ``action`` (by default to hold where it is reached) for
+    the block, in the file ``<holds>/armed`` that the processes read (``ITERATIONS_FAILPOINTS_FILE``,
+    as the native stack's tests start its services); then disarmed, and whatever it holds
+    released."""
+    path = os.path.join(holds, "armed")
+    with open(path, "w") as f:
+        f.write(f"{point}={action}")
+    try:
+        yield point
+    finally:
+        open(path, "w").close()
+        if action == "hold":
+            release_hold(holds, point)
 
 
 def lineage_events(path) -> list[dict]:

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from include import failpoints
+from stack.services import Stack
 from tests import warm_airflow
 from tests.conftest import ROOT, free_port
 from tests.jvm import long_lived_env
@@ -127,3 +129,62 @@ def asset_events(env, uri: str) -> list[dict]:
             "JOIN asset a ON a.id = e.asset_id WHERE a.uri = ? ORDER BY e.id", (uri,)).fetchall()
     return [{"extra": json.loads(extra) if extra else {}, "dag_id": dag, "task_id": task, "run_id": run}
             for extra, dag, task, run in rows]
+
+
+# --- the native production stack (tests/dags/test_stack.py, tests/dags/test_cluster.py) -------
+
+EPOCHS_PER_BATCH = 2  # a job of 3 epochs is two DAG runs: the first batch and a continuation
+CHECKPOINTS, OUTPUTS = "s3://iterations-checkpoints/ckpt", "s3://iterations-outputs"
+SETTINGS = {
+    "ITERATIONS_EPOCHS_PER_BATCH": str(EPOCHS_PER_BATCH),
+    "ITERATIONS_RETRY_DELAY_SECONDS": "2",
+    # a killed worker is noticed in seconds, not the default 5 minutes
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "3",
+    "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",  # the tests unpause what they run
+    # a task marked failed or success in the UI is stopped at its next heartbeat
+    "AIRFLOW__WORKERS__MIN_HEARTBEAT_INTERVAL": "2",
+    # idle CPU between the tests' runs, a third of the compose file's: the DAG files are parsed at
+    # the start and never change (a deployment parses them again every 30 s), and an idle
+    # scheduler loops twice a second, not four times (bench/RESULTS.md, "Test suite")
+    "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "600",
+    "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.5",
+}
+
+
+@pytest.fixture(scope="session")
+def stack_holds(tmp_path_factory):
+    """Where the failure points of the stack's task processes (every Celery worker) and of its
+    Spark workers' executors wait: ``armed`` lists them (tests.helpers.armed)."""
+    where = tmp_path_factory.mktemp("failpoints")
+    (where / "armed").write_text("")
+    return str(where)
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory, stack_holds):
+    """The native production stack (stack/, ``./run.sh stack``), started once for the stack's
+    tests and the cluster's (tests/dags/test_cluster.py runs its DAGs on the stack's Spark
+    cluster): xdist runs both modules on one worker (tests/conftest.py, SHARED_SCOPES);
+    test_stack.py's last test stops it."""
+    holds = stack_holds
+    home = str(tmp_path_factory.mktemp("stack"))
+    # the task processes (every worker) and the Spark Connect server's Python workers (on the
+    # Spark workers' executors) read the same failure points; every task process appends its
+    # commits and publications to one trace (tests/faults/sweep.audit)
+    points = {failpoints.FILE_ENV: os.path.join(holds, "armed"), failpoints.DIR_ENV: holds}
+    # OpenLineage on, to a file (the provider's file transport): every task process appends to it
+    lineage = {"AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+        {"type": "file", "log_file_path": os.path.join(holds, "openlineage.jsonl"), "append": True})}
+    settings = {**SETTINGS, **points, **lineage, failpoints.TRACE_ENV: os.path.join(holds, "trace.jsonl")}
+    argv = [sys.executable, "-m", "stack", "start", "--home", home,
+            *[a for k, v in settings.items() for a in ("--setting", f"{k}={v}")],
+            *[a for k, v in points.items() for a in ("--spark-worker-setting", f"{k}={v}")]]
+    started = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    st = Stack(home)
+    try:
+        assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-5000:]
+        assert f"Airflow UI and API   {st.url}" in started.stdout, started.stdout
+        yield st
+    finally:
+        st.stop()  # nothing left when the last test stopped it

@@ -1,9 +1,11 @@
-"""The PageRank DAG on a real multi-process Spark standalone cluster (a master and two worker
-JVMs on loopback, started from the pyspark installation, and a Spark Connect server running as
-an application on it), in both Spark modes, with its checkpoints in the S3 store (moto_server),
-reached through Airflow connections only, as on a production deployment; and the cluster's
-faults: a worker lost in the middle of an epoch, the driver of an epoch killed, the Spark
-Connect server restarted between epochs, each ending with the failure-free run's result."""
+"""The PageRank DAG on a real multi-process Spark standalone cluster, run by ``airflow dags test``
+(a warm Airflow of the tests' own, tests/dags/conftest.py) in both Spark modes: the native
+stack's cluster (tests/dags/conftest.py ``stack``: a master and two worker JVMs on loopback,
+started from the pyspark installation, and a Spark Connect server running as an application on
+it), reached through Airflow connections only, as on a production deployment, with checkpoints
+in the S3 store (moto_server); and the cluster's faults: a worker lost in the middle of an
+epoch, the driver of an epoch killed, the Spark Connect server restarted between epochs, each
+ending with the failure-free run's result."""
 
 from __future__ import annotations
 
@@ -15,35 +17,80 @@ import subprocess
 
 import pytest
 
-from include.failpoints import DIR_ENV
+from stack.services import Stack
+from stack.spark import StandaloneCluster, parent_and_group
 from tests.dags.conftest import airflow, start_airflow
-from stack.spark import StandaloneCluster
-from tests.helpers import (failure_free_ranks, graph_with_dangling, s3_checkpoint_ids, s3_published_ranks,
-                           release_hold, wait_held, write_edges)
+from include.failpoints import DIR_ENV
+from tests.helpers import (armed, failure_free_ranks, graph_with_dangling, release_hold, s3_checkpoint_ids,
+                           s3_published_ranks, wait_held, write_edges)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
 
 # Where the fault tests stop a task (once) so the test can act while it is in the middle of
-# its work. The workers carry them to every executor; each names its test's job only.
+# its work: the stack's Spark workers carry the armed points to every executor (``armed``);
+# each names its test's job only.
 WORKER_LOST_AT = "tail.partition_written@job=pr-worker-lost@epoch=2@partition=1"
 DRIVER_KILLED_AT = "tail.partition_written@job=pr-driver-killed@epoch=0@partition=1"
 CONNECT_RESTART_AT = "commit.after_release@job=pr-connect-restart@epoch=1"
 
 
-@pytest.fixture(scope="module")
-def holds(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("failpoints"))
+class StackCluster:
+    """The stack's Spark cluster as these tests act on it: its master's status and ports, the
+    machine of one of its workers lost (every process of the worker's session) and started again,
+    the Spark Connect server restarted (``Stack.kill`` and ``Stack.restart``)."""
+
+    def __init__(self, stack: Stack):
+        self.stack = stack
+        self.spark: StandaloneCluster = stack.spark()
+        self.workdir = self.spark.workdir
+        self.connect_port, self.master_port = self.spark.connect_port, self.spark.master_port
+
+    def status(self) -> dict:
+        return self.spark.status()
+
+    def alive_workers(self) -> int:
+        return self.spark.alive_workers()
+
+    def wait_workers(self, count: int) -> None:
+        self.spark.wait_workers(count)
+
+    def worker_running(self, pid: int) -> str:
+        """The worker (``worker-1``, ``worker-2``) whose executor runs process ``pid``: its session
+        leads the process groups of the worker's JVM and, under it, its executors."""
+        workers = {session.sid: name[len("spark-"):] for name, session in self.stack.sessions().items()
+                   if name.startswith("spark-worker-")}
+        seen = pid
+        while seen > 1:
+            parent, group = parent_and_group(seen)
+            if group in workers:
+                return workers[group]
+            seen = parent
+        raise LookupError(f"process {pid} does not run under a Spark worker of the stack ({workers})")
+
+    def lose_worker(self, name: str, also: int) -> None:
+        """A worker's machine dies: SIGKILL the process group of ``also`` (a Python worker's daemon
+        leads its own), then every process of the worker's session, no goodbye to the master."""
+        try:
+            os.killpg(os.getpgid(also), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.stack.kill(f"spark-{name}")
+
+    def start_worker(self, name: str) -> None:
+        self.stack.restart(f"spark-{name}")
+
+    def restart_connect(self) -> None:
+        self.stack.restart("spark-connect")
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, holds):
-    c = StandaloneCluster(str(tmp_path_factory.mktemp("standalone")), worker_env={
-        "ITERATIONS_FAILPOINTS": f"{WORKER_LOST_AT}=hold;{DRIVER_KILLED_AT}=hold", DIR_ENV: holds})
-    try:
-        c.start()
-        yield c
-    finally:
-        c.stop()
+def cluster(stack):
+    return StackCluster(stack)
+
+
+@pytest.fixture(scope="module")
+def holds(stack_holds):
+    return stack_holds
 
 
 def cluster_env(airflow_env, cluster, moto_endpoint, mode):
@@ -66,35 +113,6 @@ def dags_test(env, conf) -> str:
     out = done.stdout + done.stderr
     assert done.returncode == 0 and "state=success" in out, out[-6000:]
     return out
-
-
-# Submit mode (a driver and executor JVMs per epoch, about a minute each here) runs in
-# test_the_driver_of_an_epoch_killed, which checks the same and more.
-@pytest.mark.parametrize("mode, epochs", [("connect", 4)])
-def test_pagerank_dag_on_a_standalone_cluster(mode, epochs, cluster, airflow_env, spark, moto_endpoint, bucket,
-                                              tmp_path):
-    edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(40, 0.1, seed=21))
-    job = f"pr-cluster-{mode}"
-    conf = {"job_id": job, "input_path": edges, "checkpoint_root": f"s3://{bucket}/ckpt",
-            "output_path": f"s3://{bucket}/out", "max_epochs": epochs, "tolerance": 0, "num_partitions": 4}
-    before = {a["id"] for a in cluster.status()["completedapps"]}
-    log = dags_test(cluster_env(airflow_env, cluster, moto_endpoint, mode), conf)
-    for epoch in range(epochs):
-        assert f"epoch {epoch} committed" in log
-
-    status = cluster.status()
-    if mode == "connect":
-        assert f"Spark Connect server from connection 'spark_connect_default': sc://127.0.0.1:{cluster.connect_port}" in log
-        apps = [a for a in status["activeapps"] if "Connect" in a["name"]]
-        assert apps and apps[0]["cores"] == 2, status["activeapps"]
-    else:
-        ran = [a["name"] for a in status["completedapps"] if a["id"] not in before]
-        assert sorted(n for n in ran if n.startswith(f"iterations-{job}-")) == \
-            [f"iterations-{job}-{i}" for i in range(epochs + 1)], ran  # the epochs and the finish, each an application
-    assert len([w for w in status["workers"] if w["state"] == "ALIVE"]) == 2
-
-    assert s3_published_ranks(moto_endpoint, f"s3://{bucket}/out") == \
-        failure_free_ranks(spark, edges, epochs, tmp_path, 4)
 
 
 # --- faults ------------------------------------------------------------------------------------
@@ -130,19 +148,21 @@ def test_a_worker_lost_in_the_middle_of_an_epoch(cluster, holds, airflow_env, sp
                                                  tmp_path):
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(40, 0.1, seed=22))
     epochs, log_path = 4, tmp_path / "dags_test.log"
-    proc = start_dags_test(cluster_env(airflow_env, cluster, moto_endpoint, "connect"),
-                           fault_conf("pr-worker-lost", edges, bucket, epochs), log_path)
-    try:
-        pid = held(holds, WORKER_LOST_AT, proc, log_path)  # a task of epoch 2's tail, its file written
-        victim = cluster.worker_running(pid)
-        cluster.lose_worker(victim, also=pid)
-        log = finished(proc, log_path)
-    finally:
-        release_hold(holds, WORKER_LOST_AT)
-        if proc.poll() is None:
-            proc.kill()
-        cluster.start_worker(int(victim.rsplit("-", 1)[1]))
-        cluster.wait_workers(2)
+    victim = None
+    with armed(holds, WORKER_LOST_AT):
+        proc = start_dags_test(cluster_env(airflow_env, cluster, moto_endpoint, "connect"),
+                               fault_conf("pr-worker-lost", edges, bucket, epochs), log_path)
+        try:
+            pid = held(holds, WORKER_LOST_AT, proc, log_path)  # a task of epoch 2's tail, its file written
+            victim = cluster.worker_running(pid)
+            cluster.lose_worker(victim, also=pid)
+            log = finished(proc, log_path)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            if victim is not None:
+                cluster.start_worker(victim)
+                cluster.wait_workers(2)
     spark_log = open(os.path.join(cluster.workdir, "connect.log"), errors="replace").read()
     assert "Lost executor" in spark_log and "worker lost" in spark_log
     # Spark ran the lost task again on the other worker: no Airflow retry, one attempt per epoch
@@ -181,19 +201,20 @@ def driver_processes(job: str) -> list[int]:
 
 
 def test_the_driver_of_an_epoch_killed(cluster, holds, airflow_env, spark, moto_endpoint, bucket, tmp_path):
+    """Submit mode: each epoch (and the finish) is an application of its own on the cluster,
+    its driver started by spark-submit. Epoch 0's driver is killed while its tail runs: Airflow
+    retries the task with a new attempt, a new application."""
     job, epochs, log_path = "pr-driver-killed", 1, tmp_path / "dags_test.log"
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(40, 0.1, seed=23))
     before = {a["id"] for a in cluster.status()["completedapps"]}
-    proc = start_dags_test(cluster_env(airflow_env, cluster, moto_endpoint, "submit"),
-                           fault_conf(job, edges, bucket, epochs), log_path)
-    try:
+    with armed(holds, DRIVER_KILLED_AT):  # released at the end: the killed attempt's task may write on, fenced
+        proc = start_dags_test(cluster_env(airflow_env, cluster, moto_endpoint, "submit"),
+                               fault_conf(job, edges, bucket, epochs), log_path)
         held(holds, DRIVER_KILLED_AT, proc, log_path)  # epoch 0's tail is running on the cluster
         drivers = driver_processes(job)
         assert drivers, "no driver process found"
         for pid in drivers:
             os.kill(pid, signal.SIGKILL)
-    finally:
-        release_hold(holds, DRIVER_KILLED_AT)  # the killed attempt's task may write on: it is fenced
     log = finished(proc, log_path)
 
     first, second = attempts_of(log, 0)  # the Airflow retry of epoch_0.run made a new attempt
@@ -207,8 +228,12 @@ def test_the_driver_of_an_epoch_killed(cluster, holds, airflow_env, spark, moto_
         failure_free_ranks(spark, edges, epochs, tmp_path, 4)
 
 
-def test_the_spark_connect_server_restarted_between_epochs(cluster, holds, airflow_env, spark, moto_endpoint,
-                                                          bucket, tmp_path):
+def test_the_dag_in_connect_mode_with_its_server_restarted_between_epochs(cluster, holds, airflow_env, spark,
+                                                                           moto_endpoint, bucket, tmp_path):
+    """Connect mode: every epoch runs on the Spark Connect server the ``spark_connect_default``
+    connection names, an application of the cluster with its two cores. The server is
+    restarted after epoch 1 commits: the next epoch runs on the new application, and no epoch
+    runs twice."""
     job, epochs, log_path = "pr-connect-restart", 4, tmp_path / "dags_test.log"
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(40, 0.1, seed=24))
     env = {**cluster_env(airflow_env, cluster, moto_endpoint, "connect"),
@@ -216,15 +241,20 @@ def test_the_spark_connect_server_restarted_between_epochs(cluster, holds, airfl
     proc = start_dags_test(env, fault_conf(job, edges, bucket, epochs), log_path)
     try:
         held(holds, CONNECT_RESTART_AT, proc, log_path)  # epoch 1 committed, epoch 2 not started
-        apps = [a["id"] for a in cluster.status()["activeapps"] if "Connect" in a["name"]]
+        apps = [a for a in cluster.status()["activeapps"] if "Connect" in a["name"]]
         cluster.restart_connect()
     finally:
         release_hold(holds, CONNECT_RESTART_AT)
     log = finished(proc, log_path)
 
-    now = [a["id"] for a in cluster.status()["activeapps"] if "Connect" in a["name"]]
-    assert len(apps) == len(now) == 1 and apps != now, "a new Spark Connect application"
+    assert f"Spark Connect server from connection 'spark_connect_default': sc://127.0.0.1:{cluster.connect_port}" in log
+    status = cluster.status()
+    now = [a for a in status["activeapps"] if "Connect" in a["name"]]
+    assert len(apps) == len(now) == 1 and apps[0]["id"] != now[0]["id"], "a new Spark Connect application"
+    assert apps[0]["cores"] == now[0]["cores"] == 2, (apps, now)
+    assert len([w for w in status["workers"] if w["state"] == "ALIVE"]) == 2
     for epoch in range(epochs):
+        assert f"epoch {epoch} committed" in log
         assert len(attempts_of(log, epoch)) == 1, f"epoch {epoch} ran once"
     assert s3_checkpoint_ids(moto_endpoint, bucket, job) == list(range(epochs + 1))
     assert s3_published_ranks(moto_endpoint, f"s3://{bucket}/out-{job}") == \
