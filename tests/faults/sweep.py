@@ -200,9 +200,10 @@ def trace_events(trace: Path) -> list[dict[str, Any]]:
 
 
 def audit(out: Outcome, spark, w: Workload, cfg: JobConfig, trace: Path, work: Path,
-          hole: set[int] = frozenset()) -> Outcome:
+          hole: set[int] = frozenset(), expected: dict[str, Any] | None = None) -> Outcome:
     """Count what was lost, duplicated or wrong once the job terminated. ``hole``: manifests
-    the scenario itself deleted (not counted as lost)."""
+    the scenario itself deleted (not counted as lost). ``expected``: the outputs of a run
+    without faults, when the caller has them (else computed once per input: ``reference``)."""
     notes = []
     job = IterationJob(cfg)
     latest = job.log.latest(verify="none")
@@ -238,7 +239,8 @@ def audit(out: Outcome, spark, w: Workload, cfg: JobConfig, trace: Path, work: P
     if again:
         out.duplicated += sum(n - 1 for n in again.values())
         notes.append(f"outputs published more than once {again}")
-    expected = reference(spark, w, work)
+    if expected is None:
+        expected = reference(spark, w, work)
     try:
         got = published_outputs(w, cfg.output_path)
     except Exception as e:  # nothing published

@@ -83,6 +83,12 @@ def run_with_failures(spark, tmp_path, seed, *, attempt_retries=0, params=None):
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_events_exactly_once_in_order_across_failures(spark, tmp_path, seed):
+    """Also the fault sweep's coordinator-events scenario (tests/faults/sweep.py: the same run,
+    which CI runs here), and the alignment decisions: epoch k >= 1 receives, in every partition,
+    exactly one decision, the one on epoch k-1, through the valve across the same failures; each
+    checkpoint's alignment coordinator snapshot has aligned up to the epoch before it."""
+    from include.runtime import IterationJob
+
     runner, result, fired = run_with_failures(spark, tmp_path, seed)
     assert len(fired) == 3, f"every injected failure happened: {fired}"
     rows = runner.read_variables()["received"].collect()
@@ -91,15 +97,6 @@ def test_events_exactly_once_in_order_across_failures(spark, tmp_path, seed):
     assert got["fast"] == list(range(N_FAST)), f"failures {fired}"
     assert got["slow"] == list(range(N_SLOW)), f"failures {fired}"
 
-
-def test_alignment_decisions_reach_the_next_epoch_through_the_valve(spark, tmp_path):
-    """Epoch k >= 1 receives, in every partition, exactly one decision: the one on epoch k-1;
-    each checkpoint's alignment coordinator snapshot has aligned up to the epoch before it."""
-    from include.runtime import IterationJob
-
-    runner, result, fired = run_with_failures(spark, tmp_path, seed=3)
-    assert fired
-    rows = runner.read_variables()["received"].collect()
     aligned = sorted((r["epoch"], r["partition"], r["value"]) for r in rows if r["coordinator"] == "alignment")
     last = result.final.epoch
     assert aligned == [(k, p, k - 1) for k in range(1, last + 1) for p in (0, 1)]

@@ -121,16 +121,23 @@ def test_failure_free_run_records_the_lifecycle_in_every_checkpoint(spark, refer
     "publish.after_output@checkpoint=4@output=assignments",  # during publication: written, not recorded
 ])
 def test_failure_at_every_step_publishes_exactly_once(spark, points, reference, tmp_path, point):
+    """Also the fault sweep's finish/publication scenario (tests/faults/sweep.py, which CI runs
+    here: the same failure points): its audit of the store and of the trace every run appends to
+    finds nothing lost, duplicated, wrong or left behind."""
+    from tests.faults.sweep import Outcome, Workload, audit, environment
+
     cfg = kmeans_config(tmp_path, points)
+    trace = tmp_path / "trace.jsonl"
     failpoints.configure(f"{point}=raise")
     try:
-        with pytest.raises(FailpointError):
+        with pytest.raises(FailpointError), environment(**{failpoints.TRACE_ENV: str(trace)}):
             IterationRunner(cfg, spark).run()
     finally:
         failpoints.configure("")
     job = IterationJob(cfg)
     crashed_at = job.log.latest_id()
-    resumed = IterationRunner(cfg, spark).run()
+    with environment(**{failpoints.TRACE_ENV: str(trace)}):
+        resumed = IterationRunner(cfg, spark).run()
     assert resumed.status is HeadStatus.TERMINATED and resumed.checkpoint_id == EPOCHS
     assert resumed.restored_from == crashed_at
     # nothing done before the crash is done again: epochs after it only, finish at most once
@@ -139,9 +146,14 @@ def test_failure_at_every_step_publishes_exactly_once(spark, points, reference, 
     assert_published_once(cfg, EPOCHS)
     assert_same_outputs(outputs_of(cfg.output_path), reference[1])
 
-    again = IterationRunner(cfg, spark).run()  # a run after publication publishes nothing again
+    with environment(**{failpoints.TRACE_ENV: str(trace)}):
+        again = IterationRunner(cfg, spark).run()  # a run after publication publishes nothing again
     assert again.epochs_computed == [] and again.status is HeadStatus.TERMINATED
     assert_published_once(cfg, EPOCHS)
+    workload = Workload("kmeans", points, EPOCHS, cfg.body_params)
+    out = audit(Outcome("finish/publication failures", 1, runs=3, faults=1, detail=point), spark, workload, cfg,
+                trace, tmp_path, expected={n: reference[1][n] for n in ("centroids", "assignments")})
+    assert (out.lost, out.duplicated, out.wrong, out.garbage) == (0, 0, 0, 0), out
 
 
 def test_a_finished_source_is_never_read_again(spark, points, tmp_path):
