@@ -1,5 +1,6 @@
 """Each phase of an epoch on its own, the way Airflow tasks will call them: plan here, the Spark
-job through ``spark-submit spark_jobs/epoch.py`` in another process, align and commit here."""
+job through ``spark-submit spark_jobs/epoch.py`` in another process, align and commit here; then
+two attempts of one epoch, both run, one committed."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 
 from include.errors import AlignmentIncomplete, CheckpointSuperseded
 from include.head import HeadStatus
+from spark_jobs.epoch import EpochExecutor
 from spark_jobs.runner import IterationRunner
 from include.runtime import IterationJob
 from tests.conftest import ROOT
@@ -52,11 +54,13 @@ def test_epoch_phases_in_separate_processes(spark, tmp_path):
     manifest = job.commit(plan, decision)
     assert manifest.checkpoint_id == 0 and job.commit(plan, decision).attempt_id == plan.attempt_id
 
-    rival = IterationJob(cfg).plan_epoch()  # epoch 1, planned twice: both run, one commits
+    # epoch 1, planned twice: both run (their Spark jobs on this process's session, as a second
+    # spark-submit would run them: the same EpochExecutor), one commits
+    rival = IterationJob(cfg).plan_epoch()
     other = IterationJob(cfg).plan_epoch()
     assert rival.epoch == other.epoch == 1 and rival.attempt_id != other.attempt_id
     for p in (rival, other):
-        assert spark_submit(p, cfg).returncode == 0
+        assert len(EpochExecutor(spark).run(p, job.store)) == 2
     job.commit(rival)
     with pytest.raises(CheckpointSuperseded, match=f"committed by {rival.attempt_id}; attempt {other.attempt_id} is superseded"):
         job.commit(other)

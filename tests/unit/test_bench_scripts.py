@@ -42,8 +42,20 @@ def test_importing_the_tests_helpers_leaves_the_jvm_options_alone():
 
 
 def test_the_tests_jvms_still_get_the_tests_options():
-    # tests/conftest.py's pytest_configure sets them (a user's own are kept)
-    assert "JAVA_TOOL_OPTIONS" in os.environ
+    """tests/conftest.py's pytest_configure sets them (a user's own are kept), and a JVM started
+    from a test runs with them: the client compiler and the serial collector."""
+    from tests.conftest import USER_JAVA_TOOL_OPTIONS
+    from tests.jvm import tool_options
+
+    expected = USER_JAVA_TOOL_OPTIONS if USER_JAVA_TOOL_OPTIONS is not None else tool_options()
+    assert os.environ.get("JAVA_TOOL_OPTIONS") == expected
+    if expected != tool_options():
+        return  # a user's own options: nothing of the suite's to look for
+    flags = subprocess.run(["java", "-XX:+PrintFlagsFinal", "-version"], capture_output=True, text=True, timeout=60)
+    assert flags.returncode == 0, flags.stderr[-2000:]
+    final = {line.split()[1]: line.split()[3] for line in flags.stdout.splitlines() if line.count("=") == 1
+             and len(line.split()) >= 4}
+    assert (final["TieredStopAtLevel"], final["UseSerialGC"]) == ("1", "true"), flags.stderr[-2000:]
 
 
 def test_a_terminated_sweep_stops_the_run_it_watches(tmp_path):

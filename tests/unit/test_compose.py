@@ -219,11 +219,21 @@ def test_airflow_connections_point_at_the_services(compose):
     assert airflow["ITERATIONS_SPARK_MODE"] in ("connect", "submit")
 
 
-def test_the_connection_ids_are_the_ones_the_code_uses():
-    with open(os.path.join(ROOT, "plugins", "iterations", "hooks", "spark_epoch.py")) as f:
-        assert '"spark_connect_default" if mode == "connect" else "spark_default"' in f.read()
-    with open(os.path.join(ROOT, "plugins", "iterations", "dag_factory.py")) as f:
-        assert 'aws_conn_id: str | None = "aws_default"' in f.read()
+def test_the_connection_ids_are_the_ones_the_code_uses(compose):
+    """The connections every Airflow service gets are the ones the code looks up when a DAG names
+    none: the Spark epoch hook's, in each mode, and the DAG factory's store connection."""
+    import inspect
+
+    from iterations.dag_factory import iteration_dag
+    from iterations.hooks.spark_epoch import SparkEpochHook
+
+    used = {SparkEpochHook(mode="connect").conn_id, SparkEpochHook(mode="submit").conn_id,
+            inspect.signature(iteration_dag).parameters["aws_conn_id"].default}
+    assert used == {"spark_connect_default", "spark_default", "aws_default"}
+    for name, service in compose["services"].items():
+        if name.startswith("airflow-") and "environment" in service:
+            defined = {k[len("AIRFLOW_CONN_"):].lower() for k in env(service) if k.startswith("AIRFLOW_CONN_")}
+            assert used <= defined, (name, sorted(defined))
 
 
 def test_celery_workers_run_the_tasks_with_redis_as_the_broker(compose):
