@@ -35,6 +35,14 @@ DRIVER_PID_ENV = "ITERATIONS_DRIVER_PID"
 DIR_ENV = "ITERATIONS_FAILPOINT_DIR"
 HOLD_LIMIT_S = 600.0
 ACTIONS = ("kill", "kill-driver", "raise", "hold", "raise-once", "kill-once")
+#: every failure point the code places (a spec naming another is refused: it would never fire)
+POINTS = frozenset({
+    "head.before_plan", "head.after_plan", "head.after_run", "epoch.before_write", "tail.partition_written",
+    "epoch.before_align", "align.before_read", "align.before_decide", "coordinator.triggered",
+    "commit.before_write", "commit.after_write", "commit.after_release", "publish.before_output",
+    "publish.after_output", "finish.before_plan", "finish.after_plan", "finish.after_run",
+    "finish.before_final_checkpoint", "finish.after_final_checkpoint",
+})
 
 
 class FailpointError(RuntimeError):
@@ -49,6 +57,8 @@ def _parse(text: str) -> dict[str, list[tuple[dict[str, str], str]]]:
         where = dict(c.split("=", 1) for c in conds)
         if action not in ACTIONS:
             raise ValueError(f"failpoint {item!r}: action must be one of {', '.join(ACTIONS)}")
+        if name not in POINTS:
+            raise ValueError(f"failpoint {item!r}: no failure point {name!r}; the points are {', '.join(sorted(POINTS))}")
         points.setdefault(name, []).append((where, action))
     return points
 
@@ -81,6 +91,8 @@ def failpoint(name: str, **context: object) -> None:
     """Trigger the failure configured for ``name`` if its conditions match ``context``."""
     if not _ACTIVE and not _FILE["path"]:
         return
+    if name not in POINTS:  # checked only while points are armed: free when off
+        raise ValueError(f"failure point {name!r} is not declared in include.failpoints.POINTS")
     points = [*_ACTIVE.get(name, ()), *(_from_file().get(name, ()) if _FILE["path"] else ())]
     for where, action in points:
         if all(str(context.get(k)) == v for k, v in where.items()):

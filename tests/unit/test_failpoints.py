@@ -54,3 +54,19 @@ def test_hold_needs_its_directory_and_other_contexts_pass(monkeypatch):
 def test_unknown_actions_are_refused_naming_them():
     with pytest.raises(ValueError, match="'x@a=1=pause'.*hold"):
         failpoints.configure("x@a=1=pause")
+
+
+def test_a_point_the_code_does_not_place_is_refused_naming_it_and_the_points():
+    """A misspelled point would never fire, and a test waiting for it would wait for nothing."""
+    with pytest.raises(ValueError, match=r"'commit\.after_wrote@epoch=1=raise': no failure point 'commit\.after_wrote'"
+                                         r"; the points are align\.before_decide, "):
+        failpoints.configure("commit.after_wrote@epoch=1=raise")
+    failpoints.configure("commit.after_write@epoch=1=raise")
+    try:  # armed, a call site naming an undeclared point is refused as well
+        with pytest.raises(ValueError, match="'commit.after_wrote' is not declared"):
+            failpoints.failpoint("commit.after_wrote", epoch=1)
+        with pytest.raises(failpoints.FailpointError):
+            failpoints.failpoint("commit.after_write", epoch=1)
+    finally:
+        failpoints.configure("")
+    failpoints.failpoint("commit.after_wrote", epoch=1)  # nothing armed: nothing checked, nothing done
