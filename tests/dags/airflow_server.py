@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from tests import warm_airflow
 from tests.conftest import ROOT, free_port
 
 AIRFLOW = os.path.join(os.path.dirname(sys.executable), "airflow")
@@ -85,8 +86,9 @@ class AirflowApi:
                            f"{ {k: v['state'] for k, v in self.task_instances(dag_id, run_id).items()} }")
 
     def cli(self, *args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([AIRFLOW, *args], env=env or self.env, cwd=ROOT, capture_output=True, text=True,
-                              timeout=timeout)
+        """``airflow <args>`` against this server's home: forked from a warm process when one
+        serves it (tests/warm_airflow.py), else a new process."""
+        return warm_airflow.run(env or self.env, *args, cwd=ROOT, timeout=timeout)
 
 
 

@@ -94,9 +94,17 @@ def api_server(tmp_path_factory, moto_endpoint):
     server.env["AIRFLOW_CONN_AWS_DEFAULT"] = json.dumps(
         {"conn_type": "aws", "login": "view-key-id", "password": "view-secret-key",
          "extra": {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}})
+    warm = None
     try:
-        yield server.start()
+        server.start()
+        # the view tests' `airflow dags test` and `dags reserialize` with this home: forked warm
+        warm = warm_airflow.WarmAirflow(server.env, ROOT)
+        warm_airflow.SERVERS.append(warm)
+        yield server
     finally:
+        if warm is not None:
+            warm_airflow.SERVERS.remove(warm)
+            warm.close()
         server.stop()
 
 

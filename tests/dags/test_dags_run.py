@@ -3,7 +3,6 @@ Connect session, local checkpoint store), and their outputs equal the references
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import json
 import os
@@ -19,7 +18,7 @@ from include.body import resolve_body
 from include.config import InputSpec, JobConfig
 from spark_jobs.runner import IterationRunner
 from include.runtime import IterationJob
-from spark_jobs.storeio import read_input
+from spark_jobs.storeio import read_dataset, read_input
 from tests.dags.conftest import airflow, asset_events
 from tests.helpers import StatsdListener, graph_with_dangling, lineage_events, ranks_of, read_published, write_edges
 
@@ -74,9 +73,13 @@ def test_iterate_pagerank(airflow_env, spark, tmp_path):
     published = read_published(tmp_path / "out", "ranks")
     ours = dict(zip(published["node"], published["rank"]))
 
+    # one library run for both references: 7 epochs (the rewind's below), and its checkpoint 4,
+    # the state after 5 epochs, which a 5-epoch job publishes as it is
     reference = JobConfig(job_id="pr-lib", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "lib"),
-                          max_epochs=5, tolerance=0.0, num_partitions=3)
-    assert ours == ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
+                          max_epochs=7, tolerance=0.0, num_partitions=3, retain_last=10)
+    longer = IterationRunner(reference, spark).run()
+    lib = IterationJob(reference)
+    assert ours == ranks_of(read_dataset(spark, lib.store, lib.log.load(4).variables["ranks"], 3))
 
     job = IterationJob(JobConfig(job_id="pr-dag", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "store")))
     final_id = job.log.latest_id()
@@ -124,7 +127,6 @@ def test_iterate_pagerank(airflow_env, spark, tmp_path):
     assert "job pr-dag.r1: starts from checkpoint 2 of pr-dag (copied, verified): epoch 3 is next" in rewound
     assert [e for e in range(8) if f"epoch {e} committed" in rewound] == [3, 4, 5, 6]
     assert published_job(tmp_path / "out", "ranks") == "pr-dag.r1"
-    longer = IterationRunner(dataclasses.replace(reference, job_id="pr-lib7", max_epochs=7), spark).run()
     assert dict(zip(*read_published(tmp_path / "out", "ranks")[["node", "rank"]].T.values)) == \
         ranks_of(longer.outputs["ranks"])
     assert job.log.latest_id() == final_id, "the rewound generation is left as it was"
@@ -167,41 +169,6 @@ def test_iterate_kmeans_on_digits_in_connect_mode(airflow_env, spark, tmp_path):
     assignments = read_published(tmp_path / "out", "assignments").sort_values("id")
     assert list(assignments.columns) == ["id", "pixels", "cluster_id"]
     assert (assignments["cluster_id"].to_numpy() == reference.labels_).all()
-
-
-def test_a_job_longer_than_a_batch_goes_on_in_the_same_dags_test(airflow_env, tmp_path):
-    """A batch that ends before the job terminates continues it. Under ``airflow dags test``
-    nothing would start a queued continuation run, so the next batches run in the same command,
-    one after the other (each batch hands the next one's conf back to the first command's
-    continuation task), until the job terminates: 5 epochs of a 2-epoch DAG are three batches."""
-    env = {**airflow_env, "ITERATIONS_EPOCHS_PER_BATCH": "2"}
-
-    def runs() -> dict[str, str]:
-        listed = airflow(env, "dags", "list-runs", "iterate_pagerank", "-o", "json").stdout
-        found = next((x for x in listed.splitlines() if x.startswith("[")), "[]")  # none yet: no list
-        return {r["run_id"]: r["state"] for r in json.loads(found)}
-
-    before = runs()
-    graph = graph_with_dangling(20, 0.15, seed=2)
-    edges = write_edges(tmp_path / "edges.csv", graph)
-    conf = {"job_id": "pr-cont", "input_path": edges, "checkpoint_root": str(tmp_path / "store"),
-            "output_path": str(tmp_path / "out"), "max_epochs": 5, "tolerance": 0, "num_partitions": 2}
-    log = dags_test(env, "iterate_pagerank", conf)
-    assert "airflow dags test runs the next batch (epoch 2 on) in this command" in log
-    assert "the airflow dags test command that started it runs the next batch (epoch 4 on)" in log
-    assert "airflow dags test runs the next batch (epoch 4 on) in this command" in log
-    for epoch in range(5):
-        assert f"epoch {epoch} committed" in log
-    assert "epoch 0 is committed (checkpoint 0): restored, not recomputed" not in log
-    assert "final checkpoint 5 committed" in log and "job pr-cont is TERMINATED: nothing to continue" in log
-    assert "job pr-cont: 2 more batch(es) ran in this command; nothing to continue" in log
-    assert len(read_published(tmp_path / "out", "ranks")) == len({n for e in graph.edges() for n in e})
-    new = {run: state for run, state in runs().items() if run not in before}
-    assert list(new.values()) == ["success"] * 3, new  # three batches, nothing left queued
-
-    off = dags_test(env, "iterate_pagerank", {**conf, "job_id": "pr-off", "output_path": str(tmp_path / "out-off"),
-                                              "continuation": False})  # pr-cont's output is pr-cont's
-    assert "continuation is off for this run" in off
 
 
 @pytest.mark.s3
@@ -376,6 +343,7 @@ def test_data_checks_refuse_a_round_then_the_fixed_run_goes_on(airflow_env, spar
             "continuation": False}
     first = airflow(env, "dags", "test", "iterate_pagerank", "2026-03-01", "--conf", json.dumps(conf))
     assert "state=success" in first.stdout + first.stderr, (first.stdout + first.stderr)[-3000:]
+    assert "continuation is off for this run" in first.stdout + first.stderr, "the job goes on, the run does not"
 
     good_bytes = open(edges, "rb").read()
     write_edges(tmp_path / "edges.csv", graph_with_dangling(45, 0.12, seed=6))  # the wrong input

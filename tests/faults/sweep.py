@@ -606,9 +606,13 @@ def clock_skew(spark, work: Path, seed: int) -> Outcome:
     out.faults += 1
     if killed.returncode != -signal.SIGKILL:
         raise AssertionError(f"clock skew run was not killed: {killed.stderr[-2000:]}")
+    before = IterationJob(cfg).log.latest_id()
     with environment(**{failpoints.SKEW_ENV: str(-sign * 600)}):
-        resume(spark, cfg, trace)
+        result = resume(spark, cfg, trace)
     out.runs += 1
+    # as a kill scenario counts them (the kill after commit's, at a seeded epoch)
+    out.duplicated += len([e for e in result.epochs_computed if before is not None and e <= before])
+    out.recomputed = len([e for e in result.epochs_computed if e <= k])
     from datetime import datetime
 
     stamps = {e["checkpoint"]: datetime.fromisoformat(e["at"])
@@ -620,7 +624,8 @@ def clock_skew(spark, work: Path, seed: int) -> Outcome:
     if not 0 <= real < 600:
         raise AssertionError(f"the skew did not show in the timestamps of checkpoints {k} and {k + 1}: "
                              f"{stamps[k].isoformat()} then {stamps[k + 1].isoformat()}")
-    out.facts = {"sign": sign, "restart_seconds": round(real, 1)}
+    out.facts = {"sign": sign, "restart_seconds": round(real, 1), "restored_from": result.restored_from,
+                 "epochs_computed": result.epochs_computed, "killed_at": k}
     return audit(out, spark, w, cfg, trace, work)
 
 

@@ -17,7 +17,7 @@ from tests.helpers import graph_with_dangling, pagerank_config, ranks_of, write_
 
 pytestmark = pytest.mark.spark
 
-MAX_EPOCHS = 6
+MAX_EPOCHS = 4  # restores after epochs 0, 1 and 2 (three before the last), and after termination
 
 
 @pytest.fixture(scope="module")
@@ -108,11 +108,17 @@ def test_restore_after_epoch1_aligned(spark, tmp_path, edges, reference):
     assert ranks_of(result.outputs["ranks"]) == pytest.approx(reference, abs=1e-15)
 
 
-def test_feedback_records_in_flight_are_replayed_once_in_order(spark, tmp_path, edges, reference):
+def test_feedback_records_in_flight_then_a_checkpoint_just_before_termination(spark, tmp_path, edges, reference):
+    """Two scenarios of one run, whose batch ends with checkpoint MAX_EPOCHS - 2, the one before
+    the terminating epoch: the feedback records in flight at it are replayed once, in order, by
+    partition; restored, the job runs exactly the last epoch and terminates."""
     cfg = config(tmp_path, edges)
-    IterationRunner(cfg, spark).run(max_epochs_in_batch=3)
+    IterationRunner(cfg, spark).run(max_epochs_in_batch=MAX_EPOCHS - 1)
     job = IterationJob(cfg)
-    latest = job.state().latest
+    state = job.state()
+    assert state.status is HeadStatus.RUNNING and state.latest.epoch == MAX_EPOCHS - 2
+    assert not state.latest.decision.terminated
+    latest = state.latest
     ds = latest.variables["ranks"]
 
     written = []
@@ -126,18 +132,6 @@ def test_feedback_records_in_flight_are_replayed_once_in_order(spark, tmp_path, 
     per_partition = dict(replayed.groupBy(F.spark_partition_id().alias("p")).count().collect())
     in_flight = [p.in_flight for p in latest.head_state.heads["ranks"].partitions]
     assert [per_partition.get(i, 0) for i in range(cfg.num_partitions)] == in_flight
-
-    result = IterationRunner(cfg, spark).run()
-    assert result.epochs_computed == list(range(3, MAX_EPOCHS))
-    assert ranks_of(result.outputs["ranks"]) == pytest.approx(reference, abs=1e-15)
-
-
-def test_checkpoint_just_before_termination(spark, tmp_path, edges, reference):
-    cfg = config(tmp_path, edges)
-    IterationRunner(cfg, spark).run(max_epochs_in_batch=MAX_EPOCHS - 1)
-    state = IterationJob(cfg).state()
-    assert state.status is HeadStatus.RUNNING and state.latest.epoch == MAX_EPOCHS - 2
-    assert not state.latest.decision.terminated
 
     result = IterationRunner(cfg, spark).run()
     assert result.epochs_computed == [MAX_EPOCHS - 1]

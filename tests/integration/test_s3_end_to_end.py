@@ -35,7 +35,7 @@ def test_pagerank_on_s3(spark, tmp_path, moto_endpoint, bucket):
         {"path": f"s3://{bucket}/input/edges/", "format": "csv"},
         checkpoint_root=f"s3://{bucket}/checkpoints",
         output_path=f"s3://{bucket}/results",
-        body_params={"damping": 0.6},
+        body_params={"damping": 0.3},  # converges in about 19 epochs (0.6: 45, each a round of S3 calls)
         tolerance=1e-10,
         max_epochs=100,
     )
@@ -47,7 +47,7 @@ def test_pagerank_on_s3(spark, tmp_path, moto_endpoint, bucket):
     result = IterationRunner(cfg, spark, store_options=options).run()
     assert result.restored_from == 2 and result.epochs_computed[0] == 3
     ours = ranks_of(result.outputs["ranks"])
-    reference = nx.pagerank(graph, alpha=0.6, tol=1e-15, max_iter=10_000)
+    reference = nx.pagerank(graph, alpha=0.3, tol=1e-15, max_iter=10_000)
     assert max(abs(ours[n] - reference[n]) for n in reference) < 1e-9
 
     current = published(f"s3://{bucket}/results", "ranks", **options)
