@@ -1,12 +1,14 @@
 """A driver JVM that runs out of heap exits (``spark_jobs.session.DRIVER_JAVA_OPTIONS``) instead
 of living on half-working: an OutOfMemoryError in the thread that serves a collect's results left
 a 5M-edge connected-components run waiting for ever. Once the driver is gone, ``run_job`` says so,
-and a second run resumes from the last committed checkpoint. Each in processes of their own (one
-SparkContext per process)."""
+and a second run resumes from the last committed checkpoint. The drivers that exit run in processes
+of their own (one SparkContext per process); the resuming run is the library runner on the tests'
+session, with the configuration ``run_job`` builds."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -16,6 +18,9 @@ import time
 import psutil
 import pytest
 
+from include.config import InputSpec, JobConfig
+from include.head import HeadStatus
+from spark_jobs.runner import IterationRunner
 from tests.conftest import ROOT, write_edges_csv
 
 _OUT_OF_HEAP = """
@@ -105,8 +110,9 @@ def _jvm_of(pid: int) -> psutil.Process:
     raise AssertionError(f"no driver JVM under process {pid}")
 
 
-@pytest.mark.slow  # two run_job processes, each with its own Spark driver
-def test_run_job_whose_driver_is_gone_says_so_and_the_next_run_resumes(tmp_path):
+@pytest.mark.spark
+@pytest.mark.slow  # a run_job process with its own Spark driver
+def test_run_job_whose_driver_is_gone_says_so_and_the_next_run_resumes(spark, tmp_path, caplog):
     edges = write_edges_csv(tmp_path / "edges.csv", [(i, (i * 7 + 1) % 30) for i in range(30)])
     point = "epoch.before_write@epoch=2"
     holds = tmp_path / "holds"
@@ -132,10 +138,18 @@ def test_run_job_whose_driver_is_gone_says_so_and_the_next_run_resumes(tmp_path)
     assert run.returncode == 1, err[-4000:]
     assert "error: job gone: the Spark driver (JVM) of this run exited with code -9" in err, err[-4000:]
     assert "run again to resume" in err
-    env.pop("ITERATIONS_FAILPOINTS")
-    again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert again.returncode == 0, again.stderr[-4000:]
-    assert "job gone: restored checkpoint 1" in again.stderr
-    summary = json.loads(again.stdout.strip().splitlines()[-1])
-    assert summary["status"] == "TERMINATED" and summary["restored_from"] == 1
-    assert summary["epochs_computed"] == [2, 3]
+    # The next run, in this process: the JobConfig and runner options run_job builds from cmd's
+    # arguments (its defaults for the rest). The lease is free at once: run_job released it as it
+    # ended (its process is gone from this host too, stale for include.ownership): no lease wait.
+    config = JobConfig(job_id="gone", body="pagerank", input=InputSpec(edges, None),
+                       checkpoint_root=str(tmp_path / "store"), output_path=str(tmp_path / "out"),
+                       output_format="parquet", body_params={}, max_epochs=4, tolerance=0.0, num_partitions=None,
+                       retain_last=3, retain_batches=None, retain_history=None, checks=None,
+                       on_damaged_checkpoint="fail")
+    with caplog.at_level(logging.INFO, logger="iterations"):
+        again = IterationRunner(config, spark, store_options={}, wait_for_input=None, take_over=False,
+                                lease_wait=0.0, rewind_to=None).run(batch_id=None, max_epochs_in_batch=None)
+    assert any(r.name == "iterations" and "job gone: restored checkpoint 1" in r.getMessage()
+               for r in caplog.records), caplog.text[-4000:]
+    assert again.status is HeadStatus.TERMINATED and again.restored_from == 1
+    assert again.epochs_computed == [2, 3]
