@@ -4,7 +4,6 @@ and by the final model (a numpy replay of the gradient steps with the epochs' re
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,7 +15,7 @@ import pandas as pd
 import pytest
 
 from include import failpoints
-from include.config import JobConfig
+from include.config import InputSpec, JobConfig
 from include.failpoints import FailpointError
 from include.head import HeadStatus
 from spark_jobs.runner import IterationRunner
@@ -106,10 +105,11 @@ def test_files_added_during_the_run_each_processed_once_across_a_failure(spark, 
     assert final.coordinators["splits"]["state"]["pending"] == [] and final.coordinators["splits"]["state"]["ended"]
 
 
-@pytest.mark.slow  # two run_job processes, each with its own Spark driver
+@pytest.mark.slow  # a run_job process with its own Spark driver
 def test_sigkill_while_files_arrive(spark, tmp_path):
     """run_job is SIGKILLed inside a commit while a writer keeps dropping files; the restarted
-    job processes every file exactly once."""
+    job (the library runner in this process, with the configuration run_job builds) processes
+    every file exactly once."""
     inbox = str(tmp_path / "in")
     drop_file(inbox, 0)
     env = {k: v for k, v in os.environ.items() if k not in ("ITERATIONS_FAILPOINTS", "ITERATIONS_DRIVER_PID")}
@@ -134,12 +134,19 @@ def test_sigkill_while_files_arrive(spark, tmp_path):
         assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
         thread.join()
         end_input(inbox)
-        resumed = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
+        # The restart, in this process: the JobConfig and runner options run_job builds from
+        # cmd's arguments (its defaults for the rest). The killed run's lease is stale at once:
+        # its process (reaped by subprocess.run) is gone from this host (include.ownership).
+        config = JobConfig(job_id="sgd", body="sgd", input=InputSpec(inbox, None),
+                           checkpoint_root=str(tmp_path / "store"), output_path=str(tmp_path / "out"),
+                           output_format="parquet", body_params={"learning_rate": LR, "max_splits_per_epoch": 2},
+                           max_epochs=200, tolerance=1e-6, num_partitions=2, retain_last=3, retain_batches=None,
+                           retain_history=None, checks=None, on_damaged_checkpoint="fail")
+        resumed = IterationRunner(config, spark, store_options={}, wait_for_input=60, take_over=False,
+                                  lease_wait=0.0, rewind_to=None).run(batch_id=None, max_epochs_in_batch=None)
     finally:
         stop.set()
         thread.join()
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    summary = json.loads(resumed.stdout.strip().splitlines()[-1])
-    assert summary["status"] == "TERMINATED" and summary["restored_from"] == 2
-    assert summary["termination"] == "end of input"
+    assert resumed.status is HeadStatus.TERMINATED and resumed.restored_from == 2
+    assert resumed.decisions and resumed.decisions[-1].reason == "end of input"
     check_exactly_once(inbox, str(tmp_path / "out"), files=8)
