@@ -21,8 +21,8 @@ from tests.helpers import graph_with_dangling, ranks_of, write_edges
 
 pytestmark = pytest.mark.spark
 
-EPOCHS = 4
-FAULT_AT = 2
+EPOCHS = 3
+FAULT_AT = 1
 
 
 @pytest.fixture(scope="module")
