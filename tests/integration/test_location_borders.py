@@ -38,8 +38,8 @@ def test_a_store_inside_another_is_refused_whichever_came_first(spark, tmp_path,
     """Victim first: a checkpoint root inside its store (in its job's directory) is refused
     before anything is written, and the victim resumes as if nothing happened. Intruder first:
     a store made around an existing one is refused too."""
-    victim = pagerank_config(tmp_path, edges, job_id="victim", max_epochs=3)
-    IterationRunner(victim, spark).run(max_epochs_in_batch=2)
+    victim = pagerank_config(tmp_path, edges, job_id="victim", max_epochs=2)
+    IterationRunner(victim, spark).run(max_epochs_in_batch=1)
     store = LocalStore(victim.checkpoint_root)
     before = _files(store, "jobs/victim/")
     for inside in ("jobs/victim/checkpoints", "jobs", "jobs/victim", "other-dir"):
@@ -48,7 +48,7 @@ def test_a_store_inside_another_is_refused_whichever_came_first(spark, tmp_path,
         with pytest.raises(LocationError, match="lies inside the checkpoint store .*/store"):
             IterationRunner(intruder, spark).run()
     assert _files(store, "jobs/victim/") == before, "nothing of the victim was touched"
-    assert IterationRunner(victim, spark).run().checkpoint_id == 3, "the victim resumes"
+    assert IterationRunner(victim, spark).run().checkpoint_id == 2, "the victim resumes"
 
     # the other order: a store first at outer/inner, then one around it at outer
     first = pagerank_config(tmp_path, edges, job_id="first", max_epochs=1, checkpoint_root=str(tmp_path / "outer" / "inner"))
@@ -62,7 +62,7 @@ def test_a_store_inside_another_is_refused_whichever_came_first(spark, tmp_path,
 @pytest.mark.s3
 def test_an_s3_store_inside_another_is_refused_in_either_spelling(spark, tmp_path, edges, moto_endpoint, bucket):
     opts = {"endpoint_url": moto_endpoint}
-    victim = pagerank_config(tmp_path, edges, job_id="victim", max_epochs=2, checkpoint_root=f"s3://{bucket}/ckpt")
+    victim = pagerank_config(tmp_path, edges, job_id="victim", max_epochs=1, checkpoint_root=f"s3://{bucket}/ckpt")
     IterationRunner(victim, spark, store_options=opts).run()
     store = open_store(f"s3://{bucket}/ckpt", **opts)
     before = _files(store, "jobs/victim/")
@@ -79,10 +79,10 @@ def test_an_s3_store_inside_another_is_refused_in_either_spelling(spark, tmp_pat
 def test_keys_a_store_did_not_write_are_ignored_and_reported(spark, tmp_path, edges, caplog):
     """Foreign files in a job's directory (under aborted/, checkpoints/, attempts/, batches/,
     checks/) neither fail its listings nor its garbage collection, nor are they deleted."""
-    cfg = pagerank_config(tmp_path, edges, job_id="pr", max_epochs=4, retain_last=1)
-    IterationRunner(cfg, spark).run(max_epochs_in_batch=2)
+    cfg = pagerank_config(tmp_path, edges, job_id="pr", max_epochs=2, retain_last=1)
+    IterationRunner(cfg, spark).run(max_epochs_in_batch=1)
     store = LocalStore(cfg.checkpoint_root)
-    foreign = {"jobs/pr/aborted/garbage": b"x", "jobs/pr/aborted/0000000001": b"x",
+    foreign = {"jobs/pr/aborted/garbage": b"x", "jobs/pr/aborted/0000000000": b"x",
                "jobs/pr/checkpoints/7.json": b"{}", "jobs/pr/checkpoints/0000000009.json.bak": b"{}",
                "jobs/pr/attempts/junk": b"x", "jobs/pr/attempts/00000000zz/a/b": b"x",
                "jobs/pr/batches/notes.txt": b"x", "jobs/pr/checks/x": b"x", "jobs/pr/savepoints/7": b"x"}
@@ -90,14 +90,14 @@ def test_keys_a_store_did_not_write_are_ignored_and_reported(spark, tmp_path, ed
         store.put(key, data)
     with caplog.at_level(logging.WARNING, logger="iterations"):
         result = IterationRunner(cfg, spark).run()
-    assert result.checkpoint_id == 4 and result.status.value == "TERMINATED"
-    assert CheckpointLog(store, "pr").checkpoint_ids()[-1] == 4
+    assert result.checkpoint_id == 2 and result.status.value == "TERMINATED"
+    assert CheckpointLog(store, "pr").checkpoint_ids()[-1] == 2
     assert {k: store.get(k) for k in foreign} == foreign, "never deleted: they are not the store's"
     assert "not an object the checkpoint store wrote" in caplog.text and "aborted/garbage" in caplog.text
 
 
 def test_an_input_inside_a_store_is_refused(spark, tmp_path, edges):
-    victim = pagerank_config(tmp_path, edges, job_id="victim", max_epochs=2, checkpoint_root=str(tmp_path / "v" / "store"))
+    victim = pagerank_config(tmp_path, edges, job_id="victim", max_epochs=1, checkpoint_root=str(tmp_path / "v" / "store"))
     IterationRunner(victim, spark).run()
     store = LocalStore(victim.checkpoint_root)
     state = [o.key for o in store.list("jobs/victim/attempts/") if o.key.endswith(".parquet")][0]
@@ -114,7 +114,7 @@ def test_an_input_inside_a_store_is_refused(spark, tmp_path, edges):
 @pytest.mark.parametrize("fmt", ["parquet", "delta"])
 def test_an_output_belongs_to_the_job_that_first_published_there(spark, tmp_path, edges, fmt):
     out = str(tmp_path / "o" / "out")
-    victim = pagerank_config(tmp_path, edges, job_id="victim", max_epochs=2, output_path=out, output_format=fmt)
+    victim = pagerank_config(tmp_path, edges, job_id="victim", max_epochs=1, output_path=out, output_format=fmt)
     IterationRunner(victim, spark).run()
     owner = json.loads((tmp_path / "o" / "out" / OUTPUT_OWNER).read_text())["owner"]
     assert (owner["job_id"], owner["dag_id"], owner["store"]) == ("victim", None, str(tmp_path / "store"))
@@ -135,7 +135,7 @@ def test_an_output_belongs_to_the_job_that_first_published_there(spark, tmp_path
         with pytest.raises(OutputOwned, match="output location"):
             IterationRunner(nested, spark).run()
     # the explicit take-over
-    taker = pagerank_config(tmp_path, edges, job_id="taker", max_epochs=2, output_path=out, output_format=fmt)
+    taker = pagerank_config(tmp_path, edges, job_id="taker", max_epochs=1, output_path=out, output_format=fmt)
     IterationRunner(taker, spark, take_over=True).run()
     record = json.loads((tmp_path / "o" / "out" / OUTPUT_OWNER).read_text())
     assert record["owner"]["job_id"] == "taker" and record["previous"][-1]["job_id"] == "victim"
@@ -143,7 +143,7 @@ def test_an_output_belongs_to_the_job_that_first_published_there(spark, tmp_path
 
 def test_a_manifest_naming_another_jobs_objects_is_refused(spark, tmp_path, edges):
     victim = pagerank_config(tmp_path, edges, job_id="victim", max_epochs=3)
-    IterationRunner(victim, spark).run(max_epochs_in_batch=2)
+    IterationRunner(victim, spark).run(max_epochs_in_batch=1)
     intruder = pagerank_config(tmp_path, edges, job_id="intruder", max_epochs=3)
     IterationRunner(intruder, spark).run(max_epochs_in_batch=1)
     store = LocalStore(victim.checkpoint_root)
@@ -151,7 +151,7 @@ def test_a_manifest_naming_another_jobs_objects_is_refused(spark, tmp_path, edge
     key = log.layout.checkpoint(0)
     d = json.loads(store.get(key))
     d.pop("manifest_sha256")
-    d["variables"] = json.loads(store.get(CheckpointLog(store, "victim").layout.checkpoint(1)))["variables"]
+    d["variables"] = json.loads(store.get(CheckpointLog(store, "victim").layout.checkpoint(0)))["variables"]
     store.put(key, _resealed(d))
     assert Manifest.from_bytes(store.get(key), key).variables, "a manifest in good shape, only not its own"
     with pytest.raises(CheckpointCorrupted, match="names objects outside job intruder's directory"):
@@ -168,26 +168,26 @@ def _resealed(d: dict) -> bytes:
 
 
 def test_a_rewind_waits_for_the_run_that_holds_the_job(spark, tmp_path, edges):
-    cfg = pagerank_config(tmp_path, edges, job_id="pr", max_epochs=3)
+    cfg = pagerank_config(tmp_path, edges, job_id="pr", max_epochs=2)
     IterationRunner(cfg, spark).run()
     store = LocalStore(cfg.checkpoint_root)
     other = JobLease(store, "pr").acquire(Holder("process", host="other-host", pid=7, nonce="n"))
     with pytest.raises(JobBusy, match="job pr is being run by process 7 on other-host"):
-        IterationRunner(cfg, spark, rewind_to=2)
+        IterationRunner(cfg, spark, rewind_to=1)
     assert not store.list("lineages/pr/generations/"), "no generation was started"
     threading.Timer(1.0, other.release).start()
-    runner = IterationRunner(cfg, spark, rewind_to=2, lease_wait=60)
-    assert runner.config.job_id == "pr.r1" and runner.run().checkpoint_id == 3
+    runner = IterationRunner(cfg, spark, rewind_to=1, lease_wait=60)
+    assert runner.config.job_id == "pr.r1" and runner.run().checkpoint_id == 2
 
 
 def test_a_damaged_record_is_an_error_naming_it(spark, tmp_path, edges):
     from include.overview import job_overview
 
-    cfg = pagerank_config(tmp_path, edges, job_id="pr", max_epochs=2)
+    cfg = pagerank_config(tmp_path, edges, job_id="pr", max_epochs=1)
     IterationRunner(cfg, spark).run(batch_id="b1")
     store = LocalStore(cfg.checkpoint_root)
     key = [o.key for o in store.list("jobs/pr/batches/")][0]
-    store.put(key, json.dumps({"final_checkpoint_id": 2}).encode())  # the batch id missing
+    store.put(key, json.dumps({"final_checkpoint_id": 1}).encode())  # the batch id missing
     with pytest.raises(CheckpointCorrupted, match=f"{key}.* is not a batch record: it has no 'batch_id'"):
         job_overview(store, "pr")
     with pytest.raises(CheckpointCorrupted, match="is not a batch record"):
