@@ -27,9 +27,9 @@ from tests.jvm import long_lived_env, tool_options  # noqa: E402
 # py4j logs from __del__ at interpreter exit, after pytest closed its streams.
 # Parallel workers (./run.sh test: pytest-xdist, --dist loadscope) take whole modules, the
 # longest first (each worker is handed two to start with), so the longest ones do not run last.
-# Modules not listed follow in collection order. Modules sharing a package-scoped server run on
-# one worker (SHARED_SCOPES), and so do the stack's and the cluster's (each starts a Spark
-# standalone cluster): one after the other, never two clusters at once.
+# Modules not listed follow in collection order. Modules sharing a server run on one worker
+# (SHARED_SCOPES): the Iterations view's API server, and the native stack, whose Spark cluster
+# the cluster tests run on (tests/dags/conftest.py).
 LONGEST_FIRST = (
     "tests/dags/test_stack.py", "tests/dags/test_dags_run.py", "tests/dags/test_cluster.py",
     "tests/faults/test_sweep.py", "tests/integration/test_pagerank.py", "tests/dags/test_run_conf_limits.py",
