@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
 # Where the fault tests stop a task (once) so the test can act while it is in the middle of
 # its work: the stack's Spark workers carry the armed points to every executor (``armed``);
 # each names its test's job only.
-WORKER_LOST_AT = "tail.partition_written@job=pr-worker-lost@epoch=2@partition=1"
+WORKER_LOST_AT = "tail.partition_written@job=pr-worker-lost@epoch=1@partition=1"
 DRIVER_KILLED_AT = "tail.partition_written@job=pr-driver-killed@epoch=0@partition=1"
 CONNECT_RESTART_AT = "commit.after_release@job=pr-connect-restart@epoch=1"
 
@@ -147,13 +147,13 @@ def fault_conf(job, edges, bucket, epochs) -> dict:
 def test_a_worker_lost_in_the_middle_of_an_epoch(cluster, holds, airflow_env, spark, moto_endpoint, bucket,
                                                  tmp_path):
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(40, 0.1, seed=22))
-    epochs, log_path = 4, tmp_path / "dags_test.log"
+    epochs, log_path = 3, tmp_path / "dags_test.log"  # the worker lost in the middle one
     victim = None
     with armed(holds, WORKER_LOST_AT):
         proc = start_dags_test(cluster_env(airflow_env, cluster, moto_endpoint, "connect"),
                                fault_conf("pr-worker-lost", edges, bucket, epochs), log_path)
         try:
-            pid = held(holds, WORKER_LOST_AT, proc, log_path)  # a task of epoch 2's tail, its file written
+            pid = held(holds, WORKER_LOST_AT, proc, log_path)  # a task of epoch 1's tail, its file written
             victim = cluster.worker_running(pid)
             cluster.lose_worker(victim, also=pid)
             log = finished(proc, log_path)
@@ -166,7 +166,7 @@ def test_a_worker_lost_in_the_middle_of_an_epoch(cluster, holds, airflow_env, sp
     spark_log = open(os.path.join(cluster.workdir, "connect.log"), errors="replace").read()
     assert "Lost executor" in spark_log and "worker lost" in spark_log
     # Spark ran the lost task again on the other worker: no Airflow retry, one attempt per epoch
-    assert log.count("[DAG TEST] starting task_id=epoch_2.run ") == 1
+    assert log.count("[DAG TEST] starting task_id=epoch_1.run ") == 1
     for epoch in range(epochs):
         assert len(attempts_of(log, epoch)) == 1, f"epoch {epoch} ran once"
     assert s3_checkpoint_ids(moto_endpoint, bucket, "pr-worker-lost") == list(range(epochs + 1))
@@ -234,7 +234,7 @@ def test_the_dag_in_connect_mode_with_its_server_restarted_between_epochs(cluste
     connection names, an application of the cluster with its two cores. The server is
     restarted after epoch 1 commits: the next epoch runs on the new application, and no epoch
     runs twice."""
-    job, epochs, log_path = "pr-connect-restart", 4, tmp_path / "dags_test.log"
+    job, epochs, log_path = "pr-connect-restart", 3, tmp_path / "dags_test.log"
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(40, 0.1, seed=24))
     env = {**cluster_env(airflow_env, cluster, moto_endpoint, "connect"),
            "ITERATIONS_FAILPOINTS": f"{CONNECT_RESTART_AT}=hold", DIR_ENV: holds}
