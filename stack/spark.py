@@ -26,6 +26,18 @@ def parent_and_group(pid: int) -> tuple[int, int]:
     return int(fields[1]), int(fields[2])
 
 
+def group_of(pid: int, groups: dict[int, str]) -> str | None:
+    """The name ``groups`` (process group id -> name) gives the group of ``pid`` or of its nearest
+    ancestor in one of them; None when neither it nor any ancestor is in one."""
+    seen = pid
+    while seen > 1:
+        parent, group = parent_and_group(seen)
+        if group in groups:
+            return groups[group]
+        seen = parent
+    return None
+
+
 @dataclass
 class StandaloneCluster:
     workdir: str
@@ -131,13 +143,10 @@ class StandaloneCluster:
         worker's process group holds its executors' JVMs; PySpark's Python daemon leads a group
         of its own under the executor."""
         workers = {proc.pid: name for name, proc in self.procs.items() if name.startswith("worker")}
-        seen = pid
-        while seen > 1:
-            parent, group = parent_and_group(seen)
-            if group in workers:
-                return workers[group]
-            seen = parent
-        raise LookupError(f"process {pid} does not run under a worker of this cluster ({workers})")
+        found = group_of(pid, workers)
+        if found is None:
+            raise LookupError(f"process {pid} does not run under a worker of this cluster ({workers})")
+        return found
 
     def lose_worker(self, name: str, also: int | None = None) -> None:
         """A worker's machine dies: SIGKILL the worker, its executors and their Python processes

@@ -18,7 +18,7 @@ import subprocess
 import pytest
 
 from stack.services import Stack
-from stack.spark import StandaloneCluster, parent_and_group
+from stack.spark import StandaloneCluster, group_of
 from tests.dags.conftest import airflow, start_airflow
 from include.failpoints import DIR_ENV
 from tests.helpers import (armed, failure_free_ranks, graph_with_dangling, release_hold, s3_checkpoint_ids,
@@ -59,13 +59,10 @@ class StackCluster:
         leads the process groups of the worker's JVM and, under it, its executors."""
         workers = {session.sid: name[len("spark-"):] for name, session in self.stack.sessions().items()
                    if name.startswith("spark-worker-")}
-        seen = pid
-        while seen > 1:
-            parent, group = parent_and_group(seen)
-            if group in workers:
-                return workers[group]
-            seen = parent
-        raise LookupError(f"process {pid} does not run under a Spark worker of the stack ({workers})")
+        found = group_of(pid, workers)
+        if found is None:
+            raise LookupError(f"process {pid} does not run under a Spark worker of the stack ({workers})")
+        return found
 
     def lose_worker(self, name: str, also: int) -> None:
         """A worker's machine dies: SIGKILL the process group of ``also`` (a Python worker's daemon
