@@ -35,6 +35,7 @@ class Attempts:
 
     def _base_plan(self, kind: str, checkpoint_id: int, latest: Manifest | None, batch_id: str | None) -> EpochPlan:
         self.check_expectations()
+        self.check_input()  # the pinned input, unchanged: refused before any Spark work
         meta = self.body_meta
         P = self.num_partitions
         source = latest if latest is not None else self.warm_start

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Sequence
 
 from include.checks import CheckReport, merge, profile_row, runtime_expectations, schema_string, validate
 from include.coordinator import end_of_input
-from include.errors import CheckpointError, IterationError
+from include.errors import CheckpointError, InputChanged, IterationError
 from include.failpoints import failpoint
 from include.head import AlignmentDecision, EpochReport, HeadStatus, JobHeadState
 from include.lifecycle import Lifecycle, StopMode
@@ -47,13 +47,14 @@ class Commit:
         DataCheckFailed with a readable summary. The data checks' results are kept in the
         store either way (``last_check_report.locations``)."""
         try:
+            self.check_input()  # what the attempt read is still the pinned input (InputChanged otherwise)
             for check in self.checks if plan.kind == "epoch" else ():
                 check(plan, decision, reports)
             report = self.data_checks(plan, decision, reports, output_reports)
             if report is not None and not report.success:
                 raise DataCheckFailed(report.summary(), report)
-        except DataCheckFailed as e:
-            self.abort(plan, reason=str(e))  # Attempts.abort: the record keeps who ran it
+        except (DataCheckFailed, InputChanged) as e:
+            self.abort(plan, reason=str(e)[:2000])  # Attempts.abort: the record keeps who ran it
             raise
 
     def data_checks(self, plan: EpochPlan, decision: AlignmentDecision | None, reports: Sequence[EpochReport],
@@ -127,12 +128,12 @@ class Commit:
         checking = time.monotonic()
         try:
             self.check(plan, decision, reports, output_reports)
-        except DataCheckFailed:
+        except (DataCheckFailed, InputChanged):
             self.reset_coordinators()  # the checkpoint is aborted: held events dropped
             raise
         checks = time.monotonic() - checking
         coords = self._committing_coordinators(plan)
-        coords.holders["alignment"].coordinator.decide = lambda epoch: (decision.terminated, decision.reason or "")
+        coords.holders["alignment"].coordinator.decide_with(decision)
         coords.reports(plan.epoch, [(r.partition, {"head": r.head, "records": r.feedback_count, "metrics": r.metrics})
                                     for r in reports], plan.events or {})
         failpoint("commit.before_write", job=plan.job_id, epoch=plan.epoch)

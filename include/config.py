@@ -64,6 +64,11 @@ class InputSpec:
     # a published output read as input: the one version (its files) the job reads, fixed at its
     # first epoch (include.arrivals.pin_input); None: the files at ``path``, as they are
     published: dict[str, Any] | None = None
+    # any other input: its files as the log's first plan found them, each with its size and
+    # content identity (include.arrivals.pin_input), and when; None: the files at ``path``, as
+    # they are (a job's configuration, before its log pinned anything)
+    files: list[dict[str, Any]] | None = None
+    pinned_at: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not self.path.strip():
@@ -78,6 +83,14 @@ class InputSpec:
             from include.arrivals import check_pinned
 
             object.__setattr__(self, "published", check_pinned(self.published, f"input {self.path}"))
+        if self.files is not None:
+            from include.arrivals import check_pinned_files
+
+            if self.published is not None:
+                raise ConfigError(f"input {self.path}: pinned either as a published version or by its files, not both")
+            object.__setattr__(self, "files", check_pinned_files(self.files, f"input {self.path}"))
+        if self.pinned_at is not None and (not isinstance(self.pinned_at, str) or len(self.pinned_at) > 64):
+            raise ConfigError(f"input {self.path}: pinned_at {self.pinned_at!r} is not a time")
 
     @property
     def is_s3(self) -> bool:
@@ -90,13 +103,20 @@ class InputSpec:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        if d["published"] is None:  # the form every earlier record (a job's owner) has
-            del d["published"]
+        for key in ("published", "files", "pinned_at"):
+            if d[key] is None:  # the form every earlier record (a job's owner) has
+                del d[key]
         return d
+
+    @property
+    def pinned(self) -> bool:
+        """True once the log's pin is applied (a published version or the files)."""
+        return self.published is not None or self.files is not None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "InputSpec":
-        return cls(d["path"], d.get("format"), dict(d.get("options") or {}), d.get("published"))
+        return cls(d["path"], d.get("format"), dict(d.get("options") or {}), d.get("published"), d.get("files"),
+                   d.get("pinned_at"))
 
 
 @dataclass(frozen=True)

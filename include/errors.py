@@ -15,6 +15,11 @@ class InputDataError(IterationError, ValueError):
     """The static input of a job is missing, empty or has the wrong shape."""
 
 
+class InputChanged(InputDataError):
+    """A job's input is no longer what its checkpoint log pinned at its first plan (a file
+    added, gone, or rewritten): the message names the file, what changed, and the ways out."""
+
+
 # --- object store -----------------------------------------------------------------------
 
 

@@ -222,13 +222,31 @@ def check_rewind(store: ObjectStore, source: str, epoch: int, owner: JobOwner) -
     return {"job_id": source, "epoch": epoch}
 
 
+ON_INPUT_CHANGE = ("refuse", "restart")
+
+
+def check_on_input_change(value: Any) -> str:
+    """``on_input_change`` as a run gives it: "refuse" (a changed input is refused, naming what
+    changed) or "restart" (a new generation from epoch 0 on the new input)."""
+    if value is None:
+        return "refuse"
+    if value not in ON_INPUT_CHANGE:
+        raise ConfigError(f"on_input_change must be one of {', '.join(ON_INPUT_CHANGE)}, got {value!r}")
+    return value
+
+
 def attach(store: ObjectStore, job_id: str, run: str | None, *, rewind_to: int | None,
-           owner: JobOwner, hold: Callable[[], Any] | None = None) -> tuple[str, Lineage]:
+           owner: JobOwner, hold: Callable[[], Any] | None = None,
+           input_changes: Callable[[str], list[str]] | None = None) -> tuple[str, Lineage]:
     """The generation (log id) of job ``job_id`` that a run works on: the one the run's first
     task fixed (``run``: a DAG run's batch id; None: a library run, not fixed), else a new one
     if ``rewind_to`` is given, else the newest. ``hold``: called before anything is written
     (a new generation, the run's binding to one): it takes the job's lease (``lineage.base``'s),
-    so that a rewind waits for, or is refused by, a run that holds the job, as a new run is."""
+    so that a rewind waits for, or is refused by, a run that holds the job, as a new run is.
+    ``input_changes`` (``on_input_change=restart``): how the input differs from what a log
+    pinned (include.arrivals.pinned_input_changes); when the newest generation's input changed,
+    the run starts a new generation from epoch 0 on the new input (``rewind_to=0``), recorded
+    with what changed (``restarted``)."""
     lineage = Lineage.of_job(store, job_id)
     if run is not None:
         known = lineage.run_generation(run)
@@ -237,14 +255,35 @@ def attach(store: ObjectStore, job_id: str, run: str | None, *, rewind_to: int |
                 raise ConfigError(f"run {run} works on generation {known} of job {job_id}, which was retired (its "
                                   f"log deleted): trigger a new run, which works on {lineage.newest()}")
             return known, lineage
+    restarted: dict[str, Any] | None = None
+    if rewind_to is None and input_changes is not None:
+        changes = input_changes(lineage.newest())
+        if changes:
+            rewind_to, restarted = 0, {"reason": "input changed", "changes": changes[:10]}
+            log.warning("job %s: its input changed since generation %s pinned it (%s): on_input_change=restart, "
+                        "a new generation computes the job from epoch 0 on the new input", job_id, lineage.newest(),
+                        "; ".join(changes[:3]))
     if rewind_to is not None:
         check_rewind(store, lineage.newest(), rewind_to, owner)  # refused before the lease is taken
     if hold is not None and (rewind_to is not None or run is not None):
         check_store_borders(store)  # the first write of a run (its lease) stays inside its own store
         hold()
     newest = lineage.newest()
-    log_id = newest if rewind_to is None else lineage.rewind(newest, rewind_to, owner)
+    log_id = newest if rewind_to is None else lineage.rewind(
+        newest, rewind_to, owner, {"restarted": restarted} if restarted else None)
     return (lineage.fix_run(run, log_id) if run is not None else log_id), lineage
+
+
+def input_changes_of(store: ObjectStore, config, store_options: Mapping[str, Any] | None = None,
+                     ) -> Callable[[str], list[str]] | None:
+    """``attach``'s ``input_changes`` for a run of ``config`` (an include.config.JobConfig) with
+    ``on_input_change=restart``: None for a body without a static input (nothing pinned)."""
+    from include.arrivals import pinned_input_changes
+    from include.body import resolve_body
+
+    if not resolve_body(config.body).static_input:
+        return None
+    return lambda log_id: pinned_input_changes(store, log_id, config.input, store_options)
 
 
 def retire(store: ObjectStore, job_id: str, generation: str, owner: JobOwner,
@@ -326,5 +365,5 @@ def seed(job: "IterationJob") -> Manifest | None:
              job.config.job_id, start.checkpoint_id, source.job_id, start.checkpoint_id + 1)
     return manifest
 
-__all__ = ["Lineage", "attach", "check_rewind", "check_rewind_to", "generation_number", "job_options",
-           "lineage_of", "seed"]
+__all__ = ["ON_INPUT_CHANGE", "Lineage", "attach", "check_on_input_change", "check_rewind", "check_rewind_to",
+           "generation_number", "input_changes_of", "job_options", "lineage_of", "seed"]

@@ -101,7 +101,10 @@ def start_run(job: IterationJob, holder: Holder, *, dag_id: str | None = None, t
     mark_store(job.store)
     claim(job.store, job.config.job_id, owner, take_over=take_over, claimed_by=holder.describe())
     seed(job)  # a generation that recomputes a job from an epoch starts from a copy of its checkpoint
-    return job.state()
+    state = job.state()
+    if validate and state.status is not HeadStatus.TERMINATED:
+        job.check_input(full=True)  # every pinned file's content checked (once per process), before any Spark work
+    return state
 
 
 def end_run(job: IterationJob) -> None:

@@ -121,9 +121,9 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
         return None if self._input is None else self._input.published
 
     def input_spec(self):
-        """The input every epoch of this log reads: the configured one, or, when it is an output
-        another job published, the version this log reads for good (include.arrivals.pin_input,
-        recorded at the first call of the log's first run)."""
+        """The input every epoch of this log reads, pinned (include.arrivals.pin_input, recorded
+        at the first call of the log's first run): when it is an output another job published,
+        the version this log reads for good; otherwise its files as they were then."""
         if self._input is None:
             from include.arrivals import pin_input
 
@@ -133,6 +133,17 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
                                  arrivals=self.arrivals)
             self._input = spec
         return self._input
+
+    def check_input(self, *, full: bool = False) -> None:
+        """InputChanged (naming the file and the ways out) unless the input is what this log
+        pinned (include.arrivals.check_input): cheaply (sizes, times, ETags) before every plan,
+        ``full`` (every local file hashed) when a run resumes a log that has a checkpoint; both
+        before any Spark work. Nothing to check for a body without a static input."""
+        if not resolve_body(self.config.body).static_input:
+            return
+        from include.arrivals import check_input
+
+        check_input(self.input_spec(), self.config.job_id, self.store_options, full=full)
 
     @property
     def num_partitions(self) -> int:

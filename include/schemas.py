@@ -136,11 +136,16 @@ INPUT_PIN = RecordKind("input pin (iterations.input/1)", {
     "format": _one_of("iterations.input/1"), "uri": _str(), "version": _str(VERSION_PATTERN),
     "job_id": _str(JOB_ID_PATTERN), "checkpoint_id": _int(), "rows": _int(), "files": _list_of(_file)},
     {"pinned_at": _str(empty=True), "arrived": _list_of(lambda v: isinstance(v, Mapping))})
+#: the files of an input that is not a published output, as a log's first plan found them
+#: (include.arrivals.pin_input; each file is checked there: include.arrivals.check_pinned_files)
+INPUT_FILES_PIN = RecordKind("input pin (iterations.input-files/1)", {
+    "format": _one_of("iterations.input-files/1"), "uri": _str(), "files": lambda v: isinstance(v, list)},
+    {"pinned_at": _str(empty=True)})
 #: the partition count a log's input's size gave it (include.sizing.log_partitions)
 SIZING = RecordKind("sizing record (iterations.sizing/1)", {
     "format": _one_of("iterations.sizing/1"), "num_partitions": lambda v: _int(1)(v) and v <= 100_000},
     {"input_bytes": _opt(_int()), "partition_input_bytes": _int(1)})
 
-__all__ = ["BATCH", "BATCH_START", "DamagedOutputRecord", "DamagedRecord", "INCREMENT", "INPUT_PIN", "OUTPUT_MANIFEST",
+__all__ = ["BATCH", "BATCH_START", "DamagedOutputRecord", "DamagedRecord", "INCREMENT", "INPUT_FILES_PIN", "INPUT_PIN", "OUTPUT_MANIFEST",
            "PUBLICATION", "RecordKind", "SAVEPOINT", "SCHEDULED_DATE", "SCHEDULED_GENERATION", "SIZING", "STOP_REQUEST",
            "VERSION_PATTERN"]

@@ -62,6 +62,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="a damaged latest checkpoint: fail (default), or fall back to the newest intact one")
     p.add_argument("--rewind-to", type=int, default=None, metavar="EPOCH",
                    help="recompute the job from this epoch as a new generation (docs/library.md)")
+    p.add_argument("--on-input-change", choices=["refuse", "restart"], default="refuse",
+                   help="the input is no longer what the job pinned at its first epoch: refuse (default: fail "
+                        "naming the file), or restart (a new generation from epoch 0 on the new input)")
     p.add_argument("--retire", default=None, metavar="GENERATION",
                    help="delete the log of an older generation of the job (e.g. JOB after a rewind made JOB.r1) "
                         "instead of running it; prints what was deleted (docs/library.md)")
@@ -124,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
 
         options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
         runner = IterationRunner(config, spark, store_options=options, wait_for_input=args.wait_for_input,
-                                 take_over=args.take_over, lease_wait=args.lease_wait, rewind_to=args.rewind_to)
+                                 take_over=args.take_over, lease_wait=args.lease_wait, rewind_to=args.rewind_to,
+                                 on_input_change=args.on_input_change)
         if args.retire is not None:
             print(json.dumps({"job_id": args.job_id, "retired": args.retire, **runner.retire(args.retire, dag_id=args.dag_id)}))
             return 0

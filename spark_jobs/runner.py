@@ -94,6 +94,7 @@ class IterationRunner:
         lease_wait: float = 0.0,
         rewind_to: int | None = None,
         driver_tail_bytes: int | None = None,
+        on_input_change: str = "refuse",
     ):
         """``warm_start``: a final checkpoint (of another job, same store) epoch 0 starts from.
         ``coordinators``: extra coordinators by name (``include.coordinator``).
@@ -113,6 +114,10 @@ class IterationRunner:
         from a copy of checkpoint ``rewind_to - 1`` and replaces the outputs when it ends
         (include.generations; each runner given it starts a new one). The runner works on the
         job's newest generation: ``self.config.job_id`` names it.
+        ``on_input_change``: what a run does when the input is no longer what the job's log
+        pinned at its first plan (include.arrivals): "refuse" (InputChanged, naming the file and
+        what changed) or "restart" (a new generation computes the job from epoch 0 on the new
+        input, as ``rewind_to=0`` does, recorded with what changed).
         ``driver_tail_bytes``: on a classic session, an epoch's variable whose previous value
         took at most this many bytes in the store is collected and written by the driver
         instead of a shuffle and Spark's Python workers (``EpochExecutor``); None: 4 MiB, -1:
@@ -125,8 +130,10 @@ class IterationRunner:
             check_borders(config, store, self.store_options)
             JobLease(store, config.job_id).acquire(self.holder, wait=lease_wait)
 
-        log_id, lineage = generations.attach(store, config.job_id, None, rewind_to=check_rewind_to(rewind_to),
-                                             owner=owner_of(config, None), hold=hold)
+        restart = generations.check_on_input_change(on_input_change) == "restart"
+        log_id, lineage = generations.attach(
+            store, config.job_id, None, rewind_to=check_rewind_to(rewind_to), owner=owner_of(config, None), hold=hold,
+            input_changes=generations.input_changes_of(store, config, self.store_options) if restart else None)
         self.lineage = lineage
         self.config = config = dataclasses.replace(config, job_id=log_id)
         self.attempt_retries = attempt_retries

@@ -137,6 +137,8 @@ class GenerationView:
     rewound_from: dict[str, Any] | None  # {"job_id", "epoch"}: recomputes that log from that epoch
     newest: bool  # the one that publishes; the others are superseded
     retired: bool = False  # its log was deleted (include.generations.retire)
+    # why it began (on_input_change=restart): "input changed: <what changed, first lines>"; None: a rewind
+    restarted: str | None = None
 
 
 @dataclass

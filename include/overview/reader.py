@@ -192,13 +192,14 @@ class _Reader:
         views = []
         for name in names:
             try:
-                rewound = (lineage.record(name) or {}).get("rewound_from")
+                record = lineage.record(name) or {}
             except CheckpointError:  # a damaged record is shown as unknown
-                rewound = None
+                record = {}
+            rewound = record.get("rewound_from")
             ok = isinstance(rewound, dict) and isinstance(rewound.get("epoch"), int) and JOB_ID_PATTERN.fullmatch(
                 str(rewound.get("job_id")))
             views.append(GenerationView(name, {"job_id": rewound["job_id"], "epoch": rewound["epoch"]} if ok else None,
-                                        name == names[-1], name in retired))
+                                        name == names[-1], name in retired, _restarted(record.get("restarted"))))
         return views
 
     def _parsed(self, sub: str, whole: bool = False) -> list[tuple[int, str, str]]:
@@ -409,3 +410,13 @@ def _outcome_line(o: dict[str, Any]) -> str:
     if o.get("expected"):
         text += f"; expected {o['expected']}"
     return text
+
+
+def _restarted(record: Any) -> str | None:
+    """Why a generation began, from its record's ``restarted`` (include.generations.attach),
+    checked by shape: "input changed: <the first changes>", or None."""
+    if not isinstance(record, dict) or record.get("reason") != "input changed":
+        return None
+    changes = [str(c)[:300] for c in record.get("changes", []) if isinstance(c, str)][:3] \
+        if isinstance(record.get("changes"), list) else []
+    return "input changed" + (": " + "; ".join(changes) if changes else "")

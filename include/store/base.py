@@ -45,6 +45,7 @@ def join_key(*parts: str) -> str:
 class ObjectInfo:
     key: str
     size: int
+    etag: str | None = None  # S3's entity tag (a content identity), as listed; None in a local store
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from include.errors import ConfigError, ObjectNotFound, PermanentStoreError, StoreError, TransientStoreError
+from include.errors import (ConfigError, InputChanged, ObjectNotFound, PermanentStoreError, StoreError,
+                            TransientStoreError)
 from include.store.base import ObjectInfo, ObjectStore, RetryPolicy, check_key
 
 log = logging.getLogger(__name__)
@@ -271,6 +272,27 @@ class S3Store(ObjectStore):
 
         return self._call("GET", key, get)
 
+    def get_matching(self, key: str, etag: str) -> bytes:
+        """The object's bytes, provided it still has entity tag ``etag`` (a conditional GET,
+        ``If-Match``): InputChanged naming the object when it was rewritten since."""
+        from botocore.exceptions import ClientError
+
+        k = self._key(key)
+
+        def get():
+            try:
+                return self.client.get_object(Bucket=self.bucket, Key=k, IfMatch=etag)["Body"].read()
+            except ClientError as e:
+                code = e.response.get("Error", {}).get("Code")
+                if code in ("NoSuchKey", "404"):
+                    raise ObjectNotFound(self.location(key)) from None
+                if code in ("PreconditionFailed", "412"):
+                    raise InputChanged(f"{self.location(key)} was rewritten since it was pinned (its ETag is no "
+                                       f"longer {etag})") from None
+                raise
+
+        return self._call("GET", key, get)
+
     def open_read(self, key: str):
         """The object's body as a stream (opening it is retried as every call is; an error
         while reading it is the reader's to retry)."""
@@ -386,9 +408,8 @@ class S3Store(ObjectStore):
 
         def head():
             try:
-                return ObjectInfo(
-                    key, self.client.head_object(Bucket=self.bucket, Key=k)["ContentLength"]
-                )
+                head = self.client.head_object(Bucket=self.bucket, Key=k)
+                return ObjectInfo(key, head["ContentLength"], head.get("ETag"))
             except ClientError as e:
                 code = e.response.get("Error", {}).get("Code")
                 if code in ("404", "NoSuchKey", "NotFound"):
@@ -411,7 +432,8 @@ class S3Store(ObjectStore):
                 if token:
                     kwargs["ContinuationToken"] = token
                 page = self.client.list_objects_v2(**kwargs)
-                out.extend(ObjectInfo(o["Key"][strip:], o["Size"]) for o in page.get("Contents", []))
+                out.extend(ObjectInfo(o["Key"][strip:], o["Size"], o.get("ETag"))
+                           for o in page.get("Contents", []))
                 if not page.get("IsTruncated"):
                     return out
                 token = page["NextContinuationToken"]

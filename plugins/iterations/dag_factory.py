@@ -62,6 +62,7 @@ def job_params(
     num_partitions: int | None = None,
     retain_last: int | None = None,
     scheduled: bool = False,
+    on_input_change: str = "refuse",
 ) -> dict[str, Param]:
     """The params every iteration DAG has, with their JSON schema (the trigger form); the
     bounded ones come from the job's declarations (include.config.SETTINGS), with the defaults
@@ -122,11 +123,17 @@ def job_params(
                                        "from a copy of checkpoint rewind_to - 1, computes the epochs from there "
                                        "and replaces the outputs in one step when it ends; the rewound one stays "
                                        "readable. Empty: go on with the newest generation. See docs/airflow.md."),
+        "on_input_change": param(on_input_change, type="string", enum=["refuse", "restart"],
+                                 description="When the input is no longer what the job pinned at its first epoch "
+                                             "(a file added, gone or rewritten): refuse = fail naming the file "
+                                             "and what changed; restart = a new generation computes the job from "
+                                             "epoch 0 on the new input. See docs/airflow.md."),
         "continuation": param(True, type="boolean",
                               description="If the job has not terminated when the batch's epochs are done, "
                                           "trigger the next batch (a linked run of this DAG)."),
     }
-    if scheduled:
+    if scheduled:  # each batch is a log of its own, pinned when it starts: ``recompute`` reads the input anew
+        del params["on_input_change"]
         params["recompute"] = param(
             False, type="boolean",
             description="Recompute this date's batch from the checkpoint it started from and replace "

@@ -54,14 +54,9 @@ class _StoreReader(DataSourceReader):
         import pyarrow as pa
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from include.manifest import verify_bytes
-
         target = to_arrow_schema(StructType.fromJson(json.loads(self.schema_json)))
         for f in partition.value:
-            data = self.store.get(f["key"])
-            if f.get("sha256"):
-                verify_bytes(data, FileRef.from_dict(f), self.store.location(f["key"]))
-            table = _decode(data, self.format, self.csv_header)
+            table = _decode(_get(self.store, f), self.format, self.csv_header)
             if self.source_column:  # which object each row came from
                 table = table.append_column(self.source_column, pa.array([f["key"]] * table.num_rows, pa.string()))
             missing = [n for n in target.names if n not in table.column_names]
@@ -145,6 +140,8 @@ def read_input(spark: SparkSession, spec: InputSpec, num_partitions: int, **stor
     options.update(spec.options)
     if spec.published:
         return _read_pinned(spark, spec, num_partitions, options, store_options)
+    if spec.files is not None:
+        return _read_pinned_files(spark, spec, num_partitions, options, store_options)
     location = spec.location  # parsed again: nothing outside the grammar reaches a reader
     if location.is_local:
         path = _local_path(spec)
@@ -173,7 +170,29 @@ def _read_pinned(spark, spec: InputSpec, num_partitions: int, options, store_opt
     store = open_store(f"s3://{spec.location.bucket}", **store_options)
     infos = [store.info(f.path) for f, _ in files]
     check_still_there(spec, [None if i is None else i.size for i in infos])
-    return _read_s3_objects(spark, spec, store, [(f.path, size) for f, size in files], num_partitions, options)
+    return _read_s3_objects(spark, spec, store, [
+        {"key": f.path, "size": size, "sha256": pinned.get("sha256")}  # each verified as it is read
+        for (f, size), pinned in zip(files, spec.published["files"])], num_partitions, options)
+
+
+def _read_pinned_files(spark, spec: InputSpec, num_partitions: int, options, store_options) -> DataFrame:
+    """Exactly the files the log pinned (``spec.files``, include.arrivals), never the directory
+    as it is now: the plan checked them against their pin before any Spark work. Local files by
+    Spark's readers, the directory as their base (its partition columns kept); S3 objects by the
+    store source, each read with a conditional GET on its pinned ETag (InputChanged if it was
+    rewritten since)."""
+    from include.arrivals import input_file_location
+
+    located = [(input_file_location(spec, f["key"]), f) for f in spec.files]
+    if spec.location.is_local:
+        reader = spark.read.format(spec.format).options(**options).option(
+            "iterations.input.version", input_version(spec))
+        if os.path.isdir(spec.location.path):
+            reader = reader.option("basePath", spec.location.hadoop_path())
+        return reader.load([where.hadoop_path() for where, _f in located])
+    store = open_store(f"s3://{spec.location.bucket}", **store_options)
+    return _read_s3_objects(spark, spec, store, [
+        {"key": where.path, "size": f["size"], "etag": f.get("etag")} for where, f in located], num_partitions, options)
 
 
 def _local_path(spec: InputSpec) -> str:
@@ -203,8 +222,8 @@ def input_version(spec: InputSpec, **store_options: Any) -> str:
     version read the same files (as far as names, sizes and times tell)."""
     import hashlib
 
-    if spec.published:  # one version of a published output: its name and files say what it is
-        h = hashlib.sha256(json.dumps(spec.published, sort_keys=True).encode())
+    if spec.published or spec.files is not None:  # pinned: what the pin names is what is read
+        h = hashlib.sha256(json.dumps(spec.published or spec.files, sort_keys=True).encode())
         return h.hexdigest()[:32]
     if not spec.is_s3:
         return _local_version(_local_path(spec))
@@ -225,16 +244,35 @@ def _s3_objects(spec: InputSpec, store_options: Mapping[str, Any]) -> tuple[Obje
 
 def _read_s3_input(spark, spec, num_partitions, options, store_options) -> DataFrame:
     store, objects = _s3_objects(spec, store_options)
-    return _read_s3_objects(spark, spec, store, [(o.key, o.size) for o in objects], num_partitions, options)
+    return _read_s3_objects(spark, spec, store, [{"key": o.key, "size": o.size} for o in objects], num_partitions,
+                            options)
 
 
-def _read_s3_objects(spark, spec, store, objects: Sequence[tuple[str, int]], num_partitions, options) -> DataFrame:
-    """The objects (key, size) of ``store`` as one DataFrame, the schema the first one's."""
+def _read_s3_objects(spark, spec, store, objects: Sequence[Mapping[str, Any]], num_partitions, options) -> DataFrame:
+    """The objects of ``store`` ({"key", "size"}, and the ``sha256`` or ``etag`` each must have)
+    as one DataFrame, the schema the first one's."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    first = _decode(store.get(objects[0][0]), spec.format, options.get("header", "true").lower() == "true")
+    first = _decode(_get(store, objects[0]), spec.format, options.get("header", "true").lower() == "true")
     schema = from_arrow_schema(first.schema)
     groups: list[list[dict[str, Any]]] = [[] for _ in range(min(num_partitions, len(objects)))]
-    for i, (key, size) in enumerate(objects):
-        groups[i % len(groups)].append({"key": key, "size": size})  # sizes too: see read_input
+    for i, o in enumerate(objects):  # sizes too: see read_input
+        groups[i % len(groups)].append({**{k: v for k, v in o.items() if v is not None}, "input": 1})
     return read_files(spark, store, groups, schema, spec.format, {"header": options.get("header", "true")})
+
+
+def _get(store: ObjectStore, f: Mapping[str, Any]) -> bytes:
+    """An object's bytes, checked against what it must be: its pinned ETag (a conditional GET:
+    InputChanged if it was rewritten) and, when known, its size and SHA-256 (InputDataError)."""
+    from include.errors import InputChanged
+    from include.manifest import verify_bytes
+    from include.store import sha256_hex
+
+    data = store.get_matching(f["key"], f["etag"]) if f.get("etag") else store.get(f["key"])
+    if f.get("sha256") and f.get("input"):  # a pinned input's file: changed, not a damaged checkpoint
+        if len(data) != f["size"] or sha256_hex(data) != f["sha256"]:
+            raise InputChanged(f"{store.location(f['key'])} is not the file its pin names ({len(data)} bytes, pinned "
+                               f"with {f['size']} and another SHA-256): it was rewritten since it was pinned")
+    elif f.get("sha256"):
+        verify_bytes(data, FileRef.from_dict(f), store.location(f["key"]))
+    return data

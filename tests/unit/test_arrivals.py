@@ -3,6 +3,7 @@ life, and an asset event's extra is read as untrusted."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -11,9 +12,9 @@ import threading
 import networkx as nx
 import pytest
 
-from include.arrivals import arrival, check_still_there, describe, pin_input
+from include.arrivals import arrival, check_input, check_still_there, describe, input_changes, pin_input
 from include.config import InputSpec
-from include.errors import ConfigError, InputDataError
+from include.errors import ConfigError, InputChanged, InputDataError
 from include.schemas import DamagedRecord
 from include.store import LocalStore
 from tests.helpers import publish_edges
@@ -58,16 +59,123 @@ def test_a_log_reads_the_version_current_at_its_first_epoch_for_good(tmp_path, g
     assert record["uri"] == f"file://{os.path.join(graph_dir, 'edges')}" and record["rows"] == 6
 
 
-def test_an_input_that_is_not_a_published_output_is_read_as_it_is(tmp_path):
+def test_an_input_that_is_not_a_published_output_is_pinned_by_its_files(tmp_path):
+    """Its first plan records every data file with size and SHA-256 (markers and hidden files
+    left out, as Spark leaves them out); a missing input is refused and nothing is written."""
     store = LocalStore(tmp_path / "store")
-    plain = tmp_path / "edges.csv"
-    plain.write_text("src,dst\n1,2\n")
-    spec = InputSpec(str(plain))
-    assert pin_input(store, "job", spec) is spec
-    missing = InputSpec(str(tmp_path / "nothing" / "here"))
-    assert pin_input(store, "job", missing) is missing
-    assert not (tmp_path / "nothing").exists(), "looking for a manifest creates nothing"
-    assert store.list("jobs/") == []
+    graph = tmp_path / "edges"
+    (graph / "day=1").mkdir(parents=True)
+    (graph / "day=1" / "part-0.csv").write_text("src,dst\n1,2\n")
+    (graph / "part-1.csv").write_text("src,dst\n2,3\n")
+    (graph / "_SUCCESS").write_text("")
+    (graph / ".part-1.csv.crc").write_text("x")
+    pinned = pin_input(store, "job", InputSpec(str(graph)))
+    assert [f["key"] for f in pinned.files] == ["day=1/part-0.csv", "part-1.csv"]
+    assert pinned.files[1]["sha256"] == hashlib.sha256(b"src,dst\n2,3\n").hexdigest()
+    record = json.loads(store.get("jobs/job/input.json"))
+    assert record["format"] == "iterations.input-files/1" and record["files"] == pinned.files
+    assert pin_input(store, "job", InputSpec(str(graph))).files == pinned.files, "read back, the same pin"
+    one = tmp_path / "one.csv"
+    one.write_text("src,dst\n1,2\n")
+    assert [f["key"] for f in pin_input(store, "single", InputSpec(str(one))).files] == [""]
+    with pytest.raises(InputDataError, match="does not exist"):
+        pin_input(store, "missing", InputSpec(str(tmp_path / "nothing" / "here")))
+    assert not (tmp_path / "nothing").exists() and not store.exists("jobs/missing/input.json")
+
+
+def _rewrite_keeping_size_and_time(path, text: str) -> None:
+    """Rewrite a file in place with other bytes of the same length and put its modification
+    time back: only its content identity tells."""
+    st = os.stat(path)
+    assert len(text.encode()) == st.st_size
+    with open(path, "r+b") as f:
+        f.write(text.encode())
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_mtime_ns == st.st_mtime_ns and os.stat(path).st_size == st.st_size
+
+
+def test_a_same_size_same_time_rewrite_is_refused_naming_the_file_and_the_ways_out(tmp_path):
+    store = LocalStore(tmp_path / "store")
+    graph = tmp_path / "edges"
+    graph.mkdir()
+    (graph / "a.csv").write_text("src,dst\n1,2\n")
+    (graph / "b.csv").write_text("src,dst\n2,3\n")
+    spec = pin_input(store, "job", InputSpec(str(graph)))
+    check_input(spec, "job")  # untouched
+    check_input(spec, "job", full=True)
+    os.utime(graph / "a.csv")  # touched, the same bytes: the hash says it is the same file
+    check_input(spec, "job")
+    _rewrite_keeping_size_and_time(graph / "b.csv", "src,dst\n2,4\n")
+    with pytest.raises(InputChanged) as refused:
+        check_input(spec, "job")  # the cheap check: the change time moved, so the file is hashed
+    message = str(refused.value)
+    assert "b.csv was rewritten (same size and modification time)" in message and "a.csv" not in message
+    assert "rewind_to=0" in message and "on_input_change=restart" in message and "job_id" in message
+    assert input_changes(spec, full=True) == [f"{graph / 'b.csv'} was rewritten (same size and "
+                                              "modification time): its SHA-256 is not the pinned one"]
+
+
+def test_a_file_added_or_gone_is_a_change(tmp_path):
+    store = LocalStore(tmp_path / "store")
+    graph = tmp_path / "edges"
+    graph.mkdir()
+    (graph / "a.csv").write_text("src,dst\n1,2\n")
+    spec = pin_input(store, "job", InputSpec(str(graph)))
+    (graph / "b.csv").write_text("src,dst\n2,3\n")
+    (graph / "_SUCCESS").write_text("")  # a marker is no data: not a change
+    assert input_changes(spec) == [f"{graph / 'b.csv'} was added"]
+    (graph / "a.csv").unlink()
+    assert sorted(input_changes(spec)) == sorted([f"{graph / 'a.csv'} is gone",
+                                                  f"{graph / 'b.csv'} was added"])
+
+
+def test_a_same_size_rewrite_of_a_pinned_published_version_is_refused(tmp_path, graph_dir):
+    """A published version's files carry the SHA-256 its publication recorded: a resume (the
+    full check) hashes them."""
+    store = LocalStore(tmp_path / "store")
+    publish_edges(graph_dir, CYCLE, job="up", checkpoint=1)
+    spec = pin_input(store, "job", InputSpec(os.path.join(graph_dir, "edges")))
+    check_input(spec, "job", full=True)
+    part = os.path.join(graph_dir, "edges", spec.published["files"][0]["key"])
+    data = bytearray(open(part, "rb").read())
+    data[-9] ^= 0xFF  # inside the footer's metadata: same size, other bytes
+    st = os.stat(part)
+    open(part, "wb").write(bytes(data))
+    os.utime(part, ns=(st.st_atime_ns, st.st_mtime_ns))
+    check_input(spec, "job")  # the cheap check compares sizes
+    with pytest.raises(InputDataError, match="SHA-256 is not the one its publication recorded"):
+        check_input(spec, "job", full=True)
+
+
+def test_a_pinned_files_record_read_back_is_checked_by_shape(tmp_path):
+    store = LocalStore(tmp_path / "store")
+    for files in ([{"key": "../../etc/passwd", "size": 1}], [{"key": "a.csv", "size": -1}], [],
+                  [{"key": "a.csv", "size": 1, "sha256": "nothex"}], [{"key": "a*.csv", "size": 1}]):
+        store.put("jobs/job/input.json", json.dumps({"format": "iterations.input-files/1", "uri": "file:///x",
+                                                     "files": files}).encode())
+        with pytest.raises(ConfigError, match="pinned files of the input"):
+            pin_input(store, "job", InputSpec(str(tmp_path / "x")))
+
+
+def test_an_s3_input_is_pinned_by_etags_and_read_only_as_pinned(moto_endpoint, bucket, tmp_path):
+    """Same size, other bytes: the listing's ETag tells, and a read of the object by its pinned
+    ETag (a conditional GET) is refused."""
+    from include.store import open_store
+
+    s3 = open_store(f"s3://{bucket}", endpoint_url=moto_endpoint)
+    s3.put("in/a.csv", b"src,dst\n1,2\n")
+    s3.put("in/b.csv", b"src,dst\n2,3\n")
+    store = LocalStore(tmp_path / "store")
+    options = {"endpoint_url": moto_endpoint}
+    spec = pin_input(store, "job", InputSpec(f"s3://{bucket}/in"), store_options=options)
+    assert [f["key"] for f in spec.files] == ["a.csv", "b.csv"] and all(f["etag"] for f in spec.files)
+    check_input(spec, "job", options, full=True)
+    s3.put("in/b.csv", b"src,dst\n2,4\n")
+    with pytest.raises(InputChanged, match=r"b.csv was rewritten \(same size; ETag"):
+        check_input(spec, "job", options)
+    with pytest.raises(InputChanged, match="rewritten since it was pinned"):
+        s3.get_matching("in/b.csv", spec.files[1]["etag"])
+    assert s3.get_matching("in/a.csv", spec.files[0]["etag"]) == b"src,dst\n1,2\n"
 
 
 def test_tasks_pinning_at_once_all_read_the_first_record(tmp_path, graph_dir):

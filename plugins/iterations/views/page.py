@@ -338,6 +338,8 @@ def _generations(view: JobOverview, base: str, q: str) -> str:
             f'<a href="{_e(f"{base}jobs/{quote(g.job_id)}?{q}")}">{_e(g.job_id)}</a>'
         src = g.rewound_from
         how = f" from epoch {_int(src['epoch'])} of {_e(src['job_id'])}" if src else ""
+        if g.restarted:  # on_input_change=restart
+            how += f" · restarted: {_e(g.restarted)}"
         state = " · <b>newest</b>" if g.newest else " · retired (its log deleted)" if g.retired else " · superseded"
         items.append(f"<li><code>{name}</code>{how}{state}</li>")
     return f'<p class="meta">generations (a rewind recomputes the job as a new one):</p><ul id="generations">{"".join(items)}</ul>'
