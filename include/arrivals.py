@@ -252,6 +252,12 @@ def _data_name(name: str) -> bool:
 _hashed: dict[tuple, str] = {}  # (path, device, inode, size, mtime_ns, ctime_ns) -> SHA-256, this process's
 
 
+def forget_hashes() -> None:
+    """Forget the files this process hashed: the next check of each reads it again (a new
+    process's first check, for benchmarks)."""
+    _hashed.clear()
+
+
 def file_sha256(path: str) -> str:
     """The SHA-256 of a local file, read in chunks; a file this process hashed already, and
     whose inode, size, modification and change times are the same since (a change time no
@@ -481,5 +487,5 @@ def pinned_input_changes(store, log_id: str, spec, store_options: Mapping[str, A
 
 
 __all__ = ["FILES_PIN_FORMAT", "arrival", "check_input", "check_pinned", "check_pinned_files", "check_still_there",
-           "describe", "file_sha256", "input_changes", "input_file_location", "list_input_files", "location_uri",
+           "describe", "file_sha256", "forget_hashes", "input_changes", "input_file_location", "list_input_files", "location_uri",
            "newest_for", "pin_input", "pinned_files", "pinned_input_changes"]
