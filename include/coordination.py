@@ -53,8 +53,7 @@ class Coordination:
         if latest is not None and latest.kind == "epoch" and latest.decision is not None:
             # the partitions re-report what the checkpoint recorded (flink-ml's heads after a
             # restore): the alignment decision on that epoch is sent again
-            d = latest.decision
-            coords.holders["alignment"].coordinator.decide = lambda epoch: (d.terminated, d.reason or "")
+            coords.holders["alignment"].coordinator.decide_with(latest.decision)
             coords.reports(latest.epoch, [(p, {"head": h, "restored": True})
                                           for h, head in latest.head_state.heads.items()
                                           for p in range(len(head.partitions))])

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 from include.errors import ConfigError, IterationError
-from include.head import missing_reports
+from include.head import AlignmentDecision, UnexpectedEpoch, missing_reports
 
 log = logging.getLogger("iterations")
 
@@ -285,6 +285,8 @@ class CoordinatorHolder:
         self._seq = 0
         self._inbox: list[Event] = []
         self._was_shut = False  # the valve's state when the last trigger shut it
+        # the checkpoint triggered and not yet committed or aborted (None: none is)
+        self.triggered: int | None = None
         self.valve = Valve(self._inbox.append)
         self.ctx = CoordinatorContext(self)
 
@@ -320,6 +322,7 @@ class CoordinatorHolder:
                 self.valve.shut()
             self._inbox.clear()
             self.next_epoch = next_epoch
+            self.triggered = next_epoch - 1 if shut else None
             self._seq = int(snapshot["seq"]) if snapshot else 0
             try:
                 self.coordinator.reset_to(copy.deepcopy(snapshot["state"]) if snapshot else None)
@@ -346,7 +349,15 @@ class CoordinatorHolder:
         """Checkpoint ``epoch`` is triggered: last call for its inbox, snapshot, valve shut.
         Returns (the inbox of ``epoch``, the snapshot). A snapshot that raises or is not
         JSON-able is a CoordinatorError raised before the valve shuts or the inbox is handed
-        out: a retry finds every event where it was."""
+        out: a retry finds every event where it was. One checkpoint at a time (Flink's
+        checkCheckpointAlreadyHappening): while checkpoint k is triggered and neither committed
+        nor aborted, a trigger of another checkpoint is a CoordinatorError naming both, raised
+        before anything changes (the events held for k would otherwise be released into the
+        inbox after the new trigger's, out of the cut its snapshot records)."""
+        if self.triggered is not None and self.triggered != epoch:
+            raise CoordinatorError(
+                f"coordinator {self.name!r}: checkpoint {epoch} triggered while checkpoint {self.triggered} "
+                "is being taken (triggered, neither committed nor aborted): one checkpoint at a time")
         self.next_epoch = epoch
         self.coordinator.on_epoch_start(epoch, self.ctx)
         with self._lock:
@@ -364,6 +375,7 @@ class CoordinatorHolder:
             inbox = list(self._inbox)
             self._inbox.clear()
             self.next_epoch = epoch + 1
+            self.triggered = epoch
         return inbox, snapshot
 
     def abort_trigger(self, epoch: int, inbox: list[Event]) -> None:
@@ -376,6 +388,7 @@ class CoordinatorHolder:
             if not self._was_shut:
                 self.valve.open()
             self.next_epoch = epoch
+            self.triggered = None
 
     def reports(self, epoch: int, reports: Iterable[tuple[int, Mapping[str, Any]]],
                 inbox: Iterable[Mapping[str, Any]] = ()) -> None:
@@ -389,7 +402,9 @@ class CoordinatorHolder:
 
     def committed(self) -> list[Event]:
         """The checkpoint committed: release the held events (into the next inbox)."""
-        return self.valve.open()
+        with self._lock:
+            self.triggered = None
+            return self.valve.open()
 
     def partition_failed(self, epoch: int, partition: int) -> list[Event]:
         dropped = self.valve.reset_partition(partition)
@@ -408,25 +423,50 @@ class CoordinatorHolder:
 class AlignmentCoordinator(Coordinator):
     """The global alignment as a coordinator (flink-ml's SharedProgressAligner): collects the
     epoch reports of every partition of every head; when all are in, sends the decision on the
-    epoch to every partition. ``decide(epoch)`` gives (terminated, reason) for a complete epoch."""
+    epoch to every partition. ``decide(epoch)`` gives (terminated, reason) for a complete epoch;
+    ``decide_with`` gives it the decision the checkpoint recorded, for that epoch only.
+
+    A report of the epoch decided last is a re-report (a retry, a restore) and sends nothing
+    again; a report of an older epoch, or the reports of an epoch other than the one the given
+    decision is on, is an UnexpectedEpoch naming both epochs (flink-ml's head refuses an
+    unexpected epoch watermark): a stale decision is never sent."""
 
     def __init__(self, heads: Mapping[str, int], decide: Callable[[int], tuple[bool, str]] | None = None):
         self.heads = dict(heads)
         self.decide = decide or (lambda epoch: (False, ""))
+        self.decision: AlignmentDecision | None = None  # decide_with's
         self.reported: dict[int, set[tuple[str, int]]] = {}
         self.latest_aligned = -1
 
+    def decide_with(self, decision: AlignmentDecision) -> None:
+        """The decision to send once epoch ``decision.epoch`` is aligned (the one its checkpoint
+        records or is committing with); complete reports of any other epoch are refused."""
+        self.decision = decision
+
     def handle_report(self, epoch, partition, report, ctx):
-        if epoch <= self.latest_aligned:
-            return  # a re-report after a restore of an epoch already decided
-        got = self.reported.setdefault(epoch, set())
-        got.add((report.get("head", ""), partition))
-        if not missing_reports(self.heads, got):
+        if epoch == self.latest_aligned:
+            return  # a re-report of the epoch already decided (a retry, a restore): sent once
+        if epoch < self.latest_aligned:
+            raise UnexpectedEpoch(
+                f"alignment: unexpected report of epoch {epoch} from partition {partition}: epoch "
+                f"{self.latest_aligned} is decided, so the reports expected are of epoch "
+                f"{self.latest_aligned + 1} or later")
+        got = self.reported.get(epoch, set()) | {(report.get("head", ""), partition)}
+        if missing_reports(self.heads, got):
+            self.reported[epoch] = got
+            return
+        if self.decision is not None and self.decision.epoch != epoch:
+            raise UnexpectedEpoch(
+                f"alignment: the reports of epoch {epoch} are complete, but the decision given is on "
+                f"epoch {self.decision.epoch}: expected the reports of epoch {self.decision.epoch}")
+        if self.decision is not None:
+            terminated, reason = self.decision.terminated, self.decision.reason or ""
+        else:
             terminated, reason = self.decide(epoch)
-            self.latest_aligned = epoch
-            del self.reported[epoch]
-            ctx.send_to_all({"type": "globally_aligned", "epoch": epoch, "terminated": terminated,
-                             "reason": reason})
+        self.latest_aligned = epoch
+        self.reported.pop(epoch, None)
+        ctx.send_to_all({"type": "globally_aligned", "epoch": epoch, "terminated": terminated,
+                         "reason": reason})
 
     def snapshot(self):
         return {"latest_aligned": self.latest_aligned}
@@ -436,6 +476,7 @@ class AlignmentCoordinator(Coordinator):
 
     def reset_to(self, state):
         self.reported = {}
+        self.decision = None  # the decision of the state left behind
         self.latest_aligned = -1 if state is None else int(state["latest_aligned"])
 
 

@@ -20,6 +20,13 @@ from include.errors import AlignmentIncomplete, CheckpointCorrupted, CheckpointE
 METRIC_AGGREGATIONS = ("sum", "max", "min")
 
 
+class UnexpectedEpoch(CheckpointError):
+    """A report or a global alignment decision arrived for an epoch the receiving side does not
+    expect (flink-ml's head refuses an unexpected epoch watermark or globally aligned event):
+    an epoch already decided, or another epoch than the one being aligned. The message names
+    the epoch expected and the epoch received."""
+
+
 class HeadStatus(str, Enum):
     RUNNING = "RUNNING"  # epochs go on
     TERMINATING = "TERMINATING"  # termination decided; only the finish step remains
@@ -160,9 +167,24 @@ class JobHeadState:
         return dict(sorted(total.items()))
 
     def after(self, decision: "AlignmentDecision", reports: Iterable[EpochReport]) -> "JobHeadState":
-        """The state once ``decision`` is committed: epoch counted, partitions aligned."""
+        """The state once ``decision`` is committed: epoch counted, partitions aligned.
+        UnexpectedEpoch, naming both epochs, for a decision on an epoch a head is already
+        globally aligned on (a stale decision: it would move the state back), or a report of
+        another epoch than the decision's."""
+        for name, head in sorted(self.heads.items()):
+            if decision.epoch <= head.latest_globally_aligned:
+                raise UnexpectedEpoch(
+                    f"unexpected global alignment: head {name!r} is globally aligned up to epoch "
+                    f"{head.latest_globally_aligned}, so the next decision is on epoch "
+                    f"{head.latest_globally_aligned + 1} or later; received a decision on epoch {decision.epoch}"
+                )
         by_head: dict[str, dict[int, EpochReport]] = {}
         for r in reports:
+            if r.epoch != decision.epoch:
+                raise UnexpectedEpoch(
+                    f"unexpected epoch report: the decision is on epoch {decision.epoch}, the report of "
+                    f"{r.head}/{r.partition} is of epoch {r.epoch}"
+                )
             by_head.setdefault(r.head, {})[r.partition] = r
         heads = {}
         for name, head in self.heads.items():
@@ -315,7 +337,8 @@ class Aligner:
     def align(self, epoch: int, attempt_id: str, reports: Sequence[EpochReport]) -> AlignmentDecision:
         for r in reports:
             if r.epoch != epoch or r.attempt_id != attempt_id:
-                raise CheckpointError(
+                # another epoch's report (an unexpected epoch watermark), or another attempt's
+                raise (UnexpectedEpoch if r.epoch != epoch else CheckpointError)(
                     f"report of {r.head}/{r.partition} belongs to epoch {r.epoch} attempt "
                     f"{r.attempt_id}, not to epoch {epoch} attempt {attempt_id}"
                 )

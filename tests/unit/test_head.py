@@ -15,6 +15,7 @@ from include.head import (
     JobHeadState,
     PartitionState,
     TerminationCriteria,
+    UnexpectedEpoch,
 )
 
 
@@ -95,6 +96,33 @@ def test_head_state_after_an_epoch():
     assert [p.in_flight for p in head.partitions] == [1, 1, 1]
     assert state.status is HeadStatus.RUNNING
     assert JobHeadState.from_dict(state.to_dict()) == state
+
+
+def test_an_unexpected_global_alignment_is_refused_naming_both_epochs():
+    """flink-ml's head refuses a globally aligned event it does not expect ("Receive unexpected
+    global aligned event, latest = %d, this one = %d"): here the head state refuses a decision on
+    an epoch it is already globally aligned on (a stale one would move it back) and a report of
+    another epoch than the decision's, naming the epoch expected and the one received."""
+    state = JobHeadState.initial(["ranks"], 3)
+    for epoch in (0, 1):
+        rs = reports(epoch, [2, 2, 2])
+        state = state.after(aligner().align(epoch, "a", rs), rs)
+    for stale in (1, 0):
+        rs = reports(stale, [5, 5, 5])
+        with pytest.raises(UnexpectedEpoch, match=f"globally aligned up to epoch 1, so the next decision is on "
+                                                  f"epoch 2 or later; received a decision on epoch {stale}"):
+            state.after(aligner().align(stale, "a", rs), rs)
+    assert state.feedback_counts() == {0: 6, 1: 6} and state.latest_globally_aligned == 1, "unchanged"
+    with pytest.raises(UnexpectedEpoch, match="the decision is on epoch 2, the report of ranks/0 is of epoch 3"):
+        state.after(aligner().align(2, "a", reports(2, [1, 1, 1])), reports(3, [1, 1, 1]))
+    rs = reports(2, [1, 1, 1])
+    assert state.after(aligner().align(2, "a", rs), rs).latest_globally_aligned == 2, "the expected one is taken"
+
+
+def test_an_epoch_report_of_another_epoch_is_an_unexpected_epoch():
+    """flink-ml's "Unexpected epoch watermark: latest = %d, this one = %d", at the aligner."""
+    with pytest.raises(UnexpectedEpoch, match="ranks/0 belongs to epoch 1 attempt a, not to epoch 2 attempt a"):
+        aligner().align(2, "a", reports(1, [1, 1, 1]))
 
 
 def test_termination_moves_status_to_terminating():

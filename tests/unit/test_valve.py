@@ -312,3 +312,78 @@ def test_a_rescale_is_refused_unless_the_coordinator_says_how():
     assert align.latest_aligned == 4 and spread.next == 3
     coords.restore(snapshots, 4, 5, partitions=3)  # the same number: the state as it is
     assert spread.next == 2
+
+
+def test_an_unexpected_epoch_report_or_a_stale_decision_is_refused_naming_both_epochs():
+    """flink-ml's head refuses an epoch watermark or a globally aligned event it does not
+    expect; here the alignment coordinator does: a report of an epoch older than the one it
+    decided last, and complete reports of another epoch than the decision it was given (which
+    it would otherwise send under the wrong epoch). Nothing is sent for either; a re-report of
+    the epoch decided last (a retry, a restore) is taken and sends nothing again."""
+    from include.head import AlignmentDecision, UnexpectedEpoch
+
+    align = AlignmentCoordinator({"ranks": 2})
+    h = CoordinatorHolder("alignment", align, num_partitions=2)
+    h.restore({"seq": 0, "state": {"latest_aligned": 2}}, next_epoch=3)
+    with pytest.raises(UnexpectedEpoch, match="unexpected report of epoch 1 from partition 0: epoch 2 is decided, "
+                                              "so the reports expected are of epoch 3 or later"):
+        h.reports(1, [(0, {"head": "ranks"})])
+    h.reports(2, [(0, {"head": "ranks"}), (1, {"head": "ranks"})])  # a re-report of epoch 2: nothing again
+    assert h.pending() == [] and align.latest_aligned == 2
+
+    align.decide_with(AlignmentDecision(3, "a3", True, "max epochs reached (4)", 2, {}))
+    with pytest.raises(UnexpectedEpoch, match="the reports of epoch 4 are complete, but the decision given is on "
+                                              "epoch 3: expected the reports of epoch 3"):
+        h.reports(4, [(0, {"head": "ranks"}), (1, {"head": "ranks"})])
+    assert h.pending() == [] and align.latest_aligned == 2, "no stale decision sent"
+    h.reports(3, [(0, {"head": "ranks"}), (1, {"head": "ranks"})])
+    assert [e.payload for e in h.pending()] == [{"type": "globally_aligned", "epoch": 3, "terminated": True,
+                                                 "reason": "max epochs reached (4)"}] * 2
+
+
+def test_one_checkpoint_is_triggered_at_a_time():
+    """OperatorCoordinatorHolder's checkCheckpointAlreadyHappening: while checkpoint 0 is
+    triggered and neither committed nor aborted, a trigger of checkpoint 1 is refused, naming
+    both, before anything changes (the events held for 0 stay held; released into epoch 1's
+    inbox once 0 commits). After a commit, an aborted trigger or a reset, the next one goes."""
+    coord = Counter()
+    h = CoordinatorHolder("counter", coord, num_partitions=1)
+    h.restore(None, next_epoch=0)
+    h.trigger(0)
+    coord.tick()  # held for epoch 1
+    with pytest.raises(CoordinatorError, match="checkpoint 1 triggered while checkpoint 0 is being taken"):
+        h.trigger(1)
+    assert h.valve.is_shut and [e.payload for e in h.valve.blocked()] == [0] and h.next_epoch == 1
+    h.committed()
+    inbox, snapshot = h.trigger(1)
+    assert [e.payload for e in inbox] == [0] and snapshot["state"] == {"next": 1}
+
+    h.restore(snapshot, next_epoch=1)  # checkpoint 1 aborted: the job resets to its trigger's snapshot
+    h.trigger(1)
+    h.abort_trigger(1, [])  # another coordinator's snapshot failed: this trigger is undone
+    h.trigger(1)
+    h.restore(snapshot, next_epoch=2, shut=True)  # a commit task: checkpoint 1 is being taken
+    with pytest.raises(CoordinatorError, match="checkpoint 2 triggered while checkpoint 1 is being taken"):
+        h.trigger(2)
+
+
+def test_an_aborted_checkpoint_drops_its_alignment_decision_and_the_retry_sends_it_once():
+    """HeadOperatorCheckpointAligner.onCheckpointAborted releases the globally aligned events
+    it held for an aborted checkpoint; here the decision is itself an event held by the shut
+    valve, so an abort drops it with the other held events and resets the alignment to the
+    trigger's snapshot, and the retry of the epoch decides again: epoch 1 receives exactly one
+    decision on epoch 0 per partition, however many attempts of epoch 0 were aborted."""
+    align = AlignmentCoordinator({"ranks": 2})
+    h = CoordinatorHolder("alignment", align, num_partitions=2)
+    h.restore(None, next_epoch=0)
+    _, snapshot = h.trigger(0)
+    for attempt in range(3):
+        h.reports(0, [(0, {"head": "ranks"}), (1, {"head": "ranks"})])
+        assert [e.payload["epoch"] for e in h.valve.blocked()] == [0, 0], f"attempt {attempt}: held"
+        if attempt < 2:  # checkpoint 0 aborts: reset to its trigger's snapshot, triggered again
+            h.restore(snapshot, next_epoch=0)
+            assert h.valve.blocked() == [] and align.latest_aligned == -1, "the held decision is dropped"
+            h.trigger(0)
+    h.committed()
+    inbox, _ = h.trigger(1)
+    assert [(e.partition, e.payload["epoch"]) for e in inbox] == [(0, 0), (1, 0)]
