@@ -1,14 +1,19 @@
-"""A job's state at its latest checkpoint: restore, verification, and the fall-back to an
-intact checkpoint."""
+"""A job's state at its latest checkpoint: restore, verification, the fall-back to an intact
+checkpoint, and the determinism audit's scratch copy (``verification``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
-from include.errors import CheckpointCorrupted
-from include.head import HeadStatus
+from include.checkpoint import CheckpointLog
+from include.errors import CheckpointCorrupted, CheckpointError, ConfigError, ObjectNotFound
+from include.head import EpochReport, HeadStatus
+from include.layout import JobLayout
 from include.manifest import Manifest
-from include.plan import JobState
+from include.plan import EpochPlan, JobState
 
 log = logging.getLogger("iterations")
 
@@ -64,3 +69,86 @@ class Restore:
         raise CheckpointCorrupted(
             f"job {self.config.job_id}: {reason}; and no kept checkpoint before it is intact "
             f"(kept: {self.log.checkpoint_ids()}): nothing to fall back to")
+
+    # --- the determinism audit (DESIGN invariant 9) ------------------------------------------
+
+    def verification(self, epoch: int, scratch, **job_options: Any) -> tuple[Any, EpochPlan, Manifest]:
+        """A scratch job that recomputes epoch ``epoch`` from checkpoint ``epoch - 1`` in
+        ``scratch`` (an empty store of its own): (that job, its attempt's plan, the committed
+        checkpoint ``epoch`` to compare with). Into the scratch store go copies of checkpoint
+        ``epoch - 1``, its objects (each verified against its SHA-256 as it is read) and the
+        log's input pin, under the same keys; this job's store is only read. The scratch job's
+        attempt can never commit here: it is in another store, and nothing of it is copied back.
+        ConfigError for an epoch that has no committed epoch checkpoint (or whose parent is gone)."""
+        from include.manifest import verify_bytes
+        from include.runtime import IterationJob
+
+        try:
+            committed = self.log.load(epoch, verify="full")
+        except CheckpointError as e:
+            raise ConfigError(f"--verify-epoch {epoch}: job {self.config.job_id} has no committed checkpoint "
+                              f"{epoch} to compare with (kept: {self.log.checkpoint_ids()}): {e}") from None
+        if committed.kind != "epoch":
+            raise ConfigError(f"--verify-epoch {epoch}: checkpoint {epoch} of job {self.config.job_id} is its "
+                              f"{committed.kind} checkpoint; verify an epoch up to {epoch - 1}")
+        if committed.parent_id is None and self.warm_start is not None:
+            raise ConfigError(f"--verify-epoch {epoch}: epoch 0 of job {self.config.job_id} warm-started from "
+                              "another job's checkpoint; verify a later epoch")
+        if list(scratch.list("")):
+            raise ConfigError(f"the scratch store {scratch.location()} of a verification must be empty")
+        pin = JobLayout(self.config.job_id).input_pin()
+        try:
+            scratch.put(pin, self.store.get(pin))
+        except ObjectNotFound:
+            pass  # a body without a static input pins nothing
+        if committed.parent_id is not None:
+            try:
+                parent = self.log.load(committed.parent_id, verify="none")
+            except CheckpointError as e:
+                raise ConfigError(f"--verify-epoch {epoch}: checkpoint {committed.parent_id} of job "
+                                  f"{self.config.job_id}, which epoch {epoch} was computed from, is not kept "
+                                  f"(kept: {self.log.checkpoint_ids()}): {e}") from None
+            for ref in parent.state_objects:
+                data = self.store.get(ref.key)
+                verify_bytes(data, ref, self.store.location(ref.key))
+                scratch.put(ref.key, data)
+            CheckpointLog(scratch, self.config.job_id).seed(parent)
+        # nothing is published from the scratch copy: no output location
+        config = dataclasses.replace(self.config, output_path=None)
+        job = IterationJob(config, scratch, store_options=self.store_options, warm_start=self.warm_start,
+                           **job_options)
+        plan = job.plan_epoch(committed.batch_id, run={"runner": "verification"})
+        if plan.epoch != epoch:
+            raise CheckpointError(f"the scratch copy of job {self.config.job_id} planned epoch {plan.epoch}, not {epoch}")
+        return job, plan, committed
+
+
+@dataclass
+class PartitionDifference:
+    """One partition of one variable whose recomputed bytes differ from the committed ones."""
+
+    head: str
+    partition: int
+    committed_rows: int | None
+    recomputed_rows: int | None
+    # float column -> the largest absolute difference, where the rows matched by the other columns
+    largest: dict[str, float] = field(default_factory=dict)
+    note: str = ""
+
+    def describe(self) -> str:
+        rows = "" if self.committed_rows == self.recomputed_rows else \
+            f", {self.recomputed_rows} rows recomputed, {self.committed_rows} committed"
+        largest = "".join(f", {c} differs by up to {d:.3g}" for c, d in sorted(self.largest.items()))
+        return f"variable {self.head} partition {self.partition} differs{rows}{largest}{self.note}"
+
+
+def differing_partitions(committed: Manifest, reports: Sequence[EpochReport]) -> list[tuple[str, int]]:
+    """(head, partition) of every partition of every variable whose files' SHA-256 in
+    ``reports`` (a recomputation of the checkpoint's epoch) are not the committed ones."""
+    recomputed = {(r.head, r.partition): [f.sha256 for f in r.files] for r in reports}
+    out = []
+    for head, ds in sorted(committed.variables.items()):
+        for p, files in enumerate(ds.partitions):
+            if recomputed.get((head, p)) != [f.sha256 for f in files]:
+                out.append((head, p))
+    return out

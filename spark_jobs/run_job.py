@@ -65,6 +65,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--on-input-change", choices=["refuse", "restart"], default="refuse",
                    help="the input is no longer what the job pinned at its first epoch: refuse (default: fail "
                         "naming the file), or restart (a new generation from epoch 0 on the new input)")
+    p.add_argument("--verify-epoch", type=int, default=None, metavar="EPOCH",
+                   help="the determinism audit: recompute this epoch from the checkpoint before it in a scratch "
+                        "attempt that never commits, compare every variable's bytes with the committed checkpoint, "
+                        "print 'verified: epoch K identical' or what differs (exit 1); the store is only read")
     p.add_argument("--retire", default=None, metavar="GENERATION",
                    help="delete the log of an older generation of the job (e.g. JOB after a rewind made JOB.r1) "
                         "instead of running it; prints what was deleted (docs/library.md)")
@@ -79,6 +83,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.retire is not None and args.rewind_to is not None:
         p.error("--retire deletes an older generation; --rewind-to starts a new one: one at a time")
+    if args.verify_epoch is not None and (args.retire is not None or args.rewind_to is not None):
+        p.error("--verify-epoch only reads the job: not with --retire or --rewind-to")
     if args.dag_id is not None and args.retire is None:
         p.error("--dag-id is only for --retire (a run outside Airflow has no DAG)")
     return args
@@ -129,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         runner = IterationRunner(config, spark, store_options=options, wait_for_input=args.wait_for_input,
                                  take_over=args.take_over, lease_wait=args.lease_wait, rewind_to=args.rewind_to,
                                  on_input_change=args.on_input_change)
+        if args.verify_epoch is not None:
+            verification = runner.verify_epoch(args.verify_epoch)
+            print(verification.describe())
+            return 0 if verification.identical else 1
         if args.retire is not None:
             print(json.dumps({"job_id": args.job_id, "retired": args.retire, **runner.retire(args.retire, dag_id=args.dag_id)}))
             return 0

@@ -4,6 +4,7 @@ the job's parameters (the plan, and so the checkpoint history, stay comparable).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -92,3 +93,15 @@ class FaultyKMeans(KMeans):
             moved = F.when(F.col("cluster_id") == 0, far).otherwise(F.col("center")).alias("center")
             variables = {"centroids": centroids.select("cluster_id", moved)}
         return super().step(variables, data, ctx)
+
+
+class NoisyPageRank(PageRank):
+    """PageRank whose ranks get an unseeded random nudge every epoch: a recomputation of an
+    epoch differs from the committed one (the determinism audit must flag it)."""
+
+    name = "noisy_pagerank"
+
+    def step(self, variables, data, ctx: EpochContext) -> StepResult:
+        result = super().step(variables, data, ctx)
+        ranks = result.variables["ranks"].withColumn("rank", F.col("rank") + F.rand() * 1e-9)
+        return dataclasses.replace(result, variables={**result.variables, "ranks": ranks})
