@@ -27,7 +27,7 @@ def edges(tmp_path_factory):
 
 def variables_lines(caplog, job_id):
     return [r.getMessage() for r in caplog.records if r.getMessage().startswith(f"job {job_id} ")
-            and "variables" in r.getMessage() and "were lost" not in r.getMessage()]
+            and ": variables " in r.getMessage() and "were lost" not in r.getMessage()]
 
 
 def persistent_rdds(spark) -> set[int]:
