@@ -164,8 +164,13 @@ class CheckpointLog:
         return out
 
     def has_started(self) -> bool:
-        """Whether any attempt of any epoch was ever recorded (the job has started)."""
-        return bool(self.store.list(self.layout.attempts()))
+        """Whether any attempt of any epoch was ever recorded (the job has started); a key
+        under ``attempts/`` in no attempt's directory is reported and ignored."""
+        for o in self.store.list(self.layout.attempts()):
+            if self.layout.epoch_and_attempt(o.key, "attempts") is not None:
+                return True
+            report_foreign(self.store, o.key, "an attempt's objects are attempts/<epoch>/<attempt id>/...")
+        return False
 
     def attempt_ids(self, epoch: int) -> list[str]:
         ids = set()

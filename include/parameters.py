@@ -6,7 +6,9 @@ Used for bodies' parameters (declared as the fields of a body's parameters datac
 
 from __future__ import annotations
 
+import fnmatch
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -192,23 +194,86 @@ ABSENT_PARAMS = {
 
 #: The one conf key besides a DAG's params: the OpenLineage provider's parent-run information,
 #: which a triggering task (the continuation) adds so that lineage links the runs. Lineage
-#: metadata only, never read by the job; its shape is checked.
+#: metadata only, never read by the job; its shape is checked (``check_lineage_conf``), and
+#: whom it names (``check_lineage_parent``).
 LINEAGE_KEY = "openlineage"
 LINEAGE_FIELDS = ("parentRunId", "parentJobName", "parentJobNamespace", "rootParentRunId", "rootParentJobName",
                   "rootParentJobNamespace")
+#: the DAG param that carries its author's ``lineage_parents`` (a hidden, constant param: a run
+#: cannot change it), for the API server to read with the DAG
+LINEAGE_PARENTS_PARAM = "lineage_parents"
+#: (run id, namespace, job name) fields of the parent and of the root parent
+_LINEAGE_RUNS = {"parent": ("parentRunId", "parentJobNamespace", "parentJobName"),
+                 "root parent": ("rootParentRunId", "rootParentJobNamespace", "rootParentJobName")}
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_PRINTABLE = re.compile(r"[^\x00-\x1f\x7f]{1,1000}")
 
 
 def check_lineage_conf(value: Any) -> None:
     """ConfigError unless ``value`` is the provider's parent-run information: an object of
-    those fields, each a string of at most 1,000 characters."""
+    those fields, each a printable string of at most 1,000 characters; the parent's run id,
+    namespace and job name all three or none (the same for the root parent, which needs a
+    parent); run ids UUIDs (as the provider reads them)."""
     if not isinstance(value, Mapping):
         raise ConfigError(f"{LINEAGE_KEY}: OpenLineage parent-run information must be an object, got {value!r:.100}")
     extra = sorted(str(k) for k in value if k not in LINEAGE_FIELDS)
     if extra:
         raise ConfigError(f"{LINEAGE_KEY}: unknown field(s) {extra[:5]}; it may hold {', '.join(LINEAGE_FIELDS)}")
-    bad = sorted(k for k, v in value.items() if not isinstance(v, str) or len(v) > 1000)
+    bad = sorted(k for k, v in value.items() if not isinstance(v, str) or not _PRINTABLE.fullmatch(v))
     if bad:
-        raise ConfigError(f"{LINEAGE_KEY}: {bad[0]} must be a string of at most 1,000 characters")
+        raise ConfigError(f"{LINEAGE_KEY}: {bad[0]} must be a printable string of 1 to 1,000 characters, "
+                          f"got {value[bad[0]]!r:.100}")
+    for which, fields in _LINEAGE_RUNS.items():
+        given = [f for f in fields if f in value]
+        if given and len(given) != len(fields):
+            raise ConfigError(f"{LINEAGE_KEY}: the {which} needs {', '.join(fields)} together, got only "
+                              f"{', '.join(given)}")
+        if given and not _UUID.fullmatch(value[fields[0]]):
+            raise ConfigError(f"{LINEAGE_KEY}: {fields[0]} must be an OpenLineage run id (a UUID), "
+                              f"got {value[fields[0]]!r:.100}")
+    if "rootParentRunId" in value and "parentRunId" not in value:
+        raise ConfigError(f"{LINEAGE_KEY}: a root parent without a parent ({', '.join(_LINEAGE_RUNS['parent'])})")
+
+
+def check_lineage_parents(allowed: Any, where: str = "lineage_parents") -> list[list[str]]:
+    """A DAG author's ``lineage_parents``, checked: (OpenLineage namespace, job name pattern)
+    pairs, the pattern ``fnmatch``'s (``nightly.*``); ConfigError naming the bad entry."""
+    if isinstance(allowed, (str, bytes)) or not isinstance(allowed, (list, tuple)):
+        raise ConfigError(f"{where} must be a list of (namespace, job name pattern) pairs, got {allowed!r:.100}")
+    out = []
+    for entry in allowed:
+        if isinstance(entry, (str, bytes)) or not isinstance(entry, (list, tuple)) or len(entry) != 2 or not all(
+                isinstance(part, str) and _PRINTABLE.fullmatch(part) for part in entry):
+            raise ConfigError(f"{where}: {entry!r:.100} is not a (namespace, job name pattern) pair of strings")
+        out.append([entry[0], entry[1]])
+    return out
+
+
+def check_lineage_parent(value: Mapping[str, Any], own_jobs: Any, *, namespace: str | None = None,
+                         allowed: Any = ()) -> None:
+    """ConfigError, naming the job, unless the parent and the root parent that ``value`` (the
+    shape-checked ``openlineage`` entry of a run's conf) names are ones a run of this DAG may
+    claim: the DAG itself or one of its tasks (``own_jobs``: the DAG id and ``<dag_id>.<task_id>``
+    of each task; what a continuation sets), in the deployment's OpenLineage namespace
+    ``namespace`` (None: not known, not checked); or a job its author allows (``allowed``:
+    ``check_lineage_parents``' pairs). A run names no other job as its parent: lineage would
+    show it as started by a job that did not start it."""
+    own = set(own_jobs)
+    pairs = check_lineage_parents(allowed)
+    for which, (_, ns_field, name_field) in _LINEAGE_RUNS.items():
+        if name_field not in value:
+            continue
+        ns, job = value[ns_field], value[name_field]
+        if job in own and (namespace is None or ns == namespace):
+            continue
+        if any(ns == a_ns and fnmatch.fnmatchcase(job, pattern) for a_ns, pattern in pairs):
+            continue
+        mine = f"this DAG's own runs and tasks{'' if namespace is None else f' in namespace {namespace!r}'}"
+        raise ConfigError(
+            f"{LINEAGE_KEY}: {name_field} {job!r} in namespace {ns!r} is not a {which} a run of this DAG may name: "
+            f"only {mine} (what a continuation sets)"
+            + (f", or {', '.join(f'{p!r} in {n!r}' for n, p in pairs)} (its author's lineage_parents)" if pairs
+               else "; its author allows others with iteration_dag(lineage_parents=...)"))
 
 
 def check_conf_keys(given: Mapping[str, Any] | Any, declared: Any, what: str = "run conf") -> None:

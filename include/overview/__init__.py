@@ -10,7 +10,11 @@ Per epoch (``EpochView``) the status is one of:
 - ``restored``: committed, and a later batch resumed from it (the next checkpoint was planned on
   it by another batch: the epoch was read back from the store, not recomputed);
 - ``running``: not committed yet, with an attempt that is neither aborted nor superseded;
-- ``aborted``: not committed, every attempt of it aborted (a failure, a refused data check).
+- ``aborted``: not committed, every attempt of it aborted (a failure, a refused data check);
+- ``damaged``: committed, but its manifest is refused when read (not a manifest, fails its own
+  checksum, names another job or objects outside the job): ``damage`` says why, and the
+  checkpoint is listed in ``damaged_checkpoints`` only, neither kept nor retired. Whether it was
+  an epoch's or the final checkpoint cannot be told, so it is shown as an epoch.
 
 The events a coordinator released to epoch k are those it sent between the triggers of
 checkpoints k-1 and k: the seqs ``[seq(k-1), seq(k))`` of its snapshots in the two manifests

@@ -86,6 +86,7 @@ class EpochView:
     size_bytes: int | None = None  # the manifest plus every object it references
     objects: int | None = None
     retention: str | None = None  # kept (why) | retired
+    damage: str | None = None  # status damaged: why the checkpoint log refuses its manifest
     restored_by: list[str] = field(default_factory=list)  # batches that resumed from it
     # seconds per phase of the committed attempt: restore, step, alignment, checks, commit
     phases: dict[str, float] = field(default_factory=dict)
@@ -159,6 +160,8 @@ class JobOverview:
     finish: FinishView | None
     rejected: list[int]
     generations: list[GenerationView] = field(default_factory=list)  # none: the job was never rewound
+    # committed checkpoints whose manifest is refused (its epoch's ``damage`` says why): neither kept nor retired
+    damaged_checkpoints: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

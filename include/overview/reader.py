@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from include.checkpoint import ABANDONED, CheckpointLog, describe_run
-from include.errors import CheckpointError, ConfigError, ObjectNotFound
+from include.errors import CheckpointCorrupted, CheckpointError, ConfigError, ObjectNotFound
 from include.generations import lineage_of
 from include.layout import ATTEMPT_ID_PATTERN, JOB_ID_PATTERN, JobLayout, check_job_id, report_foreign
 from include.manifest import Manifest
@@ -51,13 +51,16 @@ class _Reader:
         sizes = {o.key: o.size for o in self.objects}
         ids = sorted({i for k in self._keys("checkpoints") if (i := JobLayout.parse_id(k)) is not None})
         retired = sorted({i for k in self._keys("retired") if (i := JobLayout.parse_id(k)) is not None})
-        kept = [i for i in ids if i not in retired]
         manifests: dict[int, Manifest] = {}
-        for cid in kept:
+        damaged: dict[int, str] = {}  # checkpoint id -> why the log refuses its manifest
+        for cid in [i for i in ids if i not in retired]:
             try:
                 manifests[cid] = self.log.load(cid, verify="none")
+            except CheckpointCorrupted as e:  # neither kept nor retired: listed once, as damaged, with why
+                damaged[cid] = str(e)
             except CheckpointError:  # retired between the listing and the read
                 retired.append(cid)
+        kept = [i for i in ids if i in manifests]
         batch_finals = self.log.batches.finals()
         savepoints = self.log.control.savepoints()
         latest = ids[-1] if ids else None
@@ -67,7 +70,7 @@ class _Reader:
         attempts = self._attempts()  # epoch -> attempt id -> AttemptView (uncommitted)
         checks = self._checks()  # epoch -> [CheckView]
         epoch_ids = sorted(({m.epoch for m in manifests.values() if m.kind == "epoch"}
-                            | set(retired) | set(attempts) | set(checks)) - {final_id})
+                            | set(retired) | set(damaged) | set(attempts) | set(checks)) - {final_id})
         summaries = {cid: d for cid in retired if (d := self.log.retention.retired_summary(cid)) is not None}
         newest = manifests[max(manifests)] if manifests else None
         history = newest.head_state.feedback_counts() if newest else {}
@@ -79,6 +82,8 @@ class _Reader:
             if m is not None and m.kind != "epoch":
                 continue
             view = EpochView(epoch=epoch, status="committed" if epoch in ids else "running")
+            if epoch in damaged:  # committed, but what it committed cannot be read: nothing of it is shown
+                view.status, view.damage = "damaged", damaged[epoch]
             view.checks = checks.get(epoch, [])
             tried = attempts.get(epoch, {})
             if m is not None:
@@ -122,7 +127,7 @@ class _Reader:
                 a.reason = a.reason if a.reason is not None else (None if reason is None else str(reason))
                 _who_and_when(a, h)
             for a in tried.values():
-                if epoch in ids:  # committed: every other attempt lost
+                if epoch in ids and epoch not in damaged:  # committed: every other attempt lost
                     a.status = "committed" if a.attempt_id == view.attempt_id else (
                         "aborted" if a.reason is not None else "superseded")
                     a.superseded_by = None if a.status == "committed" else view.attempt_id
@@ -180,7 +185,7 @@ class _Reader:
             stop_request=stop.value if stop else None, epochs=epochs, batches=batches,
             finish=self._finish(final, sizes, checks) if final is not None else None,
             rejected=sorted(i for k in self._keys("rejected") if (i := JobLayout.parse_id(k)) is not None),
-            generations=self._generations(),
+            generations=self._generations(), damaged_checkpoints=sorted(damaged),
         )
 
     def _generations(self) -> list[GenerationView]:

@@ -5,7 +5,9 @@ Keys are relative, '/'-separated paths. ``put_if_absent`` is the one atomic prim
 checkpoint protocol needs: exactly one of several concurrent writers of a key wins.
 
 * LocalStore: write to a temporary file, fsync, then ``os.link`` it to the final name
-  (link fails if the name exists, so the visible object is always complete and unique).
+  (link fails if the name exists, so the visible object is always complete and unique). As in
+  S3, a key may also be the prefix of others (a stray file ``aborted/<epoch>`` beside
+  ``aborted/<epoch>/<attempt>``): its bytes then live inside its directory (``local._SELF``).
 * S3Store: ``PutObject`` with ``If-None-Match: *`` (HTTP 412 when the key exists).
 """
 

@@ -12,6 +12,13 @@ from include.store.base import _TMP_MARK, ObjectInfo, ObjectStore, check_key
 
 log = logging.getLogger(__name__)
 
+#: S3 lets one key be an object and the prefix of others at once (``a/b`` beside ``a/b/c``); a
+#: file cannot be a directory. Such a key's bytes live in this file inside its directory, and a
+#: listing names it by the directory's key: a name no key can end with (``check_key`` refuses
+#: backslashes), so that a stray file where the store needs a directory (``jobs/<job>/aborted/<epoch>``
+#: written by hand) is kept, listed, reported by whoever lists it, and stepped around.
+_SELF = "\\object"
+
 
 class LocalStore(ObjectStore):
     """A directory on the local filesystem."""
@@ -39,8 +46,14 @@ class LocalStore(ObjectStore):
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *check_key(key).split("/"))
 
+    def _file(self, key: str) -> str:
+        """The file that holds ``key``'s bytes: its path, or the ``_SELF`` file in it when its path
+        is a directory (the key is also the prefix of others)."""
+        path = self._path(key)
+        return os.path.join(path, _SELF) if os.path.isdir(path) else path
+
     def local_path(self, key: str) -> str:
-        return self._path(key)
+        return self._file(key)
 
     def location(self, key: str = "") -> str:
         return self._path(key) if key else self.root
@@ -48,8 +61,60 @@ class LocalStore(ObjectStore):
     def spec(self) -> dict[str, Any]:
         return {"kind": "local", "root": self.root}
 
+    def _make_parent(self, path: str) -> None:
+        """The directory ``path`` goes in, made; a file (or anything but a directory) that stands
+        where one of its directories must be is moved into that directory as its ``_SELF`` file:
+        its key still lists and reads as before, with a warning naming it, and the write goes on
+        (S3 keeps both; failing every write under it would fail every retry of an epoch)."""
+        for _ in range(8):
+            try:
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                return
+            except (FileExistsError, NotADirectoryError):
+                self._make_room(path)
+        os.makedirs(os.path.dirname(path), exist_ok=True)  # still blocked: the error names the path
+
+    def _make_room(self, path: str) -> None:
+        """Turn each non-directory standing among ``path``'s ancestors (strictly below the root)
+        into a directory holding it as ``_SELF``. Race-safe: the file is hard-linked aside first,
+        and only one writer's unlink of the blocking name succeeds; the others find the directory.
+        A process killed between that unlink and the link into the directory leaves the bytes in
+        the ``<name>.tmp-<hex>`` link beside it (listed by nobody, never lost)."""
+        d = self.root
+        for part in os.path.relpath(os.path.dirname(path), self.root).split(os.sep):
+            d = os.path.join(d, part)
+            if os.path.isdir(d):
+                continue
+            if not os.path.lexists(d):
+                return
+            aside = f"{d}{_TMP_MARK}{uuid.uuid4().hex}"
+            try:
+                os.link(d, aside, follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # another writer moved it meanwhile
+            try:
+                try:
+                    os.unlink(d)
+                except OSError:
+                    continue  # another writer made the directory first: it holds the file already
+                os.makedirs(d, exist_ok=True)
+                try:
+                    os.link(aside, os.path.join(d, _SELF), follow_symlinks=False)
+                except FileExistsError:
+                    pass
+                key = os.path.relpath(d, self.root).replace(os.sep, "/")
+                log.warning("%s is a file where the store needs a directory (for %s): it is kept as object %r "
+                            "(now %s) and the write goes on beside it", d, os.path.relpath(path, self.root)
+                            .replace(os.sep, "/"), key, os.path.join(d, _SELF))
+            finally:
+                os.unlink(aside)
+
+    def _target(self, path: str) -> str:
+        """Where a write of the key at ``path`` puts its bytes (``_file``, by path)."""
+        return os.path.join(path, _SELF) if os.path.isdir(path) else path
+
     def _write_tmp(self, path: str, data: bytes) -> str:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._make_parent(path)
         tmp = f"{path}{_TMP_MARK}{uuid.uuid4().hex}"
         with open(tmp, "wb") as f:
             f.write(data)
@@ -70,33 +135,50 @@ class LocalStore(ObjectStore):
     def put(self, key: str, data: bytes) -> None:
         path = self._path(key)
         tmp = self._write_tmp(path, data)
-        os.replace(tmp, path)
-        self._fsync_dir(path)
+        target = self._target(path)
+        os.replace(tmp, target)
+        self._fsync_dir(target)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         path = self._path(key)
         tmp = self._write_tmp(path, data)
+        target = self._target(path)
         try:
-            os.link(tmp, path)  # atomic, fails with EEXIST if the name is taken
+            os.link(tmp, target)  # atomic, fails with EEXIST if the name is taken
         except FileExistsError:
-            return False
+            if target != path or not os.path.isdir(path):
+                return False
+            target = os.path.join(path, _SELF)  # a directory was made at the key meanwhile
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                return False
         finally:
             os.unlink(tmp)
-        self._fsync_dir(path)
+        self._fsync_dir(target)
         return True
 
     def open_read(self, key: str):
+        """The object's file, open; ObjectNotFound if there is none (nothing at its path, a
+        directory without the key's own bytes, or a file where one of its directories would be)."""
         path = self._path(key)
         try:
             return open(path, "rb")
-        except FileNotFoundError:
+        except IsADirectoryError:
+            pass
+        except (FileNotFoundError, NotADirectoryError):
+            if not os.path.isdir(path):  # a directory only if made at the key meanwhile
+                raise ObjectNotFound(path) from None
+        try:
+            return open(os.path.join(path, _SELF), "rb")
+        except (FileNotFoundError, NotADirectoryError):
             raise ObjectNotFound(path) from None
 
     def write_stream(self, key: str, chunks, *, verify) -> None:
         """Chunk by chunk into a temporary file beside the object, renamed over it once
         ``verify()`` returned (deleted if it raises)."""
         path = self._path(key)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self._make_parent(path)
         tmp = f"{path}{_TMP_MARK}{uuid.uuid4().hex}"
         try:
             with open(tmp, "wb") as f:
@@ -106,25 +188,22 @@ class LocalStore(ObjectStore):
                 if self.fsync:
                     f.flush()
                     os.fsync(f.fileno())
-            os.replace(tmp, path)
+            target = self._target(path)
+            os.replace(tmp, target)
         except BaseException:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
-        self._fsync_dir(path)
+        self._fsync_dir(target)
 
     def get(self, key: str) -> bytes:
-        path = self._path(key)
-        try:
-            with open(path, "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            raise ObjectNotFound(path) from None
+        with self.open_read(key) as f:
+            return f.read()
 
     def info(self, key: str) -> ObjectInfo | None:
         try:
-            return ObjectInfo(key, os.stat(self._path(key)).st_size)
-        except FileNotFoundError:
+            return ObjectInfo(key, os.stat(self._file(key)).st_size)
+        except (FileNotFoundError, NotADirectoryError):
             return None
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
@@ -137,8 +216,8 @@ class LocalStore(ObjectStore):
             rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
             rel = "" if rel == "." else rel + "/"
             for name in files:
-                key = rel + name
-                if _TMP_MARK in name or not key.startswith(prefix):
+                key = rel[:-1] if name == _SELF else rel + name  # _SELF: the directory's own object
+                if _TMP_MARK in name or not key or not key.startswith(prefix):
                     continue
                 try:
                     size = os.stat(os.path.join(dirpath, name)).st_size
@@ -151,11 +230,11 @@ class LocalStore(ObjectStore):
     def delete(self, keys: Iterable[str]) -> None:
         dirs: set[str] = set()
         for key in keys:
-            path = self._path(key)
+            path = self._file(key)
             try:
                 os.unlink(path)
                 dirs.add(os.path.dirname(path))
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
                 pass
         # Remove directories left empty, deepest first, never the root.
         for d in sorted(dirs, key=len, reverse=True):

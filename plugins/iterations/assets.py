@@ -105,9 +105,13 @@ def describe_publications(triggering_asset_events: Mapping[Any, Sequence[Any]] |
     says was published and what a reader of the output sees now (``include.outputs.published``:
     the current version, its rows and files; ``current`` false when a later publication has
     replaced it since). An event that is not an output's (another producer's) is named and
-    left out; logged as it goes."""
+    left out; logged as it goes. An event's ``extra`` is untrusted (anyone who may post an asset
+    event writes it): only the fields a finish writes, of the right shape, are read
+    (``include.arrivals.arrival``); ``ignored`` names the other keys, whose values are never
+    copied, and a field of the wrong shape is None."""
     import logging
 
+    from include.arrivals import arrival, describe
     from include.errors import IterationError
     from include.outputs import output_of_uri, published
     from iterations.hooks.iteration_store import IterationStoreHook
@@ -115,19 +119,22 @@ def describe_publications(triggering_asset_events: Mapping[Any, Sequence[Any]] |
     log = logging.getLogger("iterations")
     out = []
     for event in unique_events(triggering_asset_events):
-        uri, extra = event.asset.uri, dict(event.extra or {})
+        uri = event.asset.uri
+        dag_id, run_id, task_id = (getattr(event, k, None) for k in ("source_dag_id", "source_run_id", "source_task_id"))
+        said = arrival(uri, event.extra, source=f"{dag_id}/{run_id}/{task_id}" if dag_id else "the REST API",
+                       at=str(event.timestamp))
         try:
             output_path, name = output_of_uri(uri)
             now = published(output_path, name, **IterationStoreHook(aws_conn_id).store_options(output_path))
         except IterationError as e:
-            log.warning("asset event of %s: not an output this DAG can read (%s)", uri, e)
+            log.warning("asset event of %s: not an output this DAG can read (%s)", said["uri"], e)
             continue
-        current = now.manifest.get("version") == extra.get("version")
-        log.info("output %s: version %s of job %s (checkpoint %s, %s rows) %s", uri, extra.get("version"),
-                 extra.get("job_id"), extra.get("checkpoint_id"), extra.get("rows"),
-                 f"is current: {len(now.locations)} files, {now.rows} rows" if current
-                 else f"has been replaced since by version {now.manifest.get('version')}")
-        out.append({"uri": uri, **{k: extra.get(k) for k in ("job_id", "checkpoint_id", "version", "rows",
-                                                             "replaces")},
-                    "current": current, "current_version": now.manifest.get("version"), "files": len(now.locations)})
+        version = now.manifest.get("version")
+        current = said.get("version") is not None and version == said["version"]
+        log.info("output %s %s", describe(said), f"is current: {len(now.locations)} files, {now.rows} rows"
+                 if current else f"is not current: the output is at version {version}")
+        out.append({"uri": said["uri"], **{k: said.get(k) for k in ("job_id", "checkpoint_id", "version", "rows",
+                                                                     "replaces")},
+                    **({"ignored": said["ignored"]} if "ignored" in said else {}),
+                    "current": current, "current_version": version, "files": len(now.locations)})
     return out

@@ -10,6 +10,14 @@ and for a DAG tagged ``iterations`` (every DAG ``iteration_dag`` builds, and ``i
 answers 400 with the message of ``include.parameters.check_conf_keys``. Runs made without the
 API server (``airflow dags test``, ``tasks test``, a continuation) are refused by their first
 task with the same message (``iterations.operators.base.IterationOperator.settings``).
+
+The ``openlineage`` entry (the OpenLineage provider's parent run) is refused here too unless the
+parent it names is the DAG's own (a continuation's: ``<dag_id>.continue``, in the deployment's
+namespace) or one the DAG's author allows (``iteration_dag(lineage_parents=...)``):
+``include.parameters.check_lineage_parent``. A user who triggers a run cannot make lineage show
+it as started by another job. A run made without the API server (another DAG's
+TriggerDagRunOperator, into whose conf the provider itself writes the triggering task) is not
+refused for it: its first task logs a warning naming the parent instead.
 """
 
 from __future__ import annotations
@@ -33,8 +41,7 @@ def conf_problem(dag_id: str, conf: Any) -> str | None:
     from airflow.models.serialized_dag import SerializedDagModel
     from airflow.utils.session import create_session
 
-    from include.errors import ConfigError
-    from include.parameters import check_conf_keys
+    from include.parameters import LINEAGE_PARENTS_PARAM
 
     if not isinstance(conf, dict) or not conf:
         return None
@@ -43,11 +50,42 @@ def conf_problem(dag_id: str, conf: Any) -> str | None:
         if dag is None or CLOSED_TAG not in set(getattr(dag, "tags", None) or ()):
             return None
         declared = set(dag.params.keys())
+        allowed = dag.params[LINEAGE_PARENTS_PARAM] if LINEAGE_PARENTS_PARAM in declared else ()
+        own = own_lineage_jobs(dag_id, dag.task_ids)
+    return refusal(dag_id, conf, declared, own, allowed=allowed, namespace=lineage_namespace())
+
+
+def refusal(dag_id: str, conf: dict[str, Any], declared: Any, own_jobs: Any, *, allowed: Any = (),
+            namespace: str | None = None) -> str | None:
+    """Why ``conf`` is refused for DAG ``dag_id`` whose params are ``declared`` (None: it is
+    not): a key the DAG has no param for, or an ``openlineage`` entry of the wrong shape or
+    naming a parent that is not the DAG's (``own_jobs``) nor one its author ``allowed``."""
+    from include.errors import ConfigError
+    from include.parameters import LINEAGE_KEY, check_conf_keys, check_lineage_parent
+
     try:
         check_conf_keys(conf, declared)
+        if isinstance(conf.get(LINEAGE_KEY), dict) and LINEAGE_KEY not in declared:
+            check_lineage_parent(conf[LINEAGE_KEY], own_jobs, namespace=namespace, allowed=allowed)
     except ConfigError as e:
         return f"DAG {dag_id}: {e}"
     return None
+
+
+def own_lineage_jobs(dag_id: str, task_ids: Any) -> set[str]:
+    """The OpenLineage job names of a DAG's runs and tasks (the provider's: ``<dag_id>`` and
+    ``<dag_id>.<task_id>``)."""
+    return {dag_id, *(f"{dag_id}.{t}" for t in task_ids)}
+
+
+def lineage_namespace() -> str | None:
+    """The deployment's OpenLineage namespace (the provider's ``[openlineage] namespace``); None
+    without the provider, whose lineage nobody then reads."""
+    try:
+        from airflow.providers.openlineage.conf import namespace
+    except ImportError:
+        return None
+    return namespace()
 
 
 class ClosedConfMiddleware:
@@ -97,4 +135,4 @@ class ClosedConfMiddleware:
         await self.app(scope, replay, send)
 
 
-__all__ = ["CLOSED_TAG", "ClosedConfMiddleware", "conf_problem"]
+__all__ = ["CLOSED_TAG", "ClosedConfMiddleware", "conf_problem", "lineage_namespace", "own_lineage_jobs", "refusal"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from airflow.sdk import DAG, Param, TaskGroup
 from airflow.sdk.definitions.param import ParamsDict
@@ -215,6 +215,7 @@ def iteration_dag(
     approve_publication: bool = False,
     approval_timeout: float | None = None,
     dated_batches: bool | None = None,
+    lineage_parents: Sequence[tuple[str, str]] = (),
 ) -> DAG:
     """``params``: the DAG's params (``job_params``, plus the body's: ``body_params``).
     ``body_param_names``: which of them are the body's; None: all the body declares, those not
@@ -260,9 +261,16 @@ def iteration_dag(
     ``batch_date``); False: every run goes on with the one job, as an unscheduled DAG's do (an
     incremental job whose asset events say more input arrived). A DAG scheduled on Assets that
     waits for its input (``wait_for_input``) never waits: an epoch with no input ends the batch
-    (its later tasks, the finish and the continuation skipped), and the next event starts the next."""
+    (its later tasks, the finish and the continuation skipped), and the next event starts the next.
+
+    ``lineage_parents``: the OpenLineage jobs, besides the DAG's own runs and tasks, a run's conf
+    may name as its parent (the provider's ``openlineage`` entry): (namespace, job name pattern)
+    pairs, ``fnmatch`` patterns (``("scheduler", "nightly.*")``). None by default: a run triggered
+    through the API server with another parent is refused, naming it (iterations.closed_conf).
+    Kept in a hidden, constant param (``lineage_parents``) for the API server to read."""
     from include.checks import load_checks_file
     from include.locations import LOCATION_PARAMS, dag_roots
+    from include.parameters import LINEAGE_PARENTS_PARAM, check_lineage_parents
     from iterations.assets import outputs_alias
     from iterations.operators.continuation import ContinuationOperator
     from iterations.operators.epoch import EpochCommitOperator, EpochHeadOperator, FinishOperator
@@ -281,6 +289,7 @@ def iteration_dag(
         raise ValueError(f"attempt_retries must be an integer >= 0, got {attempt_retries!r}")
     if approval_timeout is not None and (isinstance(approval_timeout, bool) or not approval_timeout > 0):
         raise ValueError(f"approval_timeout must be a number of seconds > 0 or None, got {approval_timeout!r}")
+    lineage_parents = check_lineage_parents(lineage_parents)
     scheduled = schedule is not None if dated_batches is None else bool(dated_batches)
     # an input-driven DAG: its next asset event, not a sensor, starts the epochs of new input
     end_batch_without_input = wait_for_input and _on_assets(schedule)
@@ -292,12 +301,18 @@ def iteration_dag(
     common = {"body": body, "body_param_names": body_param_names, "aws_conn_id": aws_conn_id, "scheduled": scheduled,
               "checks": checks, "allowed_roots": allowed_roots, "allow_take_over": allow_take_over,
               "relax_checks": relax_checks, "lease_wait": lease_wait, "output_root": defaults["output_path"],
+              "lineage_parents": lineage_parents,
               "checkpoint_roots": [defaults["checkpoint_root"]] if defaults["checkpoint_root"] else []}
     if allow_take_over:
         params = {**params, "take_over": param(
             False, type="boolean",
             description="Continue a job that belongs to another owner (another DAG, body, input or output "
                         "path) and make it this DAG's. Off: such a run is refused naming the owner.")}
+    if lineage_parents:  # hidden in the trigger form (const), and no run may change it
+        params = {**params, LINEAGE_PARENTS_PARAM: param(
+            lineage_parents, type="array", const=lineage_parents,
+            description="Set by the DAG's author: the OpenLineage jobs (namespace, job name pattern) besides this "
+                        "DAG's own that a run's conf may name as its parent (its openlineage entry).")}
     # overrides for tests (the fault sweep): seconds between a failed task's tries, and how many
     retry_delay = float(os.environ.get("ITERATIONS_RETRY_DELAY_SECONDS") or 10.0)
     retries = int(os.environ.get("ITERATIONS_RETRIES") or retries)

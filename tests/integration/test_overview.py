@@ -109,6 +109,31 @@ def test_refused_epoch_retired_epoch_and_the_reports(view_stores):
     assert media == "text/html" and page == store.get(check.html_key)
 
 
+def test_a_damaged_manifest_is_listed_once_as_damaged_with_why(tmp_path):
+    """Issue 64: a manifest the log refuses was listed as kept and as retired at once, with no
+    word of the damage. It is neither: its epoch is ``damaged``, with the log's reason."""
+    from tests.unit.test_checkpoint_log import write_attempt
+
+    store = LocalStore(tmp_path / "store")
+    log = CheckpointLog(store, "pr-damaged")
+    for epoch in range(4):
+        log.commit(write_attempt(log, epoch, f"a{epoch}", epoch - 1 if epoch else None))
+    log.retention.collect_garbage(2)  # 0 and 1 retired
+    key = log.layout.checkpoint(2)
+    damaged = store.get(key).replace(b'"num_partitions": 2', b'"num_partitions": 3')
+    assert damaged != store.get(key)
+    store.put(key, damaged)  # damaged in place: it no longer matches its own checksum
+
+    view = job_overview(store, "pr-damaged")
+    assert (view.kept_checkpoints, view.retired_checkpoints, view.damaged_checkpoints) == ([3], [0, 1], [2])
+    assert [(e.epoch, e.status, e.retention) for e in view.epochs] == [
+        (0, "committed", "retired"), (1, "committed", "retired"), (2, "damaged", None), (3, "committed", "kept (latest)")]
+    damaged = view.epochs[2]
+    assert damaged.damage == f"manifest {store.location(key)} fails its own checksum: it was damaged"
+    assert damaged.metrics == {} and damaged.size_bytes is None and damaged.attempt_id is None
+    assert view.to_dict()["damaged_checkpoints"] == [2]
+
+
 def test_an_attempt_in_flight_is_running_with_its_inbox(view_stores, tmp_path):
     root = str(tmp_path / "store")
     shutil.copytree(view_stores.root, root)

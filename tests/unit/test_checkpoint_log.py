@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 import threading
 
 import pytest
@@ -14,7 +16,7 @@ from include.errors import (
     CheckpointSuperseded,
     ConfigError,
 )
-from include.head import AlignmentDecision, FileRef, HeadStatus, JobHeadState
+from include.head import AlignmentDecision, EpochReport, FileRef, HeadStatus, JobHeadState
 from include.manifest import DatasetRef, Manifest
 from include.store import LocalStore, sha256_hex
 
@@ -325,3 +327,65 @@ def test_abort_and_commit_racing_never_leave_a_checkpoint_without_its_files(log)
             commit_as_the_runtime_does(log, twin)  # the epoch goes on with another attempt
         outcomes.append(result["commit"])
     assert len(outcomes) == 40
+
+
+def write_tail(job, plan) -> None:
+    """What an epoch's Spark job leaves for the commit: a feedback file and a report per partition."""
+    for p in range(plan.num_partitions):
+        key = f"{job.log.layout.attempt(plan.epoch, plan.attempt_id)}/ranks/part-{p:05d}-0.parquet"
+        job.store.put(key, b"ranks")
+        job.store.put(job.log.layout.report(plan.epoch, plan.attempt_id, "ranks", p), EpochReport(
+            "ranks", p, plan.epoch, plan.attempt_id, 5, {"delta": 1.0}, (FileRef(key, 5, sha256_hex(b"ranks"), 1),),
+            "{}").to_json().encode())
+
+
+@pytest.mark.parametrize("folder", ["aborted", "checks", "attempts"])
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_a_stray_file_named_like_an_epoch_directory_is_reported_and_stepped_around(kind, folder, tmp_path, request,
+                                                                                   caplog):
+    """Issue 64: a file ``jobs/<job>/<folder>/<epoch>`` (written by hand, not by the store) failed
+    every commit and abort of that epoch on a local store (FileExistsError, NotADirectoryError:
+    the store could not make the directory). It is kept, reported naming its key, and the epoch
+    aborts and commits; S3, where the key and the prefix coexist, behaves the same."""
+    import networkx as nx
+
+    from include.config import JobConfig
+    from include.runtime import IterationJob
+    from tests.helpers import write_edges
+
+    caplog.set_level(logging.WARNING)
+    if kind == "s3":
+        root, options = f"s3://{request.getfixturevalue('bucket')}/ckpt", \
+            {"endpoint_url": request.getfixturevalue("moto_endpoint")}
+    else:
+        root, options = str(tmp_path / "store"), None
+    edges = write_edges(tmp_path / "edges.csv", nx.DiGraph([(i, (i + 1) % 10) for i in range(10)]))
+    job = IterationJob(JobConfig(job_id="pr", body="pagerank", input=str(edges), checkpoint_root=root,
+                                 num_partitions=2), store_options=options)
+    stray = f"{job.log.layout.root}/{folder}/0000000000"
+    if kind == "local":  # a file put there by hand, where the store makes the epoch's directory
+        os.makedirs(os.path.dirname(job.store.local_path(stray)))
+        with open(job.store.local_path(stray), "wb") as f:
+            f.write(b"not the store's")
+    else:
+        job.store.put(stray, b"not the store's")
+    assert not job.log.has_started(), "a stray key is not an attempt"
+
+    first = job.plan_epoch()
+    assert job.abort(first, "its retry took over") is True
+    assert job.log.abort_reason(0, first.attempt_id) == "its retry took over"
+    plan = job.plan_epoch()
+    assert plan.attempt_id != first.attempt_id
+    write_tail(job, plan)
+    assert job.commit(plan).checkpoint_id == 0
+    committed = job.log.load(0, verify="full")
+    assert committed.attempt_id == plan.attempt_id
+    assert [(a["attempt_id"], a["reason"]) for a in committed.history["attempts"]] == \
+        [(first.attempt_id, "its retry took over")]
+    assert job.log.attempt_ids(0) == [plan.attempt_id]  # the aborted one's files are deleted
+
+    assert job.store.get(stray) == b"not the store's", "the stray key is kept, as it was"
+    assert stray in {o.key for o in job.store.list(f"{job.log.layout.root}/{folder}/")}
+    where = job.store.location(stray)
+    assert any(r.getMessage().startswith(f"ignoring {where}: not an object the checkpoint store wrote")
+               for r in caplog.records), [r.getMessage() for r in caplog.records]

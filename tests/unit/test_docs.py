@@ -91,3 +91,23 @@ def test_commands_name_files_that_exist(page):
                 path = os.path.join(ROOT, *module.split("."))
                 assert os.path.exists(path + ".py") or os.path.exists(os.path.join(path, "__main__.py")), \
                     f"{page}:{b.line}: python -m {module}: no such module in the checkout"
+
+
+def test_the_dag_params_the_configuration_page_names_are_ones_a_run_conf_may_set():
+    """Issue 64: the JobConfig table said a run's conf sets ``input_format``, a key the closed conf
+    refuses. Every param its DAG-param column names (a backticked name with ``_``, not a call) is
+    one ``job_params`` declares, so that a conf of those keys passes ``check_conf_keys``."""
+    pytest.importorskip("airflow.sdk")
+    from include.parameters import check_conf_keys
+    from plugins.iterations.dag_factory import job_params
+
+    declared = set(job_params(job_id="j", input_path="/in/e.csv", output_path=None)) | \
+        set(job_params(job_id="j", input_path="/in/e.csv", output_path=None, scheduled=True))
+    text = open(os.path.join(ROOT, "docs", "configuration.md"), encoding="utf-8").read()
+    table = text.split("| `JobConfig` field |", 1)[1].split("\n\n", 1)[0]
+    named = set()
+    for row in table.splitlines()[2:]:
+        cell = row.split(" | ")[3]  # field | default | run_job flag | DAG param | notes
+        named |= {n for n in re.findall(r"`([a-z][a-z0-9_]*)`", cell) if "_" in n}
+    assert named and not named - declared, f"not params of the DAGs: {sorted(named - declared)}"
+    check_conf_keys({k: None for k in named}, declared)

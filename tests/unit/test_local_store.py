@@ -37,6 +37,73 @@ def test_put_if_absent_second_create_refused(tmp_path):
     assert [o.key for o in store.list("k/")] == ["k/m.json"], "no temporary file is left behind"
 
 
+@pytest.mark.parametrize("write", ["put", "put_if_absent", "write_stream"])
+def test_a_key_may_be_an_object_and_a_prefix_as_in_s3(tmp_path, write, caplog):
+    """Issue 64: a file where the store needs a directory (``aborted/<epoch>`` written by hand)
+    failed every write under it (FileExistsError, NotADirectoryError). As in S3, ``a/b`` and
+    ``a/b/c`` coexist: the file is kept as object ``a/b``, named in a warning, and the write goes on."""
+    store = LocalStore(tmp_path)
+    os.makedirs(tmp_path / "a")
+    (tmp_path / "a" / "b").write_bytes(b"stray")
+    with pytest.raises(ObjectNotFound):  # under a file: nothing, not NotADirectoryError
+        store.get("a/b/c/d.json")
+    assert store.info("a/b/c/d.json") is None
+    writes = {"put": lambda k, v: store.put(k, v), "put_if_absent": lambda k, v: store.put_if_absent(k, v),
+              "write_stream": lambda k, v: store.write_stream(k, iter([v]), verify=lambda: None)}
+    writes[write]("a/b/c/d.json", b"mine")
+    assert any(f"{tmp_path / 'a' / 'b'} is a file where the store needs a directory" in r.getMessage()
+               and "kept as object 'a/b'" in r.getMessage() for r in caplog.records)
+    assert store.get("a/b/c/d.json") == b"mine" and store.get("a/b") == b"stray"
+    assert [(o.key, o.size) for o in store.list("a/")] == [("a/b", 5), ("a/b/c/d.json", 4)]
+    assert [o.key for o in store.list("a/b/")] == ["a/b/c/d.json"], "a prefix lists what is under it, as S3's"
+    assert store.info("a/b").size == 5 and store.info("a/b/c") is None, "a directory alone is no object"
+    with open(store.local_path("a/b"), "rb") as f:
+        assert f.read() == b"stray"
+    assert store.put_if_absent("a/b", b"again") is False, "the key is taken"
+    store.put("a/b", b"replaced")
+    assert store.get("a/b") == b"replaced"
+    store.delete(["a/b"])
+    assert store.get("a/b/c/d.json") == b"mine" and store.info("a/b") is None
+    store.delete(["a/b/c/d.json"])
+    assert store.list("") == [] and os.listdir(tmp_path) == [], "emptied directories are removed"
+
+
+def test_a_directory_where_an_object_goes_does_not_take_its_key(tmp_path):
+    """The converse: a directory (made by hand) at a key the store writes, say a checkpoint's
+    manifest: the create-if-absent write still decides, once."""
+    store = LocalStore(tmp_path)
+    os.makedirs(tmp_path / "checkpoints" / "0000000000.json")
+    (tmp_path / "checkpoints" / "0000000000.json" / "junk").write_bytes(b"j")
+    assert store.info("checkpoints/0000000000.json") is None
+    with pytest.raises(ObjectNotFound):
+        store.get("checkpoints/0000000000.json")
+    assert store.put_if_absent("checkpoints/0000000000.json", b"manifest") is True
+    assert store.put_if_absent("checkpoints/0000000000.json", b"another") is False
+    assert store.get("checkpoints/0000000000.json") == b"manifest"
+    assert [o.key for o in store.list("checkpoints/")] == ["checkpoints/0000000000.json",
+                                                           "checkpoints/0000000000.json/junk"]
+
+
+def test_writers_racing_past_a_stray_file_all_land_and_keep_it(tmp_path):
+    """Several processes writing under one stray file at once: every write lands, the file is
+    moved into its directory once and never lost."""
+    (tmp_path / "aborted").write_bytes(b"stray")
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_put_under, args=(str(tmp_path), f"aborted/0000000001/a{i}")) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0] * 4
+    store = LocalStore(tmp_path)
+    assert [o.key for o in store.list("")] == ["aborted", *(f"aborted/0000000001/a{i}" for i in range(4))]
+    assert store.get("aborted") == b"stray" and not [n for n in os.listdir(tmp_path) if ".tmp-" in n]
+
+
+def _put_under(root: str, key: str) -> None:
+    LocalStore(root).put(key, key.encode())
+
+
 @pytest.mark.parametrize("key", ["../escape", "/abs", "a/../../b", "a//b", "a/./b", "a\\b", "dir/", ""])
 def test_keys_cannot_escape_the_root(tmp_path, key):
     store = LocalStore(tmp_path)

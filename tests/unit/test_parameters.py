@@ -4,6 +4,8 @@ parameters and every bounded job setting; errors name the setting, what it accep
 
 from __future__ import annotations
 
+import re
+
 import jsonschema
 import pytest
 from hypothesis import given, settings
@@ -130,6 +132,11 @@ def test_parameters_are_declared_once_on_the_dataclass():
         parameters_of(Undeclared)
 
 
+PARENT = {"parentRunId": "0191a5b2-7c3d-7e4f-8a5b-6c7d8e9f0a1b", "parentJobNamespace": "default"}
+ROOT = {"rootParentRunId": "0191a5b2-0000-7e4f-8a5b-6c7d8e9f0a1b", "rootParentJobName": "iterate_pagerank",
+        "rootParentJobNamespace": "default"}
+
+
 def test_the_openlineage_parent_information_is_the_one_key_besides_the_params():
     """A continuation's run conf carries the OpenLineage provider's parent run: accepted when it
     is that (an object of the provider's fields, strings), refused naming what is wrong."""
@@ -139,12 +146,66 @@ def test_the_openlineage_parent_information_is_the_one_key_besides_the_params():
     from include.parameters import check_conf_keys
 
     declared = {"job_id", "max_epochs"}
-    parent = {"parentRunId": "0190-…", "parentJobName": "iterate_pagerank.continue", "parentJobNamespace": "default",
-              "rootParentRunId": "0190-…", "rootParentJobName": "iterate_pagerank", "rootParentJobNamespace": "default"}
+    parent = {**PARENT, "parentJobName": "iterate_pagerank.continue", **ROOT}
     check_conf_keys({"job_id": "j", "openlineage": parent}, declared)
-    for bad, why in (("not an object", "must be an object"), ({"parentRunId": 3}, "parentRunId must be a string"),
-                     ({"parentRunId": "x" * 1001}, "at most 1,000"), ({"run": "x"}, r"unknown field\(s\) \['run'\]")):
+    for bad, why in (("not an object", "must be an object"), ({"parentRunId": 3}, "parentRunId must be a printable string"),
+                     ({"parentRunId": "x" * 1001}, "1 to 1,000"), ({"run": "x"}, r"unknown field\(s\) \['run'\]"),
+                     ({**parent, "parentJobName": "a\nb"}, r"parentJobName must be a printable string .* got 'a\\nb'"),
+                     ({**parent, "parentRunId": "0190-x"}, r"parentRunId must be an OpenLineage run id \(a UUID\), got '0190-x'"),
+                     ({"parentRunId": PARENT["parentRunId"], "parentJobName": "x"},
+                      "the parent needs parentRunId, parentJobNamespace, parentJobName together, got only parentRunId, "
+                      "parentJobName"),
+                     (ROOT, "a root parent without a parent")):
         with pytest.raises(ConfigError, match=why):
             check_conf_keys({"openlineage": bad}, declared)
     with pytest.raises(ConfigError, match="'openlinage'"):
         check_conf_keys({"openlinage": parent}, declared)
+
+
+OWN = {"iterate_pagerank", "iterate_pagerank.continue", "iterate_pagerank.finish"}
+
+
+@pytest.mark.parametrize("claimed", [
+    {**PARENT, "parentJobName": "iterate_pagerank.continue", **ROOT},  # what a continuation writes
+    {**PARENT, "parentJobName": "iterate_pagerank"},  # the DAG's run, no root
+])
+def test_a_run_may_name_its_own_dag_as_its_lineage_parent(claimed):
+    from include.parameters import check_lineage_conf, check_lineage_parent
+
+    check_lineage_conf(claimed)
+    check_lineage_parent(claimed, OWN, namespace="default")
+
+
+@pytest.mark.parametrize("claimed, named", [
+    ({**PARENT, "parentJobName": "payroll.publish"}, "parentJobName 'payroll.publish' in namespace 'default' is not a parent"),
+    ({**PARENT, "parentJobName": "iterate_pagerank.continue", "parentJobNamespace": "other-team"},
+     "parentJobName 'iterate_pagerank.continue' in namespace 'other-team' is not a parent"),
+    ({**PARENT, "parentJobName": "iterate_pagerank.no_such_task"}, "'iterate_pagerank.no_such_task'"),
+    ({**PARENT, "parentJobName": "iterate_pagerank.continue", **ROOT, "rootParentJobName": "payroll"},
+     "rootParentJobName 'payroll' in namespace 'default' is not a root parent"),
+])
+def test_issue_64_a_run_may_not_claim_another_job_as_its_lineage_parent(claimed, named):
+    """Issue 64: any job could be named as a run's parent. A run names its own DAG (a
+    continuation's entry), or a job the DAG's author allows; anything else is refused naming it."""
+    from include.errors import ConfigError
+    from include.parameters import check_lineage_parent
+
+    with pytest.raises(ConfigError, match=re.escape(named) + ".*only this DAG's own runs and tasks in namespace "
+                                          "'default' \\(what a continuation sets\\); its author allows others with "
+                                          "iteration_dag\\(lineage_parents=...\\)"):
+        check_lineage_parent(claimed, OWN, namespace="default")
+
+
+def test_the_author_may_allow_other_lineage_parents():
+    from include.errors import ConfigError
+    from include.parameters import check_lineage_parent, check_lineage_parents
+
+    allowed = [("scheduler", "nightly.*")]
+    check_lineage_parent({**PARENT, "parentJobNamespace": "scheduler", "parentJobName": "nightly.graph"}, OWN,
+                         namespace="default", allowed=allowed)
+    with pytest.raises(ConfigError, match=r"'nightly.graph' in namespace 'default' .* or 'nightly.\*' in "
+                                          r"'scheduler' \(its author's lineage_parents\)"):
+        check_lineage_parent({**PARENT, "parentJobName": "nightly.graph"}, OWN, namespace="default", allowed=allowed)
+    for bad in ("nightly.*", [("scheduler",)], [("scheduler", 3)], [("", "x")]):
+        with pytest.raises(ConfigError, match="lineage_parents"):
+            check_lineage_parents(bad)

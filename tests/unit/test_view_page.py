@@ -80,3 +80,18 @@ def test_retention_is_worded_so_that_nobody_misreads_it():
     html = job_page(overview([epoch(i, 1.0 / (i + 1)) for i in range(15)]), "/s", "/iterations/")
     assert "checkpoints kept: 14" in html and "14 earlier checkpoints retired by retention" in html
     assert "have no metric" not in html
+
+
+def test_a_damaged_checkpoint_is_shown_once_with_why():
+    """Issue 64: a checkpoint whose manifest is refused is neither kept nor retired: the page
+    names it as damaged, and its epoch row says why (not as an epoch whose metric was forgotten)."""
+    why = "manifest /s/jobs/j/checkpoints/0000000001.json fails its own checksum: it was damaged"
+    view = overview([epoch(0, 1.0), EpochView(epoch=1, status="damaged", damage=why), epoch(2, 0.5)])
+    view.kept_checkpoints, view.retired_checkpoints, view.damaged_checkpoints = [2], [0], [1]
+    html = job_page(view, "/s", "/iterations/")
+    retention = html.split('id="retention">', 1)[1].split("</p>", 1)[0]
+    assert "checkpoints kept: 2" in retention and "1 earlier checkpoint retired" in retention
+    assert re.search(r'<b class="fail">damaged</b> \(its manifest is refused; the epoch says why\): 1\s', retention)
+    row = re.search(r'<tr class="epoch" data-epoch="1" data-status="damaged".*?</tr>', html).group(0)
+    assert 'class="badge s-damaged">damaged</span>' in row and f'<span class="fail damage">{why}</span>' in row
+    assert "without a recorded" not in html

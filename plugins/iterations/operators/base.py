@@ -120,6 +120,7 @@ class IterationOperator(BaseOperator):
         allow_take_over: bool = False,
         relax_checks: bool = False,
         lease_wait: float = 60.0,
+        lineage_parents: Sequence[Sequence[str]] = (),
         **kwargs: Any,
     ) -> None:
         """``checks``: the DAG's data checks (its checks file), under the run's ``checks`` param.
@@ -131,7 +132,8 @@ class IterationOperator(BaseOperator):
         whether a run's ``take_over`` param may make another owner's job this DAG's.
         ``relax_checks``: whether a run's ``checks`` param may turn off or loosen the author's
         checks (otherwise it may only add expectations). ``lease_wait``: seconds a task waits
-        for another run of the job to end before it fails naming it."""
+        for another run of the job to end before it fails naming it. ``lineage_parents``: the
+        OpenLineage jobs besides the DAG's own a run may name as its parent (``iteration_dag``)."""
         super().__init__(**kwargs)
         self.params = own_params(self.params, self.dag if self.has_dag() else None)
         self.allowed_roots = list(allowed_roots)
@@ -140,6 +142,7 @@ class IterationOperator(BaseOperator):
         self.allow_take_over = allow_take_over
         self.relax_checks = relax_checks
         self.lease_wait = lease_wait
+        self.lineage_parents = [list(p) for p in lineage_parents]
         self.checks = checks or {}
         self.body = body
         self.body_param_names = tuple(body_param_names)
@@ -184,8 +187,29 @@ class IterationOperator(BaseOperator):
                 check_conf_keys(dict(context["params"]), set(self.dag.params.keys()))
             except ConfigError as e:
                 raise AirflowFailException(f"refused DAG run params: {e}") from e
+            self._check_lineage_parent(context["params"])
         merged = {**dict(context["params"]), **dict(self.job)}
         return {k: v for k, v in merged.items() if v is not None and v != ""}
+
+    def _check_lineage_parent(self, params: Mapping[str, Any]) -> None:
+        """A warning naming the parent, once per task, when the run's ``openlineage`` entry names
+        a parent the API server would have refused (include.parameters.check_lineage_parent): a
+        run not triggered through it (another DAG's TriggerDagRunOperator, ``airflow dags test``,
+        the CLI) is not failed for it; the job never reads the entry."""
+        from include.errors import ConfigError
+        from include.parameters import LINEAGE_KEY, check_lineage_parent
+        from iterations.closed_conf import lineage_namespace, own_lineage_jobs
+
+        value = params.get(LINEAGE_KEY)
+        if not isinstance(value, Mapping) or LINEAGE_KEY in self.dag.params or getattr(self, "_lineage_warned", False):
+            return
+        try:
+            check_lineage_parent(value, own_lineage_jobs(self.dag_id, self.dag.task_ids),
+                                 namespace=lineage_namespace(), allowed=self.lineage_parents)
+        except ConfigError as e:
+            self._lineage_warned = True
+            self.log.warning("%s. This run was not triggered through the API server, which refuses such an entry: "
+                             "its lineage names that parent (set by whoever made the run); the job does not read it", e)
 
     def batch_date(self, context: Mapping[str, Any]) -> str:
         """The date a scheduled batch is for: ``batch_date`` (set by continuation runs), the

@@ -28,6 +28,7 @@ td.id{max-width:190px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 td.run-id{min-width:170px;max-width:230px;overflow-wrap:anywhere;font-size:12px} td.attempts{min-width:260px;max-width:440px}
 .badge{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px;font-weight:600;color:#fff}
 .s-committed{background:#2f855a}.s-restored{background:#2b6cb0}.s-running{background:#b7791f}.s-aborted{background:#c53030}
+.s-damaged{background:#742a2a}
 .s-TERMINATED{background:#2f855a}.s-RUNNING{background:#b7791f}.s-TERMINATING{background:#b7791f}
 .s-SUSPENDED{background:#6b46c1}.s-NOT-STARTED{background:#718096}.s-PUBLISHED{background:#2f855a}
 .s-FULLY_FINISHED{background:#b7791f}
@@ -359,6 +360,7 @@ def job_page(view: JobOverview, root: str, base: str, batch: str | None = None, 
     body = view.body if isinstance(view.body, dict) else {}
     params = body.get("params") if isinstance(body.get("params"), dict) else {}
     kept, retired = view.kept_checkpoints, view.retired_checkpoints
+    damaged = view.damaged_checkpoints if isinstance(view.damaged_checkpoints, list) else []
     head = f"""<p class="meta"><a href="{_e(f'{base}?{q}')}">All jobs</a></p>
 <h1>Job <code id="job-id">{_e(view.job_id)}</code> <span id="job-status" class="badge s-{_cls(view.status)}">{_e(view.status)}</span></h1>
 <p class="meta">store <code>{_e(view.store)}</code> · body <code>{_e(body.get('name', ''))}</code>
@@ -368,12 +370,13 @@ def job_page(view: JobOverview, root: str, base: str, batch: str | None = None, 
 <p class="meta" id="retention">checkpoints kept: {_e(', '.join(map(str, kept)) or 'none')}
 · {_e(_count(len(retired), 'earlier checkpoint'))} retired by retention (their data deleted; their metrics and history kept)
 {f'· savepoints: {_e(", ".join(map(str, view.savepoints)))}' if view.savepoints else ''}
+{f'· <b class="fail">damaged</b> (its manifest is refused; the epoch says why): {_e(", ".join(map(str, damaged)))}' if damaged else ''}
 {f'· rejected by a rewind: {_e(", ".join(map(str, view.rejected)))}' if view.rejected else ''}</p>{_generations(view, base, q)}"""
     others = [m for m in view.metric_names if m != metric]
     switch = " ".join(f'<a href="{_e(f"{base}jobs/{quote(view.job_id)}?{_q(root=root, metric=m)}")}">{_e(m)}</a>'
                       for m in others)
     missing = [e for e in view.epochs if metric and isinstance(e.metrics, dict) and metric not in e.metrics
-               and e.status != "running" and e.status != "aborted"]
+               and e.status not in ("running", "aborted", "damaged")]
     chart = (f"<h2>Convergence: {_e(metric or '-')}</h2>{chart_svg(view.epochs, metric)}"
              + (f'<p class="meta">other metrics: {switch}</p>' if switch else "")
              + (f'<p class="meta">{_e(_count(len(missing), "committed epoch"))} without a recorded {_e(metric)} '
@@ -416,6 +419,8 @@ def job_page(view: JobOverview, root: str, base: str, batch: str | None = None, 
             for ev in e.events)
         restored = (f'<br><span class="muted">resumed by {_e(", ".join(_run_name(run_of, b) for b in e.restored_by))}'
                     "</span>" if e.restored_by else "")
+        if e.damage:  # its manifest is refused: why, as the checkpoint log said
+            restored += f'<br><span class="fail damage">{_e(e.damage)}</span>'
         current = " current" if batch is not None and e.batch_id == batch else ""
         b = run_of.get(e.batch_id) if e.batch_id is not None else None
         batch_cell = _run_link(airflow, b.dag_id, b.run_id, b.run_id) if b is not None and b.run_id else _e(e.batch_id)
