@@ -139,7 +139,8 @@ def test_an_attempt_in_flight_is_running_with_its_inbox(view_stores, tmp_path):
     shutil.copytree(view_stores.root, root)
     refused = json.loads(LocalStore(root).get(
         CheckpointLog(LocalStore(root), REFUSED_JOB).layout.checkpoint(2)))["body"]["params"]
-    config = JobConfig(job_id=REFUSED_JOB, body="tests.faulty_bodies:FaultyPageRank", input="unused.csv",
+    edges = os.path.join(os.path.dirname(view_stores.root), "edges.csv")  # the input the job pinned
+    config = JobConfig(job_id=REFUSED_JOB, body="tests.faulty_bodies:FaultyPageRank", input=edges,
                        checkpoint_root=root, tolerance=0.0, max_epochs=10, retain_last=2, num_partitions=3,
                        body_params=refused)
     plan = IterationJob(config).plan_epoch("r2")  # recorded, its Spark job not started
