@@ -153,12 +153,25 @@ def read_owner(store: ObjectStore, job_id: str) -> JobOwner | None:
         raise CheckpointCorrupted(f"the owner record {store.location(key)} of job {job_id} is damaged: {e}") from None
 
 
+def check_take_over(job_id: str, current: JobOwner, owner: JobOwner) -> None:
+    """OwnershipError if a DAG's run would take over a job another DAG owns: a DAG's author
+    allows take-overs of the DAG's own jobs (another body, input or output) and of jobs run
+    outside Airflow, never of another DAG's (its readers would see that job's whole history)."""
+    if owner.dag_id is not None and current.dag_id is not None and current.dag_id != owner.dag_id:
+        raise OwnershipError(
+            f"job {job_id} belongs to DAG {current.dag_id} ({current.describe()}); a run of DAG {owner.dag_id} "
+            f"cannot take it over, even where its author allows take-overs: a take-over stays within a DAG. "
+            "Use another job_id")
+
+
 def check_claim(store: ObjectStore, job_id: str, owner: JobOwner, *, take_over: bool = False) -> JobOwner | None:
     """Before a run takes the job's lease: OwnershipError if the job belongs to another owner and
     the run does not take it over (nothing written: a run of another owner never holds, nor
     delays, the job's lease). The current owner, None if the job has none yet."""
     current = read_owner(store, job_id)
     diff = current.differences(owner) if current is not None else []
+    if diff and take_over:
+        check_take_over(job_id, current, owner)
     if diff and not take_over:
         raise OwnershipError(
             f"job {job_id} belongs to {current.describe()}; this run differs: {'; '.join(diff)}. "
@@ -189,6 +202,7 @@ def claim(store: ObjectStore, job_id: str, owner: JobOwner, *, take_over: bool =
             f"job {job_id} belongs to {current.describe()}; this run differs: {'; '.join(diff)}. "
             "Use another job_id, or take the job over explicitly (the take_over param of a DAG that "
             "allows it; IterationRunner(take_over=True); run_job --take-over)")
+    check_take_over(job_id, current, owner)
     previous = json.loads(store.get(key))
     record["previous"] = [*(previous.get("previous") or []),
                           {k: previous.get(k) for k in ("owner", "claimed_at", "claimed_by")}]
@@ -445,5 +459,5 @@ class JobLease:
                        LeaseRecord(lease.token, None, current.acquired_at, now, self.ttl).to_bytes(self.job_id))
 
 
-__all__ = ["Holder", "JobBusy", "JobLease", "JobOwner", "Lease", "LeaseLost", "OwnershipError", "check_claim",
+__all__ = ["Holder", "JobBusy", "JobLease", "JobOwner", "Lease", "LeaseLost", "OwnershipError", "check_claim", "check_take_over",
            "claim", "read_owner"]

@@ -2,8 +2,9 @@
 
 A DAG run's ``input_path``, ``output_path`` and ``checkpoint_root`` must lie under one of the
 DAG's allowed roots: the places its author configured (the params' defaults: the input's
-directory, the checkpoint root, the output root), the project's local directory, and the
-deployment's ``ITERATIONS_ALLOWED_ROOTS`` (comma-separated). The root ``s3://`` allows every
+directory, the checkpoint root, the output root) and the deployment's ``ITERATIONS_ALLOWED_ROOTS``
+(comma-separated). The project's local directory as a whole is no DAG's root: it holds every
+DAG's embedded defaults, and a DAG reads and writes only its own. The root ``s3://`` allows every
 bucket (tests only). Each value is parsed into a ``Location`` first (include.locations.location:
 the grammar, symbolic links resolved), then compared segment by segment.
 
@@ -18,6 +19,7 @@ import os
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
+from include.errors import ConfigError, OutputError
 from include.locations.location import Location, LocationError
 
 ROOTS_ENV = "ITERATIONS_ALLOWED_ROOTS"
@@ -77,12 +79,38 @@ class AllowedRoots:
         if self.allows(location):
             return location
         resolved = f" (resolved {location.url!r})" if location.is_local and location.url != value else ""
-        raise LocationError(f"{what} {value!r}{resolved} is outside the allowed roots ({self.describe()}); "
-                            f"add a parent to {ROOTS_ENV} if it is meant to be used")
+        raise LocationError(f"{what} {value!r}{resolved} is outside the allowed roots ({self.describe()})"
+                            f"{whose(location)}; a DAG reads and writes only under its own roots: its author "
+                            f"declares other inputs in its defaults, the deployer adds roots to {ROOTS_ENV}")
 
     def check(self, what: str, value: object) -> str:
         """``admit``'s canonical form, as a string."""
         return self.admit(what, value).url
+
+
+def whose(location: Location) -> str:
+    """What a refused local location is, where the store says: "; it is the output location of
+    job J (DAG D, ...)" or "; it is inside the checkpoint store S", else ""."""
+    if not location.is_local:
+        return ""
+    import json
+
+    from include.locations.owners import OUTPUT_OWNER, OutputOwner
+    from include.store.base import STORE_MARKER
+    from include.store.local import marker_at_or_above
+
+    try:
+        here = marker_at_or_above(location.path, OUTPUT_OWNER)
+        if here is not None:
+            record = json.loads(open(os.path.join(here, OUTPUT_OWNER), "rb").read(64 * 1024))
+            owner = OutputOwner.from_dict(record.get("owner") if isinstance(record, dict) else None, here)
+            return f"; it is the output location {here} of {owner.describe()}"
+        store = marker_at_or_above(location.path, STORE_MARKER)
+        if store is not None:
+            return f"; it is inside the checkpoint store {store}"
+    except (OSError, ValueError, ConfigError, OutputError):
+        return ""  # a record that is not one names nobody
+    return ""
 
 
 def configured_roots(defaults: Mapping[str, object]) -> list[str]:
@@ -103,18 +131,17 @@ def configured_roots(defaults: Mapping[str, object]) -> list[str]:
     return roots
 
 
-def dag_roots(defaults: Mapping[str, object], local_dir: str | None = None) -> list[str]:
-    """The roots a DAG's params defaults give it (``LOCATION_PARAMS``: ``configured_roots``) and
-    the project's local directory; the deployment's are added by ``AllowedRoots.for_dag``."""
-    from include.paths import LOCAL_DIR
+def dag_roots(defaults: Mapping[str, object]) -> list[str]:
+    """The roots a DAG's params defaults give it (``LOCATION_PARAMS``: ``configured_roots``),
+    its own and nobody else's: the project's local directory as a whole is not one (it holds the
+    other DAGs' inputs, stores and outputs); the deployment's are added by ``AllowedRoots.for_dag``."""
+    return configured_roots({k: defaults.get(k) for k in LOCATION_PARAMS})
 
-    return [*configured_roots({k: defaults.get(k) for k in LOCATION_PARAMS}), local_dir or LOCAL_DIR]
 
-
-def roots_for_dag(defaults: Mapping[str, object], local_dir: str | None = None) -> AllowedRoots:
+def roots_for_dag(defaults: Mapping[str, object]) -> AllowedRoots:
     """A DAG's allowed roots: the one rule its runs (iterations.dag_factory gives its operators
     ``dag_roots``) and the Iterations view (for the DAGs its user may read) both apply."""
-    return AllowedRoots.for_dag(dag_roots(defaults, local_dir))
+    return AllowedRoots.for_dag(dag_roots(defaults))
 
 
 def check_output_outside_checkpoints(output: Location | None, checkpoint_roots: Iterable[object]) -> None:
@@ -133,4 +160,4 @@ def check_output_outside_checkpoints(output: Location | None, checkpoint_roots: 
 
 
 __all__ = ["AllowedRoots", "CHECKPOINT_ROOTS_ENV", "LOCATION_PARAMS", "ROOTS_ENV", "check_output_outside_checkpoints",
-           "configured_roots", "dag_roots", "deployment_checkpoint_roots", "deployment_roots", "roots_for_dag"]
+           "configured_roots", "dag_roots", "deployment_checkpoint_roots", "deployment_roots", "roots_for_dag", "whose"]

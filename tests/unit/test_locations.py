@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from include.config import InputSpec, JobConfig
 from include.errors import ConfigError
-from include.locations import AllowedRoots, Location, LocationError, configured_roots, dag_roots
+from include.locations import AllowedRoots, Location, LocationError, configured_roots, dag_roots, roots_for_dag
 
 
 @pytest.fixture
@@ -105,7 +105,38 @@ def test_roots_from_the_params_defaults():
     assert configured_roots({"input_path": "s3://bbb/in/edges.csv"}) == ["s3://bbb/in"]
     assert configured_roots({"input_path": "s3://bbb/edges.csv"}) == ["s3://bbb"]
     assert configured_roots({"input_path": "/d/in/{date}/edges.csv"}) == ["/d/in"], "a scheduled input's dates"
-    assert dag_roots({"checkpoint_root": "s3://bbb/ckpt"}, local_dir="/d/local") == ["s3://bbb/ckpt", "/d/local"]
+    assert dag_roots({"checkpoint_root": "s3://bbb/ckpt"}) == ["s3://bbb/ckpt"], "the local directory is no DAG's"
+
+
+def test_a_dag_reads_and_writes_only_under_its_own_roots_naming_whose_a_refused_place_is(tmp_path, monkeypatch):
+    """Two DAGs with their defaults under one local directory: a run of one can name neither the
+    other's input nor its published output nor its output location, and the refusal says whose
+    place it is; its own places are admitted. The Iterations view applies the same roots."""
+    from include.locations.door import admit_run
+    from include.locations.owners import OutputOwner, claim_output
+    from include.store import LocalStore
+
+    monkeypatch.delenv("ITERATIONS_ALLOWED_ROOTS", raising=False)
+    local = tmp_path / "local"
+    pagerank = {"input_path": str(local / "graphs" / "edges.parquet"), "checkpoint_root": str(local / "store"),
+                "output_path": str(local / "output" / "pagerank")}
+    kmeans = {"input_path": str(local / "points" / "points.parquet"), "checkpoint_root": str(local / "store"),
+              "output_path": str(local / "output" / "kmeans")}
+    ranks = local / "output" / "pagerank" / "pr"
+    claim_output(LocalStore(ranks), OutputOwner(store=str(local / "store"), job_id="pr", dag_id="iterate_pagerank",
+                                                body="pagerank"))
+    roots = roots_for_dag(kmeans)
+    run = {"job_id": "km", **kmeans}
+    assert admit_run(run, roots)["output_path"] == str(local / "output" / "kmeans")
+    with pytest.raises(LocationError) as refused:
+        admit_run({**run, "input_path": str(ranks / "ranks")}, roots)
+    assert "outside the allowed roots" in str(refused.value)
+    assert f"it is the output location {ranks} of job pr of the store {local / 'store'} (DAG iterate_pagerank" in \
+        str(refused.value)
+    with pytest.raises(LocationError, match="input_path .*edges.parquet.* is outside the allowed roots"):
+        admit_run({**run, "input_path": pagerank["input_path"]}, roots)
+    with pytest.raises(LocationError, match="output_path .*output/pagerank.* is outside the allowed roots"):
+        admit_run({**run, "output_path": pagerank["output_path"]}, roots)
 
 
 def test_a_job_config_holds_canonical_locations(tmp_path, monkeypatch):

@@ -20,6 +20,7 @@ from include.ownership import (
     JobOwner,
     LeaseLost,
     OwnershipError,
+    check_claim,
     claim,
     read_owner,
 )
@@ -61,13 +62,30 @@ def test_a_run_that_differs_from_the_owner_is_refused_naming_the_owner_and_the_d
 
 def test_taking_a_job_over_replaces_the_owner_and_keeps_the_earlier_one(store):
     claim(store, "pr", owner())
-    new = owner(dag_id="iterate_pagerank_v2")
-    assert claim(store, "pr", new, take_over=True, claimed_by="DAG run r1 of iterate_pagerank_v2") == new
+    new = owner(output_path="/out/elsewhere")
+    assert claim(store, "pr", new, take_over=True, claimed_by="DAG run r1 of iterate_pagerank") == new
     assert read_owner(store, "pr") == new
     record = json.loads(store.get("jobs/pr/owner.json"))
-    assert [p["owner"]["dag_id"] for p in record["previous"]] == ["iterate_pagerank"]
-    with pytest.raises(OwnershipError, match="belongs to DAG iterate_pagerank_v2"):
+    assert [p["owner"]["output_path"] for p in record["previous"]] == [owner().output_path]
+    with pytest.raises(OwnershipError, match="belongs to DAG iterate_pagerank, body"):
         claim(store, "pr", owner())
+    # a job run outside Airflow may be made a DAG's
+    claim(store, "lib", owner(dag_id=None))
+    assert claim(store, "lib", owner(), take_over=True) == owner()
+
+
+def test_a_take_over_never_crosses_dags(store):
+    """A DAG whose author allows take-overs takes over its own jobs, never another DAG's: its
+    readers would see that job's whole history."""
+    claim(store, "pr", owner())
+    other = owner(dag_id="iterate_kmeans")
+    for attempt in (lambda: check_claim(store, "pr", other, take_over=True),
+                    lambda: claim(store, "pr", other, take_over=True)):
+        with pytest.raises(OwnershipError) as refused:
+            attempt()
+        assert "job pr belongs to DAG iterate_pagerank" in str(refused.value)
+        assert "a run of DAG iterate_kmeans cannot take it over" in str(refused.value)
+    assert read_owner(store, "pr") == owner(), "the owner is unchanged"
 
 
 def test_a_damaged_owner_record_is_refused(store):

@@ -85,9 +85,10 @@ class ViewError(Exception):
 
 def view_roots(access: JobAccess | None) -> AllowedRoots:
     """The roots the view reads: those of every DAG the user may read, by the rule their runs
-    keep (include.locations.roots_for_dag over each DAG's params' defaults), the embedded local
-    directory, and the deployment's ``ITERATIONS_ALLOWED_ROOTS``."""
-    roots: list[str] = [LOCAL_DIR]
+    keep (include.locations.roots_for_dag over each DAG's params' defaults), and the
+    deployment's ``ITERATIONS_ALLOWED_ROOTS``; the embedded local directory as a whole only
+    without an access check (``access`` None: no user to check)."""
+    roots: list[str] = [LOCAL_DIR] if access is None else []
     if access is not None:
         from airflow.models.dag import DagModel
         from airflow.models.serialized_dag import SerializedDagModel
