@@ -23,8 +23,11 @@ file and the ways out. S3 objects are read by a conditional GET on their ETag.
 A DAG scheduled on its input's Asset is started by asset events whose ``extra`` anyone allowed to
 post an asset event writes: ``arrival`` keeps only the fields this project's finish writes
 (include.publication: job_id, checkpoint_id, version, rows, format, replaces), each shape-checked,
-and names the other keys without using them. Arrivals are logged and recorded (in the pin and in a
-scheduled batch's generation record); they never choose which files are read: the manifest does.
+and names the other keys without using them. Even well-shaped, those fields are the poster's
+claims: ``check_arrivals`` keeps them as what arrived only for an event of the run's own input that
+names its current version (with the manifest's job, checkpoint and rows), and files any other
+under ``claimed``. Arrivals are logged and recorded so (in the pin and in a scheduled batch's
+generation record); they never choose which files are read: the manifest does.
 """
 
 from __future__ import annotations
@@ -78,11 +81,57 @@ def arrival(uri: Any, extra: Any, *, source: str | None = None, at: str | None =
 
 
 def describe(a: Mapping[str, Any]) -> str:
-    """One line of a log: where, which version of which job, from whom."""
+    """One line of a log: where, which version of which job, from whom, and whether the store
+    bears it out (``check_arrivals``)."""
     what = (f"version {a['version']} of job {a.get('job_id', '?')} (checkpoint {a.get('checkpoint_id', '?')}, "
             f"{a.get('rows', '?')} rows)") if a.get("version") else "no version named"
-    return f"{a['uri']}: {what}, from {a.get('source') or 'an unnamed source'} at {a.get('at') or '?'}" + \
+    checked = a.get("checked")
+    verdict = "" if checked is None else " (as the output's manifest says)" if checked == CHECKED else \
+        f" (the event's claim, not borne out: {checked})"
+    return f"{a['uri']}: {what}{verdict}, from {a.get('source') or 'an unnamed source'} at {a.get('at') or '?'}" + \
         (f"; keys not read: {', '.join(a['ignored'])}" if a.get("ignored") else "")
+
+
+CHECKED = "the current version"
+_CLAIMS = ("job_id", "checkpoint_id", "rows", "format", "replaces")
+
+
+def check_arrivals(arrivals: Sequence[Mapping[str, Any]], location: Location,
+                   store_options: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The arrivals (``arrival``) with their claims checked against the store, for logs and
+    records: an arrival of ``location`` (the run's own input, and only it: an event's URI never
+    makes a run read elsewhere) that names the output's current version gets the manifest's job,
+    checkpoint and rows (``checked``: ``CHECKED``); any other keeps what it says under ``claimed``
+    (never shown as what arrived) and ``checked`` says why not."""
+    uri = location_uri(location)
+    current: Any = None
+    looked = False
+    out = []
+    for a in arrivals:
+        a = dict(a)
+        if a.get("version") is None:
+            out.append(a)
+            continue
+        if a.get("uri") != uri:
+            why = "an event of another location than this run's input"
+        else:
+            if not looked:
+                looked = True
+                try:
+                    current = _current_version(location, dict(store_options or {}))
+                except Exception as e:  # noqa: BLE001 - a damaged or unreachable manifest: the claim stays a claim
+                    current = e
+            if current is None or isinstance(current, Exception):
+                why = "the input has no readable publication manifest" + (f" ({current})" if current else "")
+            elif current.manifest["version"] != a["version"]:
+                why = f"not the input's current version ({current.manifest['version']})"
+            else:
+                a.update(job_id=current.job_id, checkpoint_id=current.checkpoint_id, rows=current.rows, checked=CHECKED)
+                out.append(a)
+                continue
+        claimed = {k: a.pop(k) for k in _CLAIMS if k in a}
+        out.append({**a, "claimed": claimed, "checked": why[:300]})
+    return out
 
 
 def newest_for(arrivals: Sequence[Mapping[str, Any]], uri: str) -> Mapping[str, Any] | None:
@@ -486,6 +535,6 @@ def pinned_input_changes(store, log_id: str, spec, store_options: Mapping[str, A
     return input_changes(pinned, store_options, full=True)
 
 
-__all__ = ["FILES_PIN_FORMAT", "arrival", "check_input", "check_pinned", "check_pinned_files", "check_still_there",
+__all__ = ["CHECKED", "FILES_PIN_FORMAT", "arrival", "check_arrivals", "check_input", "check_pinned", "check_pinned_files", "check_still_there",
            "describe", "file_sha256", "forget_hashes", "input_changes", "input_file_location", "list_input_files", "location_uri",
            "newest_for", "pin_input", "pinned_files", "pinned_input_changes"]

@@ -247,6 +247,30 @@ def test_the_event_that_started_a_run_and_a_newer_version(tmp_path, graph_dir, c
     assert json.loads(store.get("jobs/job/input.json"))["arrived"] == arrived
 
 
+def test_an_events_claims_are_checked_against_the_inputs_manifest(graph_dir):
+    """A forged event's well-shaped fields are claims: only an event of the run's input naming
+    its current version is shown and recorded as what arrived, with the manifest's figures."""
+    from include.arrivals import CHECKED, check_arrivals
+    from include.locations import Location
+
+    publish_edges(graph_dir, CYCLE, job="up", checkpoint=2)
+    location = Location.parse(os.path.join(graph_dir, "edges"))
+    uri = f"file://{location.path}"
+    current = arrival(uri, {"version": "v-up-2", "job_id": "up", "checkpoint_id": 2, "rows": 999}, source="a")
+    forged = arrival(uri, {"version": "v-evil-7", "job_id": "evil", "checkpoint_id": 7, "rows": 1}, source="b")
+    elsewhere = arrival("file:///etc/other", {"version": "v-up-2", "job_id": "up"}, source="c")
+    plain = arrival(uri, {}, source="d")
+    got = check_arrivals([current, forged, elsewhere, plain], location)
+    assert got[0]["checked"] == CHECKED and (got[0]["job_id"], got[0]["checkpoint_id"], got[0]["rows"]) == \
+        ("up", 2, 6), "the manifest's figures, not the event's"
+    assert "as the output's manifest says" in describe(got[0])
+    assert got[1]["checked"] == "not the input's current version (v-up-2)" and "job_id" not in got[1]
+    assert got[1]["claimed"] == {"job_id": "evil", "checkpoint_id": 7, "rows": 1}
+    assert "the event's claim, not borne out" in describe(got[1])
+    assert got[2]["checked"] == "an event of another location than this run's input" and "job_id" not in got[2]
+    assert got[3] == plain
+
+
 def test_a_spec_without_a_pin_keeps_its_recorded_form(tmp_path):
     """A job's owner record holds its input spec: the form without a pin is the earlier one."""
     spec = InputSpec(str(tmp_path / "edges.csv"))

@@ -428,16 +428,20 @@ class IterationOperator(BaseOperator):
                       ", ".join(t.task_id for t in later[:6]) + (", ..." if len(later) > 6 else ""))
         SkipMixin().skip(context["ti"], later)
 
-    def arrivals(self, context: Mapping[str, Any]) -> list[dict[str, Any]]:
+    def arrivals(self, context: Mapping[str, Any], config=None, store_options=None) -> list[dict[str, Any]]:
         """What the asset events that started this DAG run say arrived (iterations.assets),
-        logged once per task; empty for a run no asset event started."""
-        from include.arrivals import describe
+        their claims checked against the run's input (include.arrivals.check_arrivals) when
+        ``config`` is given, logged once per task; empty for a run no asset event started."""
+        from include.arrivals import CHECKED, check_arrivals, describe
         from iterations.assets import triggering_arrivals
 
         if getattr(self, "_arrivals", None) is None:
             self._arrivals = triggering_arrivals(context)
+            if config is not None and self._arrivals:
+                self._arrivals = check_arrivals(self._arrivals, config.input.location, store_options)
             for a in self._arrivals:
-                self.log.info("arrived: %s", describe(a))
+                self.log.info("%s: %s", "arrived" if a.get("checked") in (None, CHECKED) else
+                              "an asset event says", describe(a))
         return self._arrivals
 
     def iteration_job(self, context: Mapping[str, Any]):
@@ -468,7 +472,7 @@ class IterationOperator(BaseOperator):
                                    body=body_reference(config.body))
         with permanent_errors():  # the borders, before the run's first write (its lease, its generation)
             check_borders(config, store, options, output_owner, take_over=bool(settings.get("take_over")))
-        arrivals = self.arrivals(context)
+        arrivals = self.arrivals(context, config, options)
         if self.scheduled:
             schedule = Schedule(store, config.job_id)
             date = self.batch_date(context)
