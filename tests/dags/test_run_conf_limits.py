@@ -180,3 +180,27 @@ def test_jobs_of_one_dag_publish_apart_by_default(local):
     outputs = root / "output" / "pagerank"  # the DAG's default output_path, under its local directory
     for job in ("first", "second"):
         assert json.loads((outputs / job / "ranks" / "_PUBLISHED.json").read_text())["job_id"] == job
+
+
+def test_a_dag_run_reaches_no_other_dags_places_under_the_local_directory(airflow_env, tmp_path):
+    """Every DAG's defaults lie under the embedded local directory, which is no DAG's root: with
+    no deployment roots, a run of iterate_kmeans cannot read iterate_pagerank's published output
+    (the refusal names its owner), nor a run of iterate_pagerank publish into
+    iterate_pagerank_reviewed's default output location; both are refused before any epoch runs."""
+    from include.locations.owners import OutputOwner, claim_output
+
+    local = tmp_path / "local"
+    env = {**airflow_env, "ITERATIONS_LOCAL_DIR": str(local), "ITERATIONS_ALLOWED_ROOTS": "",
+           "ITERATIONS_EPOCHS_PER_BATCH": "2"}
+    ranks = local / "output" / "pagerank" / "pr"
+    claim_output(LocalStore(ranks), OutputOwner(store=str(local / "store"), job_id="pr", dag_id="iterate_pagerank",
+                                                body="pagerank"))
+    ok, log, tries = dags_test(env, "iterate_kmeans", {"job_id": "km", "input_path": str(ranks / "ranks")})
+    assert not ok and f"input_path '{ranks / 'ranks'}' is outside the allowed roots" in log, log[-3000:]
+    assert f"it is the output location {ranks} of job pr of the store {local / 'store'} (DAG iterate_pagerank" in log
+    assert tries["epoch_0.run"] == 1, tries
+    reviewed = local / "output" / "pagerank_reviewed"
+    ok, log, tries = dags_test(env, "iterate_pagerank", {"job_id": "pr2", "output_path": str(reviewed)})
+    assert not ok and f"output_path '{reviewed}' is outside the allowed roots" in log, log[-3000:]
+    assert tries["epoch_0.run"] == 1, tries
+    assert not (local / "store" / "jobs").exists() and not reviewed.exists(), "refused before anything was written"
