@@ -89,5 +89,9 @@ def test_an_input_rewritten_between_batches_is_refused_and_restart_recomputes_on
     generations = job_overview(store, "pr.r1").generations
     assert [g.job_id for g in generations] == ["pr", "pr.r1"]
     assert generations[1].restarted.startswith(f"input changed: {edges} was rewritten")
+    from iterations.views.page import job_page
+
+    html = job_page(job_overview(store, "pr.r1"), str(tmp_path / "store"), "/iterations/")
+    assert "from epoch 0 of pr · restarted: input changed: " in html and "was rewritten (same size" in html
     # with the input as the new generation pinned it, a later run with restart goes on with it
     assert IterationRunner(config("store", edges, "out"), spark, on_input_change="restart").config.job_id == "pr.r1"
