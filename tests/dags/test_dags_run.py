@@ -20,6 +20,7 @@ from spark_jobs.runner import IterationRunner
 from include.runtime import IterationJob
 from spark_jobs.storeio import read_input
 from tests.dags.conftest import airflow, asset_events
+from tests.faults.airflow_sweep import task_tries
 from tests.helpers import StatsdListener, graph_with_dangling, lineage_events, ranks_of, read_published, write_edges
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -322,12 +323,12 @@ def test_incremental_dag_picks_up_files_dropped_while_it_runs(airflow_env, tmp_p
 
 
 def test_data_checks_refuse_a_round_then_the_fixed_run_goes_on(airflow_env, spark, tmp_path):
-    """The job's input is replaced by a wrong one (another graph, with more nodes, at the same
-    path: a run with another input path would be refused as another owner's): the next run's
-    first epoch's commit is refused by the data checks (the ranks no longer cover the input, their
-    mass is off), the task that commits it (the run task: commit_in_head) fails at once with the
-    report's summary and a Data checks link;
-    epoch 1 stays the latest checkpoint. With the input fixed, the same DAG run again (same
+    """The job's input is replaced by another graph at the same path between two batches: the
+    next run is refused before any Spark work (the input the job pinned changed, InputChanged
+    naming the file), without retries. Put back, the job goes on; a run that adds an expectation
+    its next round cannot meet has that round's commit refused by the data checks: the task that
+    commits it (the run task: commit_in_head) fails at once with the report's summary and a Data
+    checks link; epoch 1 stays the latest checkpoint. Without it, the same DAG run again (same
     logical date: the same batch) recomputes epoch 2 and the job ends as if nothing had happened."""
     import sqlite3
 
@@ -343,11 +344,22 @@ def test_data_checks_refuse_a_round_then_the_fixed_run_goes_on(airflow_env, spar
 
     good_bytes = open(edges, "rb").read()
     write_edges(tmp_path / "edges.csv", graph_with_dangling(45, 0.12, seed=6))  # the wrong input
-    refused = airflow(env, "dags", "test", "iterate_pagerank", "2026-03-02", "--conf", json.dumps(conf))
+    changed = airflow(env, "dags", "test", "iterate_pagerank", "2026-03-02", "--conf", json.dumps(conf))
+    log = changed.stdout + changed.stderr
+    assert "state=failed" in log and f"input {edges} changed since job pr-checked pinned it" in log, log[-3000:]
+    assert f"{edges} was rewritten" in log and "on_input_change=restart" in log
+    assert task_tries(log)["epoch_0.run"] == 1, "refused at once, without the task's retries"
+    with open(edges, "wb") as f:  # the input put back
+        f.write(good_bytes)
+
+    impossible = {"expectations": [{"name": "ranks_tiny", "type": "expect_column_values_to_be_between",
+                                    "kwargs": {"column": "ranks.rank.max", "max_value": 1e-9}}]}
+    refused = airflow(env, "dags", "test", "iterate_pagerank", "2026-03-02", "--conf",
+                      json.dumps({**conf, "checks": impossible}))
     log = refused.stdout + refused.stderr
     assert "state=failed" in log, log[-3000:]
     assert "epoch 2: the data checks refused the attempt" in log
-    assert "FAILED  ranks_cover_input [critical]" in log and "FAILED  rank_mass [critical]" in log
+    assert "FAILED  run.ranks_tiny [critical]" in log, log[-3000:]  # the run's own expectation
     assert "clear the tasks of epoch_0 (run, align, commit)" in log
     job = IterationJob(JobConfig(job_id="pr-checked", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "store")))
     assert job.log.latest_id() == 1
@@ -358,8 +370,6 @@ def test_data_checks_refuse_a_round_then_the_fixed_run_goes_on(airflow_env, spar
     assert any(link.startswith("file://") and link.endswith("/data_docs.html") and "/checks/0000000002/" in link
                for link in links), links
 
-    with open(edges, "wb") as f:  # the input fixed
-        f.write(good_bytes)
     again = airflow(env, "dags", "test", "iterate_pagerank", "2026-03-02", "--conf", json.dumps(conf))
     log = again.stdout + again.stderr
     assert "state=success" in log, log[-3000:]

@@ -240,7 +240,7 @@ def test_a_run_task_marked_failed_stops_its_spark_job_then_the_next_run_resumes(
     its tag and aborts the attempt; the held Python worker is gone within 10 s. The next run of
     the job resumes at epoch 1 and ends equal to the failure-free run."""
     job = "pr-stack-cancel"
-    work = os.path.join(stack.home, "local", job)
+    work = os.path.join(stack.home, "inputs", job)  # under the stack's allowed roots (the local dir is no DAG's)
     edges = write_edges(os.path.join(work, "edges.csv"), graph_with_dangling(40, 0.1, seed=12))
     store = os.path.join(work, "store")
     conf = {"job_id": job, "input_path": edges, "checkpoint_root": store, "output_path": os.path.join(work, "out"),
@@ -288,7 +288,7 @@ def test_backfill_three_dates_then_two_again_then_recompute_one(stack, api):
     backfill of the last two dates again (``--reprocess-behavior completed``) changes nothing; a
     recompute of the middle date replaces its outputs atomically with what the same starting
     checkpoint gives."""
-    work = os.path.join(stack.home, "local", "daily")
+    work = os.path.join(stack.home, "inputs", "daily")  # under the stack's allowed roots
     edges = write_edges(os.path.join(work, "edges.csv"), graph_with_dangling(60, 0.08, seed=4))
     dag = "iterate_pagerank_daily"
     conf = {"job_id": "daily", "input_path": edges, "checkpoint_root": os.path.join(work, "store"),
@@ -369,7 +369,7 @@ def test_a_task_killed_after_its_commit_landed_is_retried_exactly_once(stack, ap
 
     from tests.faults.sweep import Outcome, audit, kmeans_workload
 
-    work = Path(stack.home) / "local" / "kmeans-killed"
+    work = Path(stack.home) / "inputs" / "kmeans-killed"  # under the stack's allowed roots
     w = kmeans_workload(work, seed=2)
     cfg = w.config(work, job_id="km-stack-killed")
     with armed(holds, "commit.after_write@epoch=1", "kill-once") as point:

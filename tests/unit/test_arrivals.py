@@ -12,7 +12,8 @@ import threading
 import networkx as nx
 import pytest
 
-from include.arrivals import arrival, check_input, check_still_there, describe, input_changes, pin_input
+from include.arrivals import (arrival, check_input, check_still_there, describe, input_changes, pin_input,
+                              pinned_input_changes)
 from include.config import InputSpec
 from include.errors import ConfigError, InputChanged, InputDataError
 from include.schemas import DamagedRecord
@@ -176,6 +177,10 @@ def test_an_s3_input_is_pinned_by_etags_and_read_only_as_pinned(moto_endpoint, b
     with pytest.raises(InputChanged, match="rewritten since it was pinned"):
         s3.get_matching("in/b.csv", spec.files[1]["etag"])
     assert s3.get_matching("in/a.csv", spec.files[0]["etag"]) == b"src,dst\n1,2\n"
+    # what on_input_change=restart decides on (include.generations.attach): the log's pin read back
+    [change] = pinned_input_changes(store, "job", InputSpec(f"s3://{bucket}/in"), options)
+    assert change.startswith(f"s3://{bucket}/in/b.csv was rewritten (same size; ETag")
+    assert pinned_input_changes(store, "another-log", InputSpec(f"s3://{bucket}/in"), options) == [], "nothing pinned"
 
 
 def test_tasks_pinning_at_once_all_read_the_first_record(tmp_path, graph_dir):
