@@ -87,7 +87,8 @@ class Restore:
             committed = self.log.load(epoch, verify="full")
         except CheckpointError as e:
             raise ConfigError(f"--verify-epoch {epoch}: job {self.config.job_id} has no committed checkpoint "
-                              f"{epoch} to compare with (kept: {self.log.checkpoint_ids()}): {e}") from None
+                              f"{epoch} to compare with ({e}); epochs it can verify (their checkpoint and the "
+                              f"one before kept): {self.verifiable_epochs() or 'none'}") from None
         if committed.kind != "epoch":
             raise ConfigError(f"--verify-epoch {epoch}: checkpoint {epoch} of job {self.config.job_id} is its "
                               f"{committed.kind} checkpoint; verify an epoch up to {epoch - 1}")
@@ -107,7 +108,7 @@ class Restore:
             except CheckpointError as e:
                 raise ConfigError(f"--verify-epoch {epoch}: checkpoint {committed.parent_id} of job "
                                   f"{self.config.job_id}, which epoch {epoch} was computed from, is not kept "
-                                  f"(kept: {self.log.checkpoint_ids()}): {e}") from None
+                                  f"({e}); epochs it can verify: {self.verifiable_epochs() or 'none'}") from None
             for ref in parent.state_objects:
                 data = self.store.get(ref.key)
                 verify_bytes(data, ref, self.store.location(ref.key))
@@ -121,6 +122,17 @@ class Restore:
         if plan.epoch != epoch:
             raise CheckpointError(f"the scratch copy of job {self.config.job_id} planned epoch {plan.epoch}, not {epoch}")
         return job, plan, committed
+
+    def verifiable_epochs(self) -> list[int]:
+        """The epochs ``verification`` can recompute: each epoch checkpoint kept with the one it
+        was computed from (epoch 0: from the input), oldest first."""
+        kept = {}
+        for cid in self.log.checkpoint_ids():
+            try:
+                kept[cid] = self.log.load(cid, verify="none").kind
+            except CheckpointError:
+                continue  # retired or damaged: neither compared nor computed from
+        return [c for c, kind in sorted(kept.items()) if kind == "epoch" and (c == 0 or c - 1 in kept)]
 
 
 @dataclass

@@ -73,14 +73,19 @@ def readable(line: str) -> str | None:
     return f"{clock} {'' if level == 'info' else level.upper() + ' '}{message[:300]}"
 
 
-def run_dag(dag_id: str, conf: dict) -> int:
-    """``airflow dags test`` with an Airflow home under .local/airflow (created on first use)."""
+def run_dag(dag_id: str, conf: dict, allowed_roots: tuple[str, ...] = ()) -> int:
+    """``airflow dags test`` with an Airflow home under .local/airflow (created on first use).
+    ``allowed_roots``: places the run may name besides the DAG's own roots (the demo, acting as
+    the deployer of its run, allows its own directory: the local directory is no DAG's root)."""
     import json
     import subprocess
+
+    from include.locations import ROOTS_ENV, deployment_roots
 
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
     env = {
         **os.environ,
+        ROOTS_ENV: ",".join([*deployment_roots(), *allowed_roots]),
         "AIRFLOW_HOME": os.environ.get("AIRFLOW_HOME", os.path.join(LOCAL_DIR, "airflow")),
         "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(PROJECT_ROOT, "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(PROJECT_ROOT, "plugins"),
@@ -156,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         conf = {"job_id": "demo-pagerank", "input_path": edges_path, "checkpoint_root": store,
                 "output_path": output, "max_epochs": args.max_epochs, "tolerance": args.tolerance,
                 "num_partitions": args.partitions, "damping": 0.85}
-        if run_dag("iterate_pagerank", conf) != 0:
+        if run_dag("iterate_pagerank", conf, allowed_roots=(os.path.realpath(args.workdir),)) != 0:
             return 1
     elapsed = time.monotonic() - started
     from include.outputs import published

@@ -13,7 +13,7 @@ tampers with what the session names, as a failure would leave it:
 
 And with what the session names of the static data (``load``'s result): before epoch 2 a view
 is dropped, before epoch 4 the name points at a table that is not one of ours, before epoch 5
-the input file gets a new modification time.
+the input file gets a new modification time (the same bytes: still the input the job pinned).
 
 Then the same job again with nothing kept (``handoff=False``, every epoch read from the
 checkpoint). Prints one JSON line: per job, the variables' and the static data's origin per epoch, every
@@ -79,7 +79,7 @@ def main(url: str, edges: str, root: str) -> None:
                     spark.catalog.dropTempView(sorted(named["frames"].values())[0])
                 if plan.epoch == 4:  # a name that is not one of ours
                     spark.conf.set(static, json.dumps({**named, "frames": {"edges": "default.other_table"}}))
-                if plan.epoch == 5:  # the input changed since it was loaded (same bytes, a new time)
+                if plan.epoch == 5:  # touched since it was loaded (the same bytes, a new time)
                     os.utime(edges, (os.stat(edges).st_atime, os.stat(edges).st_mtime + 10))
             return executor.run(plan, runner.job.store)
 
