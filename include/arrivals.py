@@ -375,7 +375,7 @@ def list_input_files(location: Location, store_options: Mapping[str, Any] | None
             raise InputDataError(f"input {location.path} is empty: the directory holds no data files")
         _check_count(location, len(found))
         return [{"key": _checked_key(location, key), "size": st.st_size,
-                 "sha256": file_sha256(_file_path(location, key)), "mtime_ns": st.st_mtime_ns,
+                 "sha256": file_sha256(input_file_location(location, key).path), "mtime_ns": st.st_mtime_ns,
                  "ctime_ns": st.st_ctime_ns} for key, st in found]
     return [{"key": _checked_key(location, key), "size": size, "etag": etag}
             for key, size, etag in _s3_files(location, store_options or {})]
@@ -398,13 +398,10 @@ def _s3_files(location: Location, store_options: Mapping[str, Any]) -> list[tupl
             for o in objects]
 
 
-def _file_path(location: Location, key: str) -> str:
-    return location.path if not key else location.child(key).path
-
-
-def input_file_location(spec, key: str) -> Location:
-    """Where a pinned file of ``spec`` is (``key`` as ``spec.files`` names it)."""
-    return spec.location if not key else spec.location.child(key)
+def input_file_location(location: Location, key: str) -> Location:
+    """Where a file of the input at ``location`` is (``key`` as ``InputSpec.files`` names it:
+    "" for an input that is one file)."""
+    return location if not key else location.child(key)
 
 
 def check_pinned_files(files: Any, where: str) -> list[dict[str, Any]]:
@@ -465,7 +462,7 @@ def input_changes(spec, store_options: Mapping[str, Any] | None = None, *, full:
     except InputDataError:
         now = {}
     for key in sorted(set(pinned) | set(now)):
-        where = input_file_location(spec, key).url
+        where = input_file_location(location, key).url
         if key not in now:
             changes.append(f"{where} is gone")
         elif key not in pinned:
@@ -478,7 +475,7 @@ def input_changes(spec, store_options: Mapping[str, Any] | None = None, *, full:
                 if f.get("etag") and now[key][1] != f["etag"]:
                     changes.append(f"{where} was rewritten (same size; ETag {now[key][1]}, pinned {f['etag']})")
             elif full or (now[key][1], now[key][2]) != (f.get("mtime_ns"), f.get("ctime_ns")):
-                if f.get("sha256") and file_sha256(_file_path(location, key)) != f["sha256"]:
+                if f.get("sha256") and file_sha256(input_file_location(location, key).path) != f["sha256"]:
                     same = " (same size and modification time)" if now[key][1] == f.get("mtime_ns") else ""
                     changes.append(f"{where} was rewritten{same}: its SHA-256 is not the pinned one")
         if len(changes) >= 10:
@@ -486,15 +483,21 @@ def input_changes(spec, store_options: Mapping[str, Any] | None = None, *, full:
     return changes
 
 
-def _published_changes(spec, options: Mapping[str, Any], full: bool) -> list[str]:
+def published_sizes(spec, store_options: Mapping[str, Any] | None = None) -> list[int | None]:
+    """What the store says of each file of the pinned published version ``spec.published``: its
+    size, None for a file that is gone (``check_still_there``'s ``sizes``)."""
     files = pinned_files(spec)
     if spec.location.is_local:
-        sizes = [os.path.getsize(f.path) if os.path.isfile(f.path) else None for f, _ in files]
-    else:
-        from include.store import open_store
+        return [os.path.getsize(f.path) if os.path.isfile(f.path) else None for f, _ in files]
+    from include.store import open_store
 
-        store = open_store(f"s3://{spec.location.bucket}", **options)
-        sizes = [None if (i := store.info(f.path)) is None else i.size for f, _ in files]
+    store = open_store(f"s3://{spec.location.bucket}", **dict(store_options or {}))
+    return [None if (i := store.info(f.path)) is None else i.size for f, _ in files]
+
+
+def _published_changes(spec, options: Mapping[str, Any], full: bool) -> list[str]:
+    files = pinned_files(spec)
+    sizes = published_sizes(spec, options)
     changes = [f"{where.url} is gone" if size is None else f"{where.url} has {size} bytes, pinned with {want}"
                for (where, want), size in zip(files, sizes) if size != want]
     if full and not changes and spec.location.is_local:
@@ -537,4 +540,4 @@ def pinned_input_changes(store, log_id: str, spec, store_options: Mapping[str, A
 
 __all__ = ["CHECKED", "FILES_PIN_FORMAT", "arrival", "check_arrivals", "check_input", "check_pinned", "check_pinned_files", "check_still_there",
            "describe", "file_sha256", "forget_hashes", "input_changes", "input_file_location", "list_input_files", "location_uri",
-           "newest_for", "pin_input", "pinned_files", "pinned_input_changes"]
+           "newest_for", "pin_input", "pinned_files", "pinned_input_changes", "published_sizes"]

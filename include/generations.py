@@ -35,10 +35,11 @@ from include.checkpoint import CheckpointLog
 from include.errors import CheckpointCorrupted, CheckpointError, ConfigError, ObjectNotFound
 from include.layout import check_job_id
 from include.locations.borders import check_store_borders
-from include.manifest import DatasetRef, Manifest, verify_bytes
+from include.manifest import DatasetRef, Manifest
 from include.ownership import Holder, JobLease, JobOwner, OwnershipError, owner_key, read_owner
 from include.records import now_iso
 from include.store import ObjectStore
+from include.store.transfer import copy_verified
 
 if TYPE_CHECKING:
     from include.runtime import IterationJob
@@ -275,13 +276,14 @@ def attach(store: ObjectStore, job_id: str, run: str | None, *, rewind_to: int |
 
 
 def input_changes_of(store: ObjectStore, config, store_options: Mapping[str, Any] | None = None,
-                     ) -> Callable[[str], list[str]] | None:
+                     on_input_change: Any = None) -> Callable[[str], list[str]] | None:
     """``attach``'s ``input_changes`` for a run of ``config`` (an include.config.JobConfig) with
-    ``on_input_change=restart``: None for a body without a static input (nothing pinned)."""
+    ``on_input_change`` (``check_on_input_change``): None unless it is "restart" and the body has a
+    static input (nothing else is pinned)."""
     from include.arrivals import pinned_input_changes
     from include.body import resolve_body
 
-    if not resolve_body(config.body).static_input:
+    if check_on_input_change(on_input_change) != "restart" or not resolve_body(config.body).static_input:
         return None
     return lambda log_id: pinned_input_changes(store, log_id, config.input, store_options)
 
@@ -348,10 +350,8 @@ def seed(job: "IterationJob") -> Manifest | None:
         if not ref.key.startswith(src_root):
             raise CheckpointCorrupted(f"checkpoint {start.checkpoint_id} of job {source.job_id} names object "
                                       f"{ref.key!r} outside its job")
-        data = job.store.get(ref.key)
-        verify_bytes(data, ref, job.store.location(ref.key))
         key = own_root + ref.key[len(src_root):]
-        job.store.put(key, data)
+        copy_verified(job.store, job.store, ref, key)  # a damaged source is refused, nothing left at key
         return dataclasses.replace(ref, key=key)
 
     def dataset(ds: DatasetRef) -> DatasetRef:

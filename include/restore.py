@@ -80,8 +80,8 @@ class Restore:
         log's input pin, under the same keys; this job's store is only read. The scratch job's
         attempt can never commit here: it is in another store, and nothing of it is copied back.
         ConfigError for an epoch that has no committed epoch checkpoint (or whose parent is gone)."""
-        from include.manifest import verify_bytes
         from include.runtime import IterationJob
+        from include.store.transfer import copy_verified
 
         try:
             committed = self.log.load(epoch, verify="full")
@@ -110,9 +110,7 @@ class Restore:
                                   f"{self.config.job_id}, which epoch {epoch} was computed from, is not kept "
                                   f"({e}); epochs it can verify: {self.verifiable_epochs() or 'none'}") from None
             for ref in parent.state_objects:
-                data = self.store.get(ref.key)
-                verify_bytes(data, ref, self.store.location(ref.key))
-                scratch.put(ref.key, data)
+                copy_verified(self.store, scratch, ref, ref.key)
             CheckpointLog(scratch, self.config.job_id).seed(parent)
         # nothing is published from the scratch copy: no output location
         config = dataclasses.replace(self.config, output_path=None)

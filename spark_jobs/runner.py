@@ -130,10 +130,9 @@ class IterationRunner:
             check_borders(config, store, self.store_options)
             JobLease(store, config.job_id).acquire(self.holder, wait=lease_wait)
 
-        restart = generations.check_on_input_change(on_input_change) == "restart"
         log_id, lineage = generations.attach(
             store, config.job_id, None, rewind_to=check_rewind_to(rewind_to), owner=owner_of(config, None), hold=hold,
-            input_changes=generations.input_changes_of(store, config, self.store_options) if restart else None)
+            input_changes=generations.input_changes_of(store, config, self.store_options, on_input_change))
         self.lineage = lineage
         self.config = config = dataclasses.replace(config, job_id=log_id)
         self.attempt_retries = attempt_retries

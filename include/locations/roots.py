@@ -93,18 +93,16 @@ def whose(location: Location) -> str:
     job J (DAG D, ...)" or "; it is inside the checkpoint store S", else ""."""
     if not location.is_local:
         return ""
-    import json
-
-    from include.locations.owners import OUTPUT_OWNER, OutputOwner
+    from include.locations.owners import OUTPUT_OWNER, read_output_owner
+    from include.store import open_store
     from include.store.base import STORE_MARKER
     from include.store.local import marker_at_or_above
 
     try:
         here = marker_at_or_above(location.path, OUTPUT_OWNER)
         if here is not None:
-            record = json.loads(open(os.path.join(here, OUTPUT_OWNER), "rb").read(64 * 1024))
-            owner = OutputOwner.from_dict(record.get("owner") if isinstance(record, dict) else None, here)
-            return f"; it is the output location {here} of {owner.describe()}"
+            owner = read_output_owner(open_store(here, create=False))
+            return f"; it is the output location {here} of {owner.describe()}" if owner else ""
         store = marker_at_or_above(location.path, STORE_MARKER)
         if store is not None:
             return f"; it is inside the checkpoint store {store}"

@@ -159,17 +159,15 @@ def read_input(spark: SparkSession, spec: InputSpec, num_partitions: int, **stor
 def _read_pinned(spark, spec: InputSpec, num_partitions: int, options, store_options) -> DataFrame:
     """A published output's one version (``spec.published``, include.arrivals): exactly its
     files, each there with its recorded size (InputDataError otherwise), never the directory."""
-    from include.arrivals import check_still_there, pinned_files
+    from include.arrivals import check_still_there, pinned_files, published_sizes
 
     files = pinned_files(spec)
     version = spec.published["version"]
+    check_still_there(spec, published_sizes(spec, store_options))
     if spec.location.is_local:
-        check_still_there(spec, [os.path.getsize(f.path) if os.path.isfile(f.path) else None for f, _ in files])
         return spark.read.format("parquet").options(**options).option(
             "iterations.input.version", version).load([f.hadoop_path() for f, _ in files])
     store = open_store(f"s3://{spec.location.bucket}", **store_options)
-    infos = [store.info(f.path) for f, _ in files]
-    check_still_there(spec, [None if i is None else i.size for i in infos])
     return _read_s3_objects(spark, spec, store, [
         {"key": f.path, "size": size, "sha256": pinned.get("sha256")}  # each verified as it is read
         for (f, size), pinned in zip(files, spec.published["files"])], num_partitions, options)
@@ -183,7 +181,7 @@ def _read_pinned_files(spark, spec: InputSpec, num_partitions: int, options, sto
     rewritten since)."""
     from include.arrivals import input_file_location
 
-    located = [(input_file_location(spec, f["key"]), f) for f in spec.files]
+    located = [(input_file_location(spec.location, f["key"]), f) for f in spec.files]
     if spec.location.is_local:
         reader = spark.read.format(spec.format).options(**options).option(
             "iterations.input.version", input_version(spec))

@@ -488,11 +488,10 @@ class IterationOperator(BaseOperator):
         else:
             with permanent_errors():  # a job of another owner: refused before its lease is touched
                 check_claim(store, config.job_id, owner, take_over=bool(settings.get("take_over")))
-            restart = generations.check_on_input_change(settings.get("on_input_change")) == "restart"
             log_id, lineage = generations.attach(
                 store, config.job_id, batch_id_of(context), rewind_to=rewind_to, owner=owner,
                 hold=self.hold(context, store, config.job_id),
-                input_changes=generations.input_changes_of(store, config, options) if restart else None)
+                input_changes=generations.input_changes_of(store, config, options, settings.get("on_input_change")))
             extra = generations.job_options(lineage, log_id)
         config = dataclasses.replace(config, job_id=log_id)
         job = IterationJob(config, store, store_options=options, output_owner=output_owner, arrivals=arrivals,
