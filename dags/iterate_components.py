@@ -15,7 +15,6 @@ EPOCHS_PER_BATCH = 40
 params = job_params(
     job_id="components",
     input_path=os.path.join(LOCAL_DIR, "demo", "input", "edges.parquet"),
-    output_path=os.path.join(LOCAL_DIR, "output", "components"),
     max_epochs=60,
     tolerance=0.5,  # converged once no edge is unsettled (the metric counts edges: 0 < 0.5)
     num_partitions=2,

@@ -15,7 +15,6 @@ body_params = kmeans_params()
 params = job_params(
     job_id="kmeans",
     input_path=os.path.join(LOCAL_DIR, "demo", "input", "points.parquet"),
-    output_path=os.path.join(LOCAL_DIR, "output", "kmeans"),
     max_epochs=30,
     tolerance=1e-6,
     num_partitions=2,

@@ -17,7 +17,6 @@ body_params = pagerank_params()
 params = job_params(
     job_id="pagerank",
     input_path=os.path.join(LOCAL_DIR, "demo", "input", "edges.parquet"),
-    output_path=os.path.join(LOCAL_DIR, "output", "pagerank"),
     max_epochs=50,
     tolerance=1e-8,
 ) | body_params

@@ -20,7 +20,6 @@ body_params = pagerank_params()
 params = job_params(
     job_id="pagerank_daily",
     input_path=os.path.join(LOCAL_DIR, "demo", "input", "edges.parquet"),
-    output_path=os.path.join(LOCAL_DIR, "output", "pagerank_daily"),
     max_epochs=50,
     tolerance=1e-8,
     scheduled=True,

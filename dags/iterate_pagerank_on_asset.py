@@ -24,7 +24,6 @@ body_params = pagerank_params()
 params = job_params(
     job_id="pagerank_on_asset",
     input_path=EDGES,
-    output_path=os.path.join(LOCAL_DIR, "output", "pagerank_on_asset"),
     max_epochs=50,
     tolerance=1e-8,
     scheduled=True,

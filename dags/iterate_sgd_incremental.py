@@ -17,7 +17,6 @@ body_params = sgd_params()
 params = job_params(
     job_id="sgd",
     input_path=os.path.join(LOCAL_DIR, "incoming"),
-    output_path=os.path.join(LOCAL_DIR, "output", "sgd"),
     max_epochs=10_000,
     tolerance=0,
     num_partitions=2,

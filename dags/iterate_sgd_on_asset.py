@@ -22,7 +22,6 @@ body_params = sgd_params()
 params = job_params(
     job_id="sgd_on_asset",
     input_path=INCOMING,
-    output_path=os.path.join(LOCAL_DIR, "output", "sgd_on_asset"),
     max_epochs=10_000,
     tolerance=0,
     num_partitions=2,

@@ -17,9 +17,14 @@ from airflow.sdk import DAG, Param, TaskGroup
 from airflow.sdk.definitions.param import ParamsDict
 
 from include.layout import JOB_ID_REGEX
-from include.paths import LOCAL_DIR, PROJECT_ROOT
+from include.paths import LOCAL_DIR, PROJECT_ROOT  # noqa: F401 (LOCAL_DIR: for the DAG files)
 
-DEFAULT_STORE = os.path.join(LOCAL_DIR, "store")
+#: a location default in the DAG's own directory (include.locations.dag_directory,
+#: ``<ITERATIONS_LOCAL_DIR>/dags/<dag_id>``): ``iteration_dag`` puts the DAG's id in; the
+#: defaults of ``job_params``' checkpoint store and output root
+DAG_DIRECTORY = "{dag_directory}"
+OWN_STORE = f"{DAG_DIRECTORY}/store"
+OWN_OUTPUT = f"{DAG_DIRECTORY}/output"
 
 JOB_ID_PATTERN = JOB_ID_REGEX  # the job_id params' pattern: include.layout's rule
 
@@ -55,8 +60,8 @@ def job_params(
     *,
     job_id: str,
     input_path: str,
-    output_path: str | None,
-    checkpoint_root: str = DEFAULT_STORE,
+    output_path: str | None = OWN_OUTPUT,
+    checkpoint_root: str = OWN_STORE,
     max_epochs: int | None = None,
     tolerance: float = 1e-6,
     num_partitions: int | None = None,
@@ -67,7 +72,9 @@ def job_params(
     """The params every iteration DAG has, with their JSON schema (the trigger form); the
     bounded ones come from the job's declarations (include.config.SETTINGS), with the defaults
     given here (None: the declared one). ``scheduled``: also the params of a scheduled job's
-    batches (recompute, batch_date)."""
+    batches (recompute, batch_date). ``checkpoint_root`` and ``output_path`` default to the
+    DAG's own directory (``OWN_STORE``, ``OWN_OUTPUT``: a location that starts with
+    ``{dag_directory}`` is made the DAG's by ``iteration_dag``); ``output_path`` None: no output."""
     from include.config import SETTINGS
 
     def setting(name: str, default: Any = None) -> Param:
@@ -128,12 +135,18 @@ def job_params(
                                              "(a file added, gone or rewritten): refuse = fail naming the file "
                                              "and what changed; restart = a new generation computes the job from "
                                              "epoch 0 on the new input. See docs/airflow.md."),
+        "verify_epoch": param(None, type=["null", "integer"], minimum=0,
+                              description="The determinism audit: this run recomputes the job's epoch K from "
+                                          "checkpoint K-1 in a scratch store and compares every variable's bytes "
+                                          "with the committed checkpoint K (the run fails naming each partition "
+                                          "that differs); it computes no epoch and changes nothing. Give it the "
+                                          "job's own params. See docs/writing-a-body.md."),
         "continuation": param(True, type="boolean",
                               description="If the job has not terminated when the batch's epochs are done, "
                                           "trigger the next batch (a linked run of this DAG)."),
     }
     if scheduled:  # each batch is a log of its own, pinned when it starts: ``recompute`` reads the input anew
-        del params["on_input_change"]
+        del params["on_input_change"], params["verify_epoch"]
         params["recompute"] = param(
             False, type="boolean",
             description="Recompute this date's batch from the checkpoint it started from and replace "
@@ -187,6 +200,22 @@ def _on_assets(schedule: Any) -> bool:
     if isinstance(schedule, BaseAsset):
         return True
     return isinstance(schedule, (list, tuple)) and bool(schedule) and all(isinstance(a, BaseAsset) for a in schedule)
+
+
+def own_locations(params: Mapping[str, Param], dag_id: str) -> dict[str, Param]:
+    """``params`` with each location default that starts with ``{dag_directory}`` (``OWN_STORE``,
+    ``OWN_OUTPUT``) put in DAG ``dag_id``'s own directory (include.locations.dag_directory)."""
+    from include.locations import LOCATION_PARAMS, dag_directory
+
+    out = dict(params)
+    for name in LOCATION_PARAMS:
+        p = out.get(name)
+        value = getattr(p, "value", None)
+        if isinstance(value, str) and value.startswith(DAG_DIRECTORY):
+            rest = value[len(DAG_DIRECTORY):].lstrip("/")
+            out[name] = Param(dag_directory(dag_id, *rest.split("/")) if rest else dag_directory(dag_id),
+                              description=p.description, schema=p.schema)
+    return out
 
 
 def iteration_dag(
@@ -277,6 +306,9 @@ def iteration_dag(
     from iterations.sensors.alignment import AlignmentSensor
     from iterations.sensors.input import InputSensor
 
+    params = own_locations(params, dag_id)
+    if wait_for_input:  # input that arrives while the job runs: no epoch is recomputed from a fixed input
+        params = {k: v for k, v in params.items() if k != "verify_epoch"}
     if body_param_names is None:
         declared = body_params(body)
         params = {**declared, **params}

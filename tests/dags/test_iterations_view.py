@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import urllib.error
+import urllib.parse
 import urllib.request
 from html import escape
 from html.parser import HTMLParser
@@ -296,6 +297,46 @@ def test_a_job_is_shown_only_to_users_who_may_read_the_dag_that_owns_it(api_serv
             assert api_server.fetch(path, viewer)[0] == 200, (job, path)
 
 
+class _Stores(HTMLParser):
+    """The stores an index page offers: (DAG, root)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stores: list[tuple[str, str]] = []
+        self._href: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self._href = a.get("href") if tag == "a" and a.get("class") == "store" else None
+
+    def handle_data(self, data):
+        if self._href is not None:
+            self.stores.append((data, urllib.parse.parse_qs(urllib.parse.urlsplit(self._href).query)["root"][0]))
+            self._href = None
+
+
+def test_the_index_opens_on_the_users_dags_own_stores(api_server, view_dag_runs):
+    """Without a root, the index offers the own store of each DAG the user may read (each DAG's
+    directory under the local directory, ``dags/<dag_id>/store``) and opens on one of them; a
+    store of a DAG the user may not read is neither offered nor readable."""
+    local = api_server.env["ITERATIONS_LOCAL_DIR"]
+    reader_pr, viewer = api_server.login("reader_pr"), api_server.login("viewer")
+    own = os.path.join(local, "dags", "iterate_pagerank", "store")
+    status, _, body = api_server.fetch("/iterations/", reader_pr)
+    offered = _Stores()
+    offered.feed(body.decode())
+    assert offered.stores == [("iterate_pagerank", own)], body.decode()[-2000:]
+    assert status in (200, 404) and f'value="{own}"' in body.decode(), (status, body[-2000:])
+    status, _, body = api_server.fetch("/iterations/", viewer)
+    offered = _Stores()
+    offered.feed(body.decode())
+    assert {d for d, _ in offered.stores} >= {"iterate_pagerank", "iterate_kmeans", "iterate_components"}, offered.stores
+    assert all(r == os.path.join(local, "dags", d, "store") for d, r in offered.stores), offered.stores
+    kmeans = os.path.join(local, "dags", "iterate_kmeans", "store")
+    status, _, body = api_server.fetch(f"/iterations/api/jobs?{q(kmeans)}", reader_pr)
+    assert status == 403 and ("outside the allowed roots" in body.decode() or "own directory" in body.decode()), body
+
+
 def test_a_check_report_is_shown_only_to_users_who_may_see_its_job(api_server, view_stores, owned_store):
     reader, viewer = api_server.login("reader_a"), api_server.login("viewer")
     refused = f"checks/{view_stores.refused_epoch}/{view_stores.refused_attempt}?{q(owned_store)}"
@@ -492,9 +533,9 @@ def test_the_view_reads_the_roots_a_dags_runs_may_use(api_server, view_stores, v
     deployment's roots: its runs may use it, so the view reads it too (one rule for both); a
     place no readable DAG allows stays refused."""
     elsewhere = f"/var/tmp/iterations-view-{os.getpid()}"
-    store_root = f"{elsewhere}/store"  # iterate_pagerank's default checkpoint root, parsed as below
+    store_root = f"{elsewhere}/dags/iterate_pagerank/store"  # its default checkpoint root, parsed as below
     shutil.rmtree(elsewhere, ignore_errors=True)
-    shutil.copytree(view_stores.root, store_root)
+    shutil.copytree(view_stores.root, store_root)  # (the parents made too)
     token = api_server.login("viewer")
     # written now, not skipped for its last write's age (min_serialized_dag_update_interval)
     fresh = {**api_server.env, "AIRFLOW__CORE__MIN_SERIALIZED_DAG_UPDATE_INTERVAL": "0"}

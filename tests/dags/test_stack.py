@@ -512,7 +512,8 @@ def test_a_dag_scheduled_on_its_input_runs_a_batch_per_publication(stack, api):
 
     dag, job = "iterate_pagerank_on_asset", "pagerank_on_asset"
     local = os.path.join(stack.home, "local")  # the stack's ITERATIONS_LOCAL_DIR: the DAG's defaults
-    graph, store = os.path.join(local, "graph"), os.path.join(local, "store")
+    graph, home = os.path.join(local, "graph"), os.path.join(local, "dags", dag)  # the DAG's own directory
+    store = os.path.join(home, "store")
     uri = output_uri(graph, "edges")
     # regular graphs: uniform ranks are the fixed point, so each batch converges in a batch of epochs
     versions = [nx.DiGraph([(i, (i + 1) % 10) for i in range(10)]),
@@ -546,7 +547,7 @@ def test_a_dag_scheduled_on_its_input_runs_a_batch_per_publication(stack, api):
         assert arrived["ignored"] == ["from_rest_api"]
         if dates:  # warm-started from the previous batch's final checkpoint
             assert record["started_from"]["job_id"] == f"{job}.{dates[-1]}"
-        published = read_published(os.path.join(local, "output", job, job, date), "ranks")  # <default>/<job>/<date>
+        published = read_published(os.path.join(home, "output", job, date), "ranks")  # <default>/<job>/<date>
         assert sorted(published["node"]) == list(range(10))
         head_log = open(glob.glob(os.path.join(api.home, "logs", f"dag_id={dag}", f"run_id={run['dag_run_id']}",
                                                "task_id=epoch_0.run", "attempt=*.log"))[0], errors="replace").read()
@@ -595,7 +596,8 @@ def test_an_incremental_job_on_its_input_asset_ends_each_batch_when_the_input_is
     ended = [t for t, ti in tis.items() if t.endswith(".wait_input") and ti["state"] == "success"][-1]
     log = _task_log(api, dag, last, ended)
     assert "no new input under" in log and "the batch ends here" in log, log[-2000:]
-    store = LocalStore(os.path.join(local, "store"))
+    home = os.path.join(local, "dags", dag)  # the DAG's own directory: its default store and outputs
+    store = LocalStore(os.path.join(home, "store"))
     after_first = CheckpointLog(store, job).latest_id()
 
     dropped = os.path.basename(drop_file(inbox, 3))
@@ -605,7 +607,7 @@ def test_an_incremental_job_on_its_input_asset_ends_each_batch_when_the_input_is
     assert f"arrived: {uri}: no version named" in head and "keys not read: files, from_rest_api" in head, head[-3000:]
     assert CheckpointLog(store, job).load(after_first + 1, verify="none").parent_id == after_first, \
         "the second event's batch went on with the same job"
-    splits = read_published(os.path.join(local, "output", job, job), "splits")
+    splits = read_published(os.path.join(home, "output", job), "splits")
     assert sorted(splits["split"]) == [f"batch-{i:03d}.parquet" for i in range(4)], "each file once"
     assert isinstance(splits, pd.DataFrame) and splits["rows"].sum() == 4 * 40
 

@@ -117,7 +117,7 @@ def test_a_dag_reads_and_writes_only_under_its_own_roots_naming_whose_a_refused_
     from include.store import LocalStore
 
     monkeypatch.delenv("ITERATIONS_ALLOWED_ROOTS", raising=False)
-    local = tmp_path / "local"
+    local = tmp_path / "local"  # (defaults in one directory, as a DAG author may write them)
     pagerank = {"input_path": str(local / "graphs" / "edges.parquet"), "checkpoint_root": str(local / "store"),
                 "output_path": str(local / "output" / "pagerank")}
     kmeans = {"input_path": str(local / "points" / "points.parquet"), "checkpoint_root": str(local / "store"),
@@ -137,6 +137,53 @@ def test_a_dag_reads_and_writes_only_under_its_own_roots_naming_whose_a_refused_
         admit_run({**run, "input_path": pagerank["input_path"]}, roots)
     with pytest.raises(LocationError, match="output_path .*output/pagerank.* is outside the allowed roots"):
         admit_run({**run, "output_path": pagerank["output_path"]}, roots)
+
+
+def test_a_dags_own_directory_is_reached_only_through_a_root_inside_it(monkeypatch, tmp_path):
+    """``<local>/dags/<dag_id>`` (include.locations.dag_directory): a wider root (the local
+    directory, here the deployment's) admits places beside the DAGs' directories but none inside
+    one, nor the DAGs' directory itself; a root inside a DAG's directory (its own defaults, an
+    author's declared input, a deployer's root naming it) admits what is under it; the stop DAG
+    and the unchecked view reach across (``across_dags``)."""
+    import include.locations.roots as roots_module
+    from include.locations import dag_directory
+
+    local = tmp_path / "local"
+    monkeypatch.setattr(roots_module, "DAGS_DIR", str(local / "dags"))
+    monkeypatch.setenv("ITERATIONS_ALLOWED_ROOTS", str(local))
+    own, other = str(local / "dags" / "a"), str(local / "dags" / "b")
+    roots = AllowedRoots.for_dag([f"{own}/store", f"{own}/output", f"{other}/output/shared"])
+    assert roots.check("output_path", f"{own}/output/job") == f"{own}/output/job"
+    assert roots.check("input_path", str(local / "demo" / "edges.csv")) == str(local / "demo" / "edges.csv")
+    assert roots.check("input_path", f"{other}/output/shared/ranks") == f"{other}/output/shared/ranks"
+    for value in (f"{other}/store", f"{other}/output/mine", f"{own}/elsewhere"):
+        with pytest.raises(LocationError, match=r"lies in DAG (a|b)'s own directory .*: only that DAG's runs reach it"):
+            roots.check("output_path", value)
+    with pytest.raises(LocationError, match="is the directory of every DAG's own directory"):
+        roots.check("checkpoint_root", str(local / "dags"))
+    assert AllowedRoots([str(local)], across_dags=True).check("checkpoint_root", f"{other}/store") == f"{other}/store"
+    monkeypatch.setenv("ITERATIONS_ALLOWED_ROOTS", f"{other}/store")  # the deployer names it
+    assert AllowedRoots.for_dag([]).check("checkpoint_root", f"{other}/store/x") == f"{other}/store/x"
+    with pytest.raises(ConfigError, match="invalid dag_id '../x'"):
+        dag_directory("../x")
+
+
+def test_a_job_of_the_shared_store_of_earlier_versions_is_named(monkeypatch, tmp_path):
+    import include.locations.roots as roots_module
+    from include.locations import earlier_shared_job
+
+    shared = tmp_path / "store"
+    monkeypatch.setattr(roots_module, "SHARED_STORE", str(shared))
+    own = tmp_path / "dags" / "a" / "store"
+    assert earlier_shared_job("pr", str(own)) is None, "no such job there"
+    (shared / "jobs" / "pr").mkdir(parents=True)
+    said = earlier_shared_job("pr", str(own))
+    assert said.startswith(f"job pr starts anew in {own}: the shared store {shared} of earlier versions holds")
+    assert "ITERATIONS_ALLOWED_ROOTS" in said and f"checkpoint_root={shared}" in said
+    assert earlier_shared_job("pr", str(shared)) is None, "the run goes on with it"
+    (own / "jobs" / "pr").mkdir(parents=True)
+    assert earlier_shared_job("pr", str(own)) is None, "the job is the DAG's own already"
+    assert earlier_shared_job("pr", "s3://bucket/store") is None
 
 
 def test_a_job_config_holds_canonical_locations(tmp_path, monkeypatch):

@@ -453,6 +453,7 @@ class IterationOperator(BaseOperator):
         from include import generations
         from include.body import body_reference
         from include.generations import check_rewind_to
+        from include.locations import earlier_shared_job
         from include.locations.owners import OutputOwner
         from include.ownership import check_claim
         from include.protocol import check_borders, owner_of
@@ -462,6 +463,8 @@ class IterationOperator(BaseOperator):
         from iterations.hooks.iteration_store import IterationStoreHook
 
         config = self.job_config(context)
+        if notice := earlier_shared_job(config.job_id, config.checkpoint_root):
+            self.log.warning(notice)
         options = IterationStoreHook(self.aws_conn_id).store_options(config.checkpoint_root)
         store = open_store(config.checkpoint_root, **options)
         settings = self.settings(context)

@@ -11,9 +11,15 @@ from iterations.operators.base import IterationOperator, permanent_errors
 class StopRequestOperator(IterationOperator):
     """Asks a job - usually running in another DAG run - to ``drain`` or ``suspend`` at its next
     epoch boundary, by writing the request into its checkpoint store (``job_id``,
-    ``checkpoint_root`` and ``mode`` from the params)."""
+    ``checkpoint_root`` and ``mode`` from the params). ``across_dags``: ``allowed_roots`` reach
+    into every DAG's own directory under them (include.locations.AllowedRoots): a control DAG
+    that stops any DAG's jobs says so."""
 
     ui_color = "#f8d7da"
+
+    def __init__(self, *, across_dags: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.across_dags = across_dags
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         with permanent_errors():
@@ -32,7 +38,7 @@ class StopRequestOperator(IterationOperator):
         missing = [k for k in ("job_id", "checkpoint_root", "mode") if not settings.get(k)]
         if missing:
             raise ConfigError(f"missing setting(s) {missing} for a stop request")
-        root = AllowedRoots.for_dag(self.allowed_roots).check("checkpoint_root", settings["checkpoint_root"])
+        root = AllowedRoots.for_dag(self.allowed_roots, across_dags=self.across_dags).check("checkpoint_root", settings["checkpoint_root"])
         # an existing store only: a request never creates directories elsewhere
         store = open_store(root, create=False, **IterationStoreHook(self.aws_conn_id).store_options(root))
         newest = Lineage.of_job(store, settings["job_id"]).newest()

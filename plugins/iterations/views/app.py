@@ -43,8 +43,8 @@ from include.overview import (
     job_overview,
     list_jobs,
 )
-from include.locations import LOCATION_PARAMS, AllowedRoots, dag_roots
-from iterations.dag_factory import DEFAULT_STORE, LOCAL_DIR
+from include.locations import LOCATION_PARAMS, AllowedRoots, dag_directory, dag_roots
+from iterations.dag_factory import LOCAL_DIR
 from iterations.hooks.iteration_store import IterationStoreHook
 from iterations.operators.base import batch_id_of_run
 from iterations.views import page
@@ -83,37 +83,68 @@ class ViewError(Exception):
         self.message = message
 
 
+def readable_defaults(access: JobAccess | None) -> list[tuple[str, dict[str, Any]]]:
+    """(dag_id, location defaults) of every DAG the user may read, by dag_id (none without a
+    user to check: ``access`` None)."""
+    if access is None:
+        return []
+    from airflow.models.dag import DagModel
+    from airflow.models.serialized_dag import SerializedDagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    out = []
+    with create_session() as session:
+        dag_ids = list(session.scalars(select(DagModel.dag_id).where(~DagModel.is_stale)))
+        for dag_id in sorted(access.readable_dags(dag_ids)):
+            dag = SerializedDagModel.get_dag(dag_id, session=session)
+            if dag is not None:
+                out.append((dag_id, {k: dag.params[k] for k in LOCATION_PARAMS if k in dag.params}))
+    return out
+
+
 def view_roots(access: JobAccess | None) -> AllowedRoots:
     """The roots the view reads: those of every DAG the user may read, by the rule their runs
     keep (include.locations.roots_for_dag over each DAG's params' defaults), and the
-    deployment's ``ITERATIONS_ALLOWED_ROOTS``; the embedded local directory as a whole only
-    without an access check (``access`` None: no user to check)."""
-    roots: list[str] = [LOCAL_DIR] if access is None else []
-    if access is not None:
-        from airflow.models.dag import DagModel
-        from airflow.models.serialized_dag import SerializedDagModel
-        from airflow.utils.session import create_session
-        from sqlalchemy import select
-
-        with create_session() as session:
-            dag_ids = list(session.scalars(select(DagModel.dag_id).where(~DagModel.is_stale)))
-            for dag_id in sorted(access.readable_dags(dag_ids)):
-                dag = SerializedDagModel.get_dag(dag_id, session=session)
-                if dag is None:
-                    continue
-                defaults = {k: dag.params[k] for k in LOCATION_PARAMS if k in dag.params}
-                try:
-                    roots.extend(dag_roots(defaults))
-                except ConfigError:
-                    continue  # a DAG whose defaults are not locations gives the view no root
+    deployment's ``ITERATIONS_ALLOWED_ROOTS``; the embedded local directory as a whole, each
+    DAG's own directory in it included, only without an access check (``access`` None)."""
+    if access is None:
+        return AllowedRoots.for_dag([LOCAL_DIR], across_dags=True)
+    roots: list[str] = []
+    for _dag_id, defaults in readable_defaults(access):
+        try:
+            roots.extend(dag_roots(defaults))
+        except ConfigError:
+            continue  # a DAG whose defaults are not locations gives the view no root
     return AllowedRoots.for_dag(roots)
 
 
+def dag_stores(access: JobAccess | None) -> list[tuple[str, str]]:
+    """(dag_id, default checkpoint root) of the DAGs the user may read: the stores the index
+    offers; without a user to check, iterate_pagerank's."""
+    if access is None:
+        return [("iterate_pagerank", dag_directory("iterate_pagerank", "store"))]
+    stores: dict[str, str] = {}  # root -> the first DAG (by id) whose default it is
+    for dag_id, d in readable_defaults(access):
+        if isinstance(d.get("checkpoint_root"), str) and d["checkpoint_root"]:
+            stores.setdefault(d["checkpoint_root"], dag_id)
+    return [(dag_id, root) for root, dag_id in stores.items()]
+
+
+def default_root(stores: list[tuple[str, str]]) -> str:
+    """The store the index opens on: the first of ``stores`` that holds a job (a local store
+    is looked at, an S3 one taken as it is), else the first; iterate_pagerank's without any."""
+    for _dag_id, root in stores:
+        if root.startswith(("s3://", "s3a://")) or os.path.isdir(os.path.join(root, "jobs")):
+            return root
+    return stores[0][1] if stores else dag_directory("iterate_pagerank", "store")
+
+
 def open_root(root: str | None, access: JobAccess | None = None):
-    """The store at checkpoint root ``root`` (default: the embedded store), once it lies under
-    a root of a DAG the user may read (``view_roots``). A local root that does not exist is not
-    created."""
-    root = root or DEFAULT_STORE
+    """The store at checkpoint root ``root`` (default: ``default_root`` of the user's DAGs'
+    stores), once it lies under a root of a DAG the user may read (``view_roots``). A local root
+    that does not exist is not created."""
+    root = root or default_root(dag_stores(access))
     try:
         root = view_roots(access).check("root", root)
     except ConfigError as e:
@@ -170,14 +201,15 @@ def _visible(access: JobAccess, store: Any, job_id: str) -> None:
 @app.get("/", response_class=HTMLResponse)
 def index(request: Request, user: GetUserDep, root: str | None = None) -> HTMLResponse:
     def render() -> str:
-        access = JobAccess(user)
         where, store = open_root(root, access)
-        return page.index_page(where, access.visible(store, list_jobs(store)), None, _base(request))
+        return page.index_page(where, access.visible(store, list_jobs(store)), None, _base(request), stores)
 
+    access, stores = JobAccess(user), []
     try:
+        stores = _guard(lambda: dag_stores(access))
         return HTMLResponse(_guard(render))
     except ViewError as e:  # the form stays usable to fix the root
-        return HTMLResponse(page.index_page(root or DEFAULT_STORE, None, e.message, _base(request)),
+        return HTMLResponse(page.index_page(root or default_root(stores), None, e.message, _base(request), stores),
                             status_code=e.status)
 
 

@@ -112,7 +112,13 @@ def error_page(status: int, message: str) -> str:
                                       f'<p><a href="./">Back</a></p>')
 
 
-def index_page(root: str, jobs: list[str] | None, problem: str | None, base: str) -> str:
+def index_page(root: str, jobs: list[str] | None, problem: str | None, base: str,
+               stores: list[tuple[str, str]] = ()) -> str:
+    """The jobs of the store at ``root``; ``stores``: (dag_id, checkpoint root) of the DAGs the
+    user may read, offered as links."""
+    picks = "".join(f'<li><a class="store" href="{_e(f"{base}?{_q(root=r)}")}">{_e(dag_id)}</a> '
+                    f'<span class="muted">{_e(r)}</span></li>' for dag_id, r in stores)
+    picker = f'<p class="meta">Your DAGs\' stores:</p><ul class="stores">{picks}</ul>' if picks else ""
     rows = "".join(f'<tr><td><a class="job" href="{_e(f"{base}jobs/{quote(j)}?{_q(root=root)}")}">{_e(j)}</a>'
                    f"</td></tr>" for j in jobs or [])
     listing = (f"<table><tr><th>Job</th></tr>{rows}</table>" if rows
@@ -120,7 +126,7 @@ def index_page(root: str, jobs: list[str] | None, problem: str | None, base: str
     return _page("Iterations", f"""<h1>Iterations</h1>
 <p class="meta">The jobs of a checkpoint store, read-only. Open a job to see its epochs.</p>
 <form method="get" action="{_e(base)}"><label>Checkpoint root <input type="text" name="root" value="{_e(root)}"></label>
-<button type="submit">Open</button></form>{listing}""")
+<button type="submit">Open</button></form>{picker}{listing}""")
 
 
 #: at most this many points are drawn; a longer job's chart keeps each group's smallest and largest
