@@ -323,6 +323,17 @@ def retire(store: ObjectStore, job_id: str, generation: str, owner: JobOwner,
     return done
 
 
+def open_newest(store: ObjectStore, config, store_options: Mapping[str, Any] | None = None, **job_options_: Any):
+    """The job's newest generation as an ``IterationJob`` on ``store``, opened to be read:
+    nothing is written (no lease, no generation record), as the determinism audit needs."""
+    from include.runtime import IterationJob
+
+    lineage = Lineage.of_job(store, config.job_id)
+    log_id = lineage.newest()
+    return IterationJob(dataclasses.replace(config, job_id=log_id), store, store_options=dict(store_options or {}),
+                        **job_options(lineage, log_id), **job_options_)  # -> "IterationJob"
+
+
 def job_options(lineage: Lineage, log_id: str) -> dict[str, Any]:
     """What ``IterationJob`` needs of generation ``log_id``: where it starts from, the other
     generations (their output versions are its to replace) and its publication gate. One
@@ -366,4 +377,4 @@ def seed(job: "IterationJob") -> Manifest | None:
     return manifest
 
 __all__ = ["ON_INPUT_CHANGE", "Lineage", "attach", "check_on_input_change", "check_rewind", "check_rewind_to",
-           "generation_number", "input_changes_of", "job_options", "lineage_of", "seed"]
+           "generation_number", "input_changes_of", "job_options", "lineage_of", "open_newest", "seed"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from include.checkpoint import CheckpointLog
 from include.errors import CheckpointCorrupted, CheckpointError, ConfigError, ObjectNotFound
@@ -119,7 +119,25 @@ class Restore:
         plan = job.plan_epoch(committed.batch_id, run={"runner": "verification"})
         if plan.epoch != epoch:
             raise CheckpointError(f"the scratch copy of job {self.config.job_id} planned epoch {plan.epoch}, not {epoch}")
+        self._check_same_settings(plan, committed)
         return job, plan, committed
+
+    def _check_same_settings(self, plan: EpochPlan, committed: Manifest) -> None:
+        """ConfigError when the recomputation would not run what the committed epoch ran (the
+        audit's settings are not the job's: another body parameter or partitioning): it would
+        flag a deterministic body. Names each setting with both values (the committed ones are
+        in checkpoint ``committed``'s manifest)."""
+        differ = [] if plan.num_partitions == committed.num_partitions else \
+            [f"num_partitions {committed.num_partitions} (committed) vs {plan.num_partitions} (now)"]
+        from include.body import resolve_body
+
+        defaults = {p.name: p.default for p in resolve_body(self.config.body).parameters}
+        ran, now = ({**defaults, **params.get("params", {})} for params in (committed.body, plan.body))
+        differ += [f"body param {k} {ran.get(k)!r} (committed) vs {now.get(k)!r} (now)"
+                   for k in sorted(set(ran) | set(now)) if ran.get(k) != now.get(k)]
+        if differ:
+            raise ConfigError(f"verify epoch {committed.epoch}: job {self.config.job_id}'s epoch ran with other "
+                              f"settings than this audit's: {'; '.join(differ)}; give the audit the job's own")
 
     def verifiable_epochs(self) -> list[int]:
         """The epochs ``verification`` can recompute: each epoch checkpoint kept with the one it
@@ -131,6 +149,34 @@ class Restore:
             except CheckpointError:
                 continue  # retired or damaged: neither compared nor computed from
         return [c for c, kind in sorted(kept.items()) if kind == "epoch" and (c == 0 or c - 1 in kept)]
+
+    def verify_epoch(self, epoch: int, execute: Callable[[EpochPlan, Any], None], *,
+                     scratch_dir: str | None = None) -> "EpochVerification":
+        """The determinism audit (docs/writing-a-body.md): recompute epoch ``epoch`` from
+        checkpoint ``epoch - 1`` in a scratch store (a temporary directory under ``scratch_dir``,
+        deleted after; the Spark executors must see it), an attempt that can never commit, and
+        compare every variable's files, partition by partition, by SHA-256 with the committed
+        checkpoint ``epoch``; for a partition that differs, its rows too
+        (``partition_difference``). ``execute(plan, scratch)`` runs the attempt (the library's
+        warm session, an Airflow task's hook); this job's store and outputs are only read."""
+        import tempfile
+        import time
+
+        from include.store import LocalStore
+
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="iterations-verify-", dir=scratch_dir) as tmp:
+            scratch = LocalStore(tmp)
+            job, plan, committed = self.verification(epoch, scratch)
+            execute(plan, scratch)
+            reports = job.log.reports(plan.epoch, plan.attempt_id)
+            by_key = {(r.head, r.partition): r for r in reports}
+            differences = [partition_difference(self.store, scratch, committed, by_key.get(hp), *hp)
+                           for hp in differing_partitions(committed, reports)]
+        files = sum(len(ds.files) for ds in committed.variables.values())
+        log.info("job %s: epoch %d recomputed from checkpoint %d in %.1fs: %d of its partitions differ",
+                 self.config.job_id, epoch, epoch - 1, time.monotonic() - started, len(differences))
+        return EpochVerification(self.config.job_id, epoch, files, differences, time.monotonic() - started)
 
 
 @dataclass
@@ -162,3 +208,66 @@ def differing_partitions(committed: Manifest, reports: Sequence[EpochReport]) ->
             if recomputed.get((head, p)) != [f.sha256 for f in files]:
                 out.append((head, p))
     return out
+
+
+@dataclass
+class EpochVerification:
+    """What a determinism audit (``Restore.verify_epoch``) found."""
+
+    job_id: str
+    epoch: int
+    files: int  # the committed checkpoint's variable files compared
+    differences: list  # include.restore.PartitionDifference, one per partition that differs
+    seconds: float
+
+    @property
+    def identical(self) -> bool:
+        return not self.differences
+
+    def describe(self) -> str:
+        if self.identical:
+            return f"verified: epoch {self.epoch} identical ({self.files} files of job {self.job_id}, {self.seconds:.1f}s)"
+        lines = [f"not verified: epoch {self.epoch} of job {self.job_id} differs when recomputed from checkpoint "
+                 f"{self.epoch - 1} in {len(self.differences)} partition(s): the body is not deterministic "
+                 "(docs/writing-a-body.md#a-deterministic-body)"]
+        return "\n".join(lines + [f"  {d.describe()}" for d in self.differences])
+
+
+def partition_difference(store, scratch, committed: Manifest, report: EpochReport | None, head: str,
+                         partition: int) -> PartitionDifference:
+    """How one partition's recomputed rows (``report``'s files in ``scratch``) differ from the
+    committed ones (``committed``'s in ``store``): rows, schema, the non-float columns, and the
+    largest difference of each float column, rows matched by the other columns."""
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def table(s, files):
+        parts = [pq.read_table(io.BytesIO(s.get(f.key))) for f in files]
+        return pa.concat_tables(parts) if parts else None
+
+    old = table(store, committed.variables[head].partitions[partition])
+    new = table(scratch, report.files) if report is not None else None
+    diff = PartitionDifference(head, partition, None if old is None else old.num_rows,
+                               None if new is None else new.num_rows)
+    if old is None or new is None or old.schema != new.schema or old.num_rows != new.num_rows:
+        diff.note = "" if old is not None and new is not None and old.schema == new.schema else \
+            ": its schema differs" if old is not None and new is not None else ": no recomputed files"
+        return diff
+    floats = [n for n, t in zip(old.schema.names, old.schema.types) if pa.types.is_floating(t)]
+    keys = [n for n in old.schema.names if n not in floats and not pa.types.is_nested(old.schema.field(n).type)]
+    if keys:
+        old, new = old.sort_by([(k, "ascending") for k in keys]), new.sort_by([(k, "ascending") for k in keys])
+        if not all(old.column(k).equals(new.column(k)) for k in keys):
+            diff.note = f": its rows differ in {', '.join(k for k in keys if not old.column(k).equals(new.column(k)))}"
+            return diff
+    for name in floats:
+        a = old.column(name).to_numpy(zero_copy_only=False).astype("float64")
+        b = new.column(name).to_numpy(zero_copy_only=False).astype("float64")
+        both = ~(np.isnan(a) & np.isnan(b))
+        diff.largest[name] = float(np.max(np.abs(a[both] - b[both]), initial=0.0))
+    if not floats:
+        diff.note = ": the same rows, in another order or encoding"
+    return diff

@@ -180,31 +180,16 @@ class IterationRunner:
                                   owner_of(self.config, dag_id),
                                   self.holder)
 
-    def verify_epoch(self, epoch: int, *, scratch_dir: str | None = None) -> "EpochVerification":
-        """The determinism audit (docs/writing-a-body.md): recompute epoch ``epoch`` from
-        checkpoint ``epoch - 1`` in a scratch store (a temporary directory under ``scratch_dir``,
-        deleted after), an attempt that can never commit, and compare every variable's files,
-        partition by partition, by SHA-256 with the committed checkpoint ``epoch``; for a
-        partition that differs, its rows are compared too (the largest difference of each float
-        column, rows matched by the other columns). The job's store and outputs are only read."""
-        import tempfile
-
-        from include.restore import differing_partitions
-        from include.store import LocalStore
-
-        started = time.monotonic()
-        with tempfile.TemporaryDirectory(prefix="iterations-verify-", dir=scratch_dir) as tmp:
-            scratch = LocalStore(tmp)
-            _job, plan, committed = self.job.verification(epoch, scratch)
-            reports = self.executor.run(plan, scratch)
+    def verify_epoch(self, epoch: int, *, scratch_dir: str | None = None):
+        """The determinism audit (docs/writing-a-body.md; include.restore.Restore.verify_epoch)
+        on this process's warm session: an ``include.restore.EpochVerification``."""
+        def execute(plan, scratch) -> None:
             try:
-                differing = differing_partitions(committed, reports)
-                by_key = {(r.head, r.partition): r for r in reports}
-                differences = [_difference(self.job.store, scratch, committed, by_key.get(hp), *hp) for hp in differing]
+                self.executor.run(plan, scratch)
             finally:
                 self.executor.release()  # nothing of the scratch attempt is kept for a later epoch
-        files = sum(len(ds.files) for ds in committed.variables.values())
-        return EpochVerification(self.config.job_id, epoch, files, differences, time.monotonic() - started)
+
+        return self.job.verify_epoch(epoch, execute, scratch_dir=scratch_dir)
 
     def _execute(self, plan: EpochPlan) -> list:
         """Run the attempt on this process's warm session: the reports its tail wrote."""
@@ -305,68 +290,4 @@ class IterationRunner:
             self._executor.release()
 
 
-@dataclass
-class EpochVerification:
-    """What ``IterationRunner.verify_epoch`` found."""
-
-    job_id: str
-    epoch: int
-    files: int  # the committed checkpoint's variable files compared
-    differences: list  # include.restore.PartitionDifference, one per partition that differs
-    seconds: float
-
-    @property
-    def identical(self) -> bool:
-        return not self.differences
-
-    def describe(self) -> str:
-        if self.identical:
-            return f"verified: epoch {self.epoch} identical ({self.files} files of job {self.job_id}, {self.seconds:.1f}s)"
-        lines = [f"not verified: epoch {self.epoch} of job {self.job_id} differs when recomputed from checkpoint "
-                 f"{self.epoch - 1} in {len(self.differences)} partition(s): the body is not deterministic "
-                 "(docs/writing-a-body.md#a-deterministic-body)"]
-        return "\n".join(lines + [f"  {d.describe()}" for d in self.differences])
-
-
-def _difference(store, scratch, committed: Manifest, report, head: str, partition: int):
-    """How one partition's recomputed rows differ from the committed ones."""
-    import pyarrow as pa
-
-    import io
-
-    import pyarrow.parquet as pq
-
-    from include.restore import PartitionDifference
-
-    def table(s, files):
-        parts = [pq.read_table(io.BytesIO(s.get(f.key))) for f in files]
-        return pa.concat_tables(parts) if parts else None
-
-    old = table(store, committed.variables[head].partitions[partition])
-    new = table(scratch, report.files) if report is not None else None
-    diff = PartitionDifference(head, partition, None if old is None else old.num_rows,
-                               None if new is None else new.num_rows)
-    if old is None or new is None or old.schema != new.schema or old.num_rows != new.num_rows:
-        diff.note = "" if old is not None and new is not None and old.schema == new.schema else \
-            ": its schema differs" if old is not None and new is not None else ": no recomputed files"
-        return diff
-    floats = [n for n, t in zip(old.schema.names, old.schema.types) if pa.types.is_floating(t)]
-    keys = [n for n in old.schema.names if n not in floats and not pa.types.is_nested(old.schema.field(n).type)]
-    if keys:
-        old, new = old.sort_by([(k, "ascending") for k in keys]), new.sort_by([(k, "ascending") for k in keys])
-        if not all(old.column(k).equals(new.column(k)) for k in keys):
-            diff.note = f": its rows differ in {', '.join(k for k in keys if not old.column(k).equals(new.column(k)))}"
-            return diff
-    import numpy as np
-
-    for name in floats:
-        a = old.column(name).to_numpy(zero_copy_only=False).astype("float64")
-        b = new.column(name).to_numpy(zero_copy_only=False).astype("float64")
-        both = ~(np.isnan(a) & np.isnan(b))
-        diff.largest[name] = float(np.max(np.abs(a[both] - b[both]), initial=0.0))
-    if not floats:
-        diff.note = ": the same rows, in another order or encoding"
-    return diff
-
-
-__all__ = ["EpochVerification", "IterationRunner", "RunResult", "DataCheckFailed"]
+__all__ = ["IterationRunner", "RunResult", "DataCheckFailed"]

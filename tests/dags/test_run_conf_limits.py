@@ -31,8 +31,9 @@ def dags_test(env, dag_id, conf) -> tuple[bool, str, dict[str, int]]:
 
 @pytest.fixture
 def local(airflow_env, tmp_path):
-    """The DAGs' embedded local directory moved under tmp_path (their default checkpoint root is
-    ``<it>/store``), and the only root the deployment allows; runs point their paths inside it."""
+    """The DAGs' embedded local directory moved under tmp_path (a DAG's default checkpoint root is
+    ``<it>/dags/<dag_id>/store``), and the only root the deployment allows; runs point their
+    paths inside it."""
     # two epoch groups: a refused run's task fails at once, and airflow dags test then marks the
     # tasks after it failed one layer per second (about a minute for the default twenty groups)
     return {**airflow_env, "ITERATIONS_LOCAL_DIR": str(tmp_path / "local"),
@@ -72,7 +73,7 @@ def test_a_run_conf_cannot_switch_off_the_authors_checks(local):
 
 def test_a_run_conf_cannot_reach_a_checkpoint_store_or_take_a_job_over(local):
     env, root = local
-    default_store = root / "store"  # the DAG's default checkpoint root
+    default_store = root / "dags" / "iterate_pagerank" / "store"  # the DAG's default checkpoint root
     conf = pagerank_conf(root, output_path=str(default_store / "jobs" / "victim" / "checkpoints"))
     ok, log, tries = dags_test(env, "iterate_pagerank", conf)
     assert not ok and "overlaps the checkpoint root" in log and tries["epoch_0.run"] == 1, log[-3000:]
@@ -91,6 +92,49 @@ def test_a_job_of_another_owner_is_not_continued(local, spark):
     assert not ok and "job pr belongs to a run outside Airflow" in log and "dag_id None -> 'iterate_pagerank'" in log
     assert tries["epoch_0.run"] == 1
     assert CheckpointLog(LocalStore(conf["checkpoint_root"]), "pr").latest_id() == 0, "nothing committed"
+
+
+def test_a_job_of_the_shared_store_of_earlier_versions_goes_on_where_the_deployer_allows(local):
+    """The upgrade path of docs/configuration.md ("Each DAG's own directory"): a job in the
+    shared store ``<local>/store`` goes on there when the deployment's roots allow it and the run
+    names it; a run that leaves the default store starts the job anew in the DAG's own directory
+    and its log says that the shared store holds a job of that id, and how to go on with it."""
+    env, root = local  # ITERATIONS_ALLOWED_ROOTS is the local directory: the old places are allowed
+    shared = root / "store"
+    conf = pagerank_conf(root, checkpoint_root=str(shared), output_path=str(root / "output" / "pagerank" / "pr"),
+                         max_epochs=4)  # two batches of two epochs
+    ok, log, _ = dags_test(env, "iterate_pagerank", conf)
+    old = CheckpointLog(LocalStore(str(shared)), "pr")
+    assert ok and "starts anew" not in log and old.latest_id() == 1, log[-3000:]
+    ok, log, _ = dags_test(env, "iterate_pagerank", conf)  # the same job goes on, in the shared store
+    assert ok and old.latest_id() > 1, log[-3000:]
+    done = old.latest_id()
+    del conf["checkpoint_root"], conf["output_path"]
+    ok, log, _ = dags_test(env, "iterate_pagerank", conf)
+    own = root / "dags" / "iterate_pagerank" / "store"
+    assert ok and f"job pr starts anew in {own}: the shared store {shared} of earlier versions holds a job pr" in log
+    assert CheckpointLog(LocalStore(str(own)), "pr").latest_id() is not None, "a new job in the DAG's own store"
+    assert old.latest_id() == done, "the old job untouched"
+
+
+def test_the_determinism_audit_from_airflow_changes_nothing(local):
+    """The ``verify_epoch`` param (docs/writing-a-body.md): a run of iterate_pagerank with it
+    recomputes the job's epoch 1 in a scratch store on the DAG's Spark, logs ``verified: epoch 1
+    identical``, computes no epoch, skips the rest of the run and leaves the job's store and
+    outputs byte for byte as they were; given other params than the job's, it fails naming them."""
+    from tests.integration.test_verify_epoch import tree_digest
+
+    env, root = local
+    conf = pagerank_conf(root)
+    ok, log, _ = dags_test(env, "iterate_pagerank", conf)
+    assert ok, log[-3000:]
+    before = tree_digest(root)
+    ok, log, tries = dags_test(env, "iterate_pagerank", {**conf, "verify_epoch": 1})
+    assert ok and "verified: epoch 1 identical" in log, log[-3000:]
+    assert list(tries) == ["epoch_0.run"], f"the audit's task only: {tries}"
+    ok, log, _ = dags_test(env, "iterate_pagerank", {**conf, "verify_epoch": 1, "damping": 0.5})
+    assert not ok and "body param damping 0.85 (committed) vs 0.5 (now)" in log, log[-3000:]
+    assert tree_digest(root) == before, "the store and the outputs are left as they were"
 
 
 def test_bad_input_fails_without_retries(local):
@@ -177,30 +221,38 @@ def test_jobs_of_one_dag_publish_apart_by_default(local):
         conf = {k: v for k, v in pagerank_conf(root, job_id=job).items() if k != "output_path"}
         ok, log, _ = dags_test(env, "iterate_pagerank", conf)
         assert ok, log[-3000:]
-    outputs = root / "output" / "pagerank"  # the DAG's default output_path, under its local directory
+    outputs = root / "dags" / "iterate_pagerank" / "output"  # the DAG's default output_path, in its own directory
     for job in ("first", "second"):
         assert json.loads((outputs / job / "ranks" / "_PUBLISHED.json").read_text())["job_id"] == job
 
 
 def test_a_dag_run_reaches_no_other_dags_places_under_the_local_directory(airflow_env, tmp_path):
-    """Every DAG's defaults lie under the embedded local directory, which is no DAG's root: with
-    no deployment roots, a run of iterate_kmeans cannot read iterate_pagerank's published output
-    (the refusal names its owner), nor a run of iterate_pagerank publish into
-    iterate_pagerank_reviewed's default output location; both are refused before any epoch runs."""
+    """Each DAG keeps its store and outputs in its own directory under the embedded local
+    directory, and a wider root (here the deployment's: the local directory as a whole) does not
+    reach into another DAG's: a run of iterate_kmeans cannot read iterate_pagerank's published
+    output (the refusal names the DAG and the output's owner) nor use its store, and a run of
+    iterate_pagerank cannot publish into iterate_pagerank_reviewed's default output location;
+    each is refused before any epoch runs, nothing written."""
     from include.locations.owners import OutputOwner, claim_output
 
     local = tmp_path / "local"
-    env = {**airflow_env, "ITERATIONS_LOCAL_DIR": str(local), "ITERATIONS_ALLOWED_ROOTS": "",
+    env = {**airflow_env, "ITERATIONS_LOCAL_DIR": str(local), "ITERATIONS_ALLOWED_ROOTS": str(local),
            "ITERATIONS_EPOCHS_PER_BATCH": "2"}
-    ranks = local / "output" / "pagerank" / "pr"
-    claim_output(LocalStore(ranks), OutputOwner(store=str(local / "store"), job_id="pr", dag_id="iterate_pagerank",
+    home = local / "dags" / "iterate_pagerank"
+    ranks, store = home / "output" / "pr", home / "store"
+    claim_output(LocalStore(ranks), OutputOwner(store=str(store), job_id="pr", dag_id="iterate_pagerank",
                                                 body="pagerank"))
     ok, log, tries = dags_test(env, "iterate_kmeans", {"job_id": "km", "input_path": str(ranks / "ranks")})
-    assert not ok and f"input_path '{ranks / 'ranks'}' is outside the allowed roots" in log, log[-3000:]
-    assert f"it is the output location {ranks} of job pr of the store {local / 'store'} (DAG iterate_pagerank" in log
+    assert not ok and f"input_path '{ranks / 'ranks'}' lies in DAG iterate_pagerank's own directory {home}" in log, \
+        log[-3000:]
+    assert f"it is the output location {ranks} of job pr of the store {store} (DAG iterate_pagerank" in log
     assert tries["epoch_0.run"] == 1, tries
-    reviewed = local / "output" / "pagerank_reviewed"
+    ok, log, tries = dags_test(env, "iterate_kmeans", {"job_id": "km", "checkpoint_root": str(store)})
+    assert not ok and f"checkpoint_root '{store}' lies in DAG iterate_pagerank's own directory" in log, log[-3000:]
+    reviewed = local / "dags" / "iterate_pagerank_reviewed" / "output"
     ok, log, tries = dags_test(env, "iterate_pagerank", {"job_id": "pr2", "output_path": str(reviewed)})
-    assert not ok and f"output_path '{reviewed}' is outside the allowed roots" in log, log[-3000:]
+    assert not ok and f"output_path '{reviewed}' lies in DAG iterate_pagerank_reviewed's own directory" in log, \
+        log[-3000:]
     assert tries["epoch_0.run"] == 1, tries
-    assert not (local / "store" / "jobs").exists() and not reviewed.exists(), "refused before anything was written"
+    assert not store.exists() and not reviewed.exists() and not (local / "dags" / "iterate_kmeans").exists(), \
+        "refused before anything was written"

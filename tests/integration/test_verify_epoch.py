@@ -49,6 +49,10 @@ def test_a_shipped_body_verifies_identical_and_a_random_one_is_flagged(spark, tm
             "--retain-last", "10", "--verify-epoch", "1"]
     assert run_job.main(argv) == 0
     assert "verified: epoch 1 identical" in capsys.readouterr().out
+    # an audit given other settings than the job's would flag a deterministic body: refused
+    assert run_job.main([*argv, "--param", "damping=0.5", "--num-partitions", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "num_partitions 3 (committed) vs 2 (now)" in err and "body param damping 0.85 (committed) vs 0.5" in err, err
     assert tree_digest(tmp_path) == before, "the store and the outputs are left as they were"
 
     noisy = pagerank_config(tmp_path, edges, job_id="noisy", body="tests.faulty_bodies:NoisyPageRank", max_epochs=3,

@@ -45,6 +45,10 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
     def _head(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.protocol import Step, warm_up_checks
 
+        verify = self.settings(context).get("verify_epoch")
+        if verify is not None:
+            return self.verify(context, verify)
+
         started = time.time()  # the epoch's duration runs from here to its commit (Stats)
         marks = [("job and lease", time.perf_counter())]  # where the task's time goes, logged at its end
         run = self.epoch_run(context)
@@ -99,6 +103,47 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
         if done is not None:
             return self.report_committed(context, run, done, started, also_skip=self.group_tasks())
         return {"status": "run", "epoch": epoch, "attempt_id": plan.attempt_id, "started_at": started}
+
+    def verify(self, context: Mapping[str, Any], epoch: Any) -> dict[str, Any]:
+        """The run's ``verify_epoch`` param: the determinism audit of the job's epoch ``epoch``
+        (include.restore.Restore.verify_epoch) on this DAG's Spark, in a scratch store in this
+        worker's temporary directory (the Spark executors must see it: the embedded and native
+        deployments' do); the job's store and outputs are only read. Every later task of the run
+        is skipped; the task fails naming each partition that differs."""
+        from airflow.exceptions import AirflowFailException
+
+        from include.errors import ConfigError
+        from include.generations import open_newest
+        from include.ownership import read_owner
+        from include.store import open_store
+        from iterations.hooks.iteration_store import IterationStoreHook
+        from iterations.hooks.spark_epoch import SparkEpochHook
+
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ConfigError(f"verify_epoch must be an epoch number (an integer >= 0), got {epoch!r}")
+        if self.index != 0:  # the first head did the audit and skipped this one
+            raise AirflowSkipException("the run is a determinism audit")
+        config = self.job_config(context)
+        options = IterationStoreHook(self.aws_conn_id).store_options(config.checkpoint_root)
+        store = open_store(config.checkpoint_root, create=False, **options)
+        owner = read_owner(store, config.job_id)
+        if owner is None or owner.dag_id != self.dag_id:
+            raise ConfigError(f"verify_epoch: no job {config.job_id!r} of DAG {self.dag_id} under "
+                              f"{config.checkpoint_root}" + (f" (it is {owner.describe()})" if owner else ""))
+        job = open_newest(store, config, options)
+        hook = SparkEpochHook(self.spark_mode, self.spark_conn_id)
+
+        def execute(plan, scratch) -> None:
+            hook.run_attempt(plan, scratch, {}, scratch.location())
+
+        verification = job.verify_epoch(epoch, execute)
+        if not verification.identical:  # the later tasks end upstream_failed: the run fails
+            raise AirflowFailException(verification.describe())
+        self.log.info("%s", verification.describe())
+        verified = {"status": "verified", "epoch": epoch, "identical": True}
+        context["ti"].xcom_push(key="return_value", value=verified)
+        self.skip_epoch_tasks(context, after=self.index, also=(*self.group_tasks(), "finish", "continue"))
+        return verified
 
     def _log_marks(self, epoch: int, marks: list[tuple[str, float]]) -> None:
         """One line of where this task's time went: ``epoch 3 in this task: 2.31 s (job and
