@@ -24,11 +24,12 @@ def test_the_readme_commands(airflow_env, tmp_path):
 
     # a newcomer's shell; the embedded defaults under the test's own directory (not the
     # checkout's .local). The embedded Spark Connect server is the one the DAG tests run on, as
-    # it is for a user whose server is up from an earlier run ("keeps running for the next runs");
+    # it is for a user whose server is up from an earlier run ("keeps running for the next runs"):
+    # its state directory with it, which makes it this checkout's (spark_jobs.connect_server.ours);
     # a new server's start is the body guide's (tests/dags/test_body_guide.py)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "ITERATIONS", "PYSPARK"))}
     env.update({"ITERATIONS_LOCAL_DIR": str(tmp_path),
-                "ITERATIONS_SPARK_CONNECT_PORT": airflow_env["ITERATIONS_SPARK_CONNECT_PORT"]})
+                **{k: airflow_env[k] for k in ("ITERATIONS_SPARK_CONNECT_PORT", "ITERATIONS_SPARK_CONNECT_DIR")}})
     done = subprocess.run(["bash", "-c", demo], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-6000:]

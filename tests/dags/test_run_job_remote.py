@@ -232,3 +232,33 @@ def test_the_servers_idle_python_daemons_are_stopped_and_a_session_gets_new_ones
             if client.poll() is None:
                 client.kill()
     assert client.returncode == 0, client.stderr.read()[-3000:]
+
+
+def test_a_server_on_the_port_that_is_not_this_projects_is_never_used(airflow_env, connect_url, monkeypatch,
+                                                                      tmp_path):
+    """Another user's server on the default port (here a bare listener, started by the test):
+    ``ensure`` never returns it. With the default port it finds this project's own server where
+    it recorded it (``server.json``; else it would start one on a free port); with the port set
+    by the deployer it fails naming the port. A server is this project's by its pid file and the
+    token of its state directory: another checkout's state directory does not own it."""
+    import socket
+
+    from spark_jobs import connect_server
+
+    own = int(connect_url.rsplit(":", 1)[1])
+    monkeypatch.setattr(connect_server, "STATE_DIR", airflow_env["ITERATIONS_SPARK_CONNECT_DIR"])
+    with socket.socket() as foreign:
+        foreign.bind(("127.0.0.1", 0))
+        foreign.listen()
+        port = foreign.getsockname()[1]
+        monkeypatch.setattr(connect_server, "DEFAULT_PORT", port)
+        monkeypatch.setattr(connect_server, "PORT_GIVEN", False)
+        assert connect_server.listening(port) and not connect_server.ours(port)
+        assert connect_server.ours(own), "the DAG tests' server, by its pid file and token"
+        assert connect_server.ensure() == connect_url, "this project's own server, not the one on the port"
+        assert connect_server.status().startswith(f"listening on 127.0.0.1:{own} (this project's")
+        monkeypatch.setattr(connect_server, "PORT_GIVEN", True)
+        with pytest.raises(RuntimeError, match=f"port {port} .*is held by a server this project did not start"):
+            connect_server.ensure()
+    monkeypatch.setattr(connect_server, "STATE_DIR", str(tmp_path / "other-checkout"))
+    assert not connect_server.ours(own), "another state directory's project does not own it"
