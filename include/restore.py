@@ -127,10 +127,10 @@ class Restore:
         audit's settings are not the job's: another body parameter or partitioning): it would
         flag a deterministic body. Names each setting with both values (the committed ones are
         in checkpoint ``committed``'s manifest)."""
-        differ = [] if plan.num_partitions == committed.num_partitions else \
-            [f"num_partitions {committed.num_partitions} (committed) vs {plan.num_partitions} (now)"]
         from include.body import resolve_body
 
+        differ = [] if plan.num_partitions == committed.num_partitions else \
+            [f"num_partitions {committed.num_partitions} (committed) vs {plan.num_partitions} (now)"]
         defaults = {p.name: p.default for p in resolve_body(self.config.body).parameters}
         ran, now = ({**defaults, **params.get("params", {})} for params in (committed.body, plan.body))
         differ += [f"body param {k} {ran.get(k)!r} (committed) vs {now.get(k)!r} (now)"

@@ -142,11 +142,14 @@ def _ready(port: int) -> str:
     return f"sc://127.0.0.1:{port}"
 
 
-def _ours_listening() -> int | None:
-    """The port of this project's server if it is up: the one asked for, else the recorded one."""
-    for port in dict.fromkeys(p for p in (DEFAULT_PORT, recorded_port()) if p is not None):
-        if listening(port) and ours(port):
-            return port
+def _running(port: int | None = None, given: bool = False) -> int | None:
+    """The port of this project's server, if it is up, that ``ensure`` may use: ``port`` when it
+    was given, else ``port`` (the default port when None) or the one recorded."""
+    port = DEFAULT_PORT if port is None else port
+    candidates = [port] if given else [port, recorded_port()]
+    for p in dict.fromkeys(c for c in candidates if c is not None):
+        if listening(p) and ours(p):
+            return p
     return None
 
 
@@ -157,16 +160,12 @@ def ensure(port: int | None = None, master: str = "local[2]", timeout: float = 1
     naming it. Without either, the default port is used if free or ours, else a free one."""
     given = port is not None or PORT_GIVEN
     want = port if port is not None else DEFAULT_PORT
-    if listening(want) and ours(want):
-        return _ready(want)
-    if not given and (up := _ours_listening()) is not None:
+    if (up := _running(want, given)) is not None:
         return _ready(up)
     os.makedirs(STATE_DIR, exist_ok=True)
     with open(os.path.join(STATE_DIR, "start.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one starter at a time; the others find it listening
-        if listening(want) and ours(want):
-            return _ready(want)
-        if not given and (up := _ours_listening()) is not None:
+        if (up := _running(want, given)) is not None:
             return _ready(up)
         if listening(want):
             if given:
@@ -283,7 +282,7 @@ def reap_idle_daemons(port: int = DEFAULT_PORT, idle: float = DAEMON_IDLE_SECOND
 def stop() -> str:
     """Stop this project's server (the one Spark's start script recorded in ``STATE_DIR``);
     what was done, in words."""
-    port = _ours_listening()
+    port = _running()
     proc = server_process(port) if port is not None else None
     script = os.path.join(spark_home(), "sbin", "stop-connect-server.sh")
     subprocess.run(["bash", script], env=_env(), check=False, capture_output=True)
@@ -293,7 +292,7 @@ def stop() -> str:
 
 
 def status() -> str:
-    port = _ours_listening()
+    port = _running()
     if port is not None:
         return f"listening on 127.0.0.1:{port} (this project's, state directory {STATE_DIR})"
     held = " (the port is held by a server that is not this project's)" if listening(DEFAULT_PORT) else ""

@@ -7,21 +7,15 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from spark_jobs.connect_server import listening  # noqa: F401  (the stack's services import it from here)
+# (the stack's services import them from here)
+from spark_jobs.connect_server import free_port, listening  # noqa: F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def spawn(argv: list[str], env: dict[str, str], log_path: str, cwd: str = ROOT,

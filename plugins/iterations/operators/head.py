@@ -114,7 +114,8 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
 
         from include.errors import ConfigError
         from include.generations import open_newest
-        from include.ownership import read_owner
+        from include.ownership import check_claim
+        from include.protocol import owner_of
         from include.store import open_store
         from iterations.hooks.iteration_store import IterationStoreHook
         from iterations.hooks.spark_epoch import SparkEpochHook
@@ -126,10 +127,9 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
         config = self.job_config(context)
         options = IterationStoreHook(self.aws_conn_id).store_options(config.checkpoint_root)
         store = open_store(config.checkpoint_root, create=False, **options)
-        owner = read_owner(store, config.job_id)
-        if owner is None or owner.dag_id != self.dag_id:
-            raise ConfigError(f"verify_epoch: no job {config.job_id!r} of DAG {self.dag_id} under "
-                              f"{config.checkpoint_root}" + (f" (it is {owner.describe()})" if owner else ""))
+        # the job as the runs own it (another DAG's, body's, input's: refused naming its owner)
+        if check_claim(store, config.job_id, owner_of(config, self.dag_id)) is None:
+            raise ConfigError(f"verify_epoch: no job {config.job_id!r} under {config.checkpoint_root}")
         job = open_newest(store, config, options)
         hook = SparkEpochHook(self.spark_mode, self.spark_conn_id)
 

@@ -103,15 +103,17 @@ def readable_defaults(access: JobAccess | None) -> list[tuple[str, dict[str, Any
     return out
 
 
-def view_roots(access: JobAccess | None) -> AllowedRoots:
+def view_roots(access: JobAccess | None,
+               readable: list[tuple[str, dict[str, Any]]] | None = None) -> AllowedRoots:
     """The roots the view reads: those of every DAG the user may read, by the rule their runs
     keep (include.locations.roots_for_dag over each DAG's params' defaults), and the
     deployment's ``ITERATIONS_ALLOWED_ROOTS``; the embedded local directory as a whole, each
-    DAG's own directory in it included, only without an access check (``access`` None)."""
+    DAG's own directory in it included, only without an access check (``access`` None).
+    ``readable``: ``readable_defaults(access)``, if the request has read them already."""
     if access is None:
         return AllowedRoots.for_dag([LOCAL_DIR], across_dags=True)
     roots: list[str] = []
-    for _dag_id, defaults in readable_defaults(access):
+    for _dag_id, defaults in readable_defaults(access) if readable is None else readable:
         try:
             roots.extend(dag_roots(defaults))
         except ConfigError:
@@ -119,13 +121,14 @@ def view_roots(access: JobAccess | None) -> AllowedRoots:
     return AllowedRoots.for_dag(roots)
 
 
-def dag_stores(access: JobAccess | None) -> list[tuple[str, str]]:
+def dag_stores(access: JobAccess | None, readable: list[tuple[str, dict[str, Any]]] | None = None
+               ) -> list[tuple[str, str]]:
     """(dag_id, default checkpoint root) of the DAGs the user may read: the stores the index
-    offers; without a user to check, iterate_pagerank's."""
+    offers; without a user to check, iterate_pagerank's. ``readable`` as for ``view_roots``."""
     if access is None:
         return [("iterate_pagerank", dag_directory("iterate_pagerank", "store"))]
     stores: dict[str, str] = {}  # root -> the first DAG (by id) whose default it is
-    for dag_id, d in readable_defaults(access):
+    for dag_id, d in readable_defaults(access) if readable is None else readable:
         if isinstance(d.get("checkpoint_root"), str) and d["checkpoint_root"]:
             stores.setdefault(d["checkpoint_root"], dag_id)
     return [(dag_id, root) for root, dag_id in stores.items()]
@@ -140,13 +143,16 @@ def default_root(stores: list[tuple[str, str]]) -> str:
     return stores[0][1] if stores else dag_directory("iterate_pagerank", "store")
 
 
-def open_root(root: str | None, access: JobAccess | None = None):
+def open_root(root: str | None, access: JobAccess | None = None,
+              readable: list[tuple[str, dict[str, Any]]] | None = None):
     """The store at checkpoint root ``root`` (default: ``default_root`` of the user's DAGs'
     stores), once it lies under a root of a DAG the user may read (``view_roots``). A local root
-    that does not exist is not created."""
-    root = root or default_root(dag_stores(access))
+    that does not exist is not created. ``readable`` as for ``view_roots``."""
+    if readable is None and access is not None:  # the DAGs' defaults, read once for both uses
+        readable = readable_defaults(access)
+    root = root or default_root(dag_stores(access, readable))
     try:
-        root = view_roots(access).check("root", root)
+        root = view_roots(access, readable).check("root", root)
     except ConfigError as e:
         raise ViewError(403, str(e)) from None
     if not root.startswith(("s3://", "s3a://")) and not os.path.isdir(root):
@@ -201,12 +207,13 @@ def _visible(access: JobAccess, store: Any, job_id: str) -> None:
 @app.get("/", response_class=HTMLResponse)
 def index(request: Request, user: GetUserDep, root: str | None = None) -> HTMLResponse:
     def render() -> str:
-        where, store = open_root(root, access)
+        where, store = open_root(root, access, readable)
         return page.index_page(where, access.visible(store, list_jobs(store)), None, _base(request), stores)
 
-    access, stores = JobAccess(user), []
+    access, readable, stores = JobAccess(user), [], []
     try:
-        stores = _guard(lambda: dag_stores(access))
+        readable = _guard(lambda: readable_defaults(access))
+        stores = dag_stores(access, readable)
         return HTMLResponse(_guard(render))
     except ViewError as e:  # the form stays usable to fix the root
         return HTMLResponse(page.index_page(root or default_root(stores), None, e.message, _base(request), stores),
