@@ -21,14 +21,14 @@ import threading
 import time
 from typing import Any, Mapping
 
-from include.body import EpochContext, IterationBody, resolve_body
+from include.body import EpochContext, IterationBody, body_reference, resolve_body
 from include.checkpoint import CheckpointLog
 from include.errors import CheckpointError, InputDataError
 from include.failpoints import failpoint
 from include.head import EpochReport
 from include.runtime import EpochPlan
 from include.store import ObjectStore, open_store
-from spark_jobs.session import is_classic
+from spark_jobs.session import is_classic, ship_body
 
 log = logging.getLogger("iterations")
 
@@ -76,6 +76,7 @@ class EpochExecutor:
         # job id -> head -> (object keys the tail wrote, schema, (records, checkpointed frame))
         self._kept: dict[str, dict[str, tuple[frozenset[str], str, Any]]] = {}
         self._lock = threading.Lock()
+        self._shipped: set[str] = set()  # the body references whose package this session has
 
     def _load(self, body: IterationBody, plan: EpochPlan, params: Any) -> tuple[dict, str]:
         """The body's static data, and where it came from: "kept from an earlier epoch" of this
@@ -244,11 +245,12 @@ class EpochExecutor:
                 return
             if isinstance(value, DataFrame):
                 frames[name] = f"iterations_static_{digest}_{i}"
-            elif _plain_json(value):
+            elif handed_on(value):
                 values[name] = value
             else:
                 log.info("job %s: the static data of body %r is not handed on to the next process: %r is a %s, "
-                         "not a DataFrame or a JSON value", plan.job_id, plan.body["name"], name, type(value).__name__)
+                         "not a DataFrame or a JSON value (a number, a string, a boolean, None, or lists or dicts "
+                         "of them)", plan.job_id, plan.body["name"], name, type(value).__name__)
                 return
         try:
             for name, view in frames.items():
@@ -268,7 +270,7 @@ class EpochExecutor:
             frames, values = dict(named["frames"]), dict(named["values"])
             valid = named["key"] == key and all(
                 isinstance(n, str) and isinstance(v, str) and _STATIC_VIEW.fullmatch(v) for n, v in frames.items()) \
-                and all(isinstance(n, str) and _plain_json(v) for n, v in values.items())
+                and all(isinstance(n, str) and handed_on(v) for n, v in values.items())
         except (ValueError, KeyError, TypeError):
             valid = False
         if not valid:
@@ -324,7 +326,11 @@ class EpochExecutor:
         return None
 
     def _context(self, plan: EpochPlan) -> tuple[IterationBody, Any, EpochContext]:
-        body = resolve_body(plan.body.get("ref") or plan.body["name"])
+        reference = plan.body.get("ref") or plan.body["name"]
+        body = resolve_body(reference)
+        if reference not in self._shipped:
+            ship_body(self.spark, body_reference(reference))
+            self._shipped.add(reference)
         params = body.parse_params(plan.body.get("params", {}))
         self.spark.conf.set("spark.sql.shuffle.partitions", str(plan.num_partitions))
         return body, params, EpochContext(plan.epoch, plan.num_partitions, params, self.spark, plan.events or {},
@@ -516,12 +522,22 @@ class EpochExecutor:
 _STATIC_VIEW = re.compile(r"iterations_static_[0-9a-f]{32}_\d+")
 
 
-def _plain_json(value: Any) -> bool:
-    """Whether ``value`` is a JSON scalar that comes back from JSON as itself (a number that is
-    finite, a string, a boolean, None): what a static data's value may be to be handed on."""
+def handed_on(value: Any, depth: int = 0) -> bool:
+    """Whether a value of a body's static data (what ``load`` returned, not a DataFrame) is
+    handed on to the next process of a Spark Connect session: JSON that comes back from JSON as
+    itself (a finite number, a string, a boolean, None, and lists of them or dicts of them by
+    string keys, a few levels deep). A tuple, a numpy number, any other object: not."""
     if value is None or isinstance(value, (bool, str)) or type(value) is int:
         return True
-    return type(value) is float and value == value and value not in (float("inf"), float("-inf"))
+    if type(value) is float:
+        return value == value and value not in (float("inf"), float("-inf"))
+    if depth >= 8:
+        return False
+    if type(value) is list:
+        return all(handed_on(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return all(isinstance(k, str) and handed_on(v, depth + 1) for k, v in value.items())
+    return False
 
 
 def lost_kept_block(error: BaseException) -> bool:

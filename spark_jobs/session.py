@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import atexit
+import hashlib
+import importlib.util
+import logging
 import os
+import shutil
 import sys
+import sysconfig
+import tempfile
+import threading
+import zipfile
+from dataclasses import dataclass
 from typing import Mapping
 
+from include.errors import ConfigError
 from include.failpoints import DRIVER_PID_ENV
+
+log = logging.getLogger("iterations")
 
 
 # A driver JVM that runs out of heap exits instead of living on: an OutOfMemoryError can kill the
@@ -143,3 +156,123 @@ def connect_session(url: str):
     from pyspark.sql import SparkSession
 
     return SparkSession.builder.remote(url).getOrCreate()
+
+
+# --- a body's package on a Spark Connect server ----------------------------------------------
+
+#: the project's packages (pyproject.toml): every server of the project has them on its path
+PROJECT_PACKAGES = frozenset({"include", "spark_jobs", "iterations"})
+#: a body package larger than this is not shipped (it is to be installed on the server)
+SHIPPED_PACKAGE_LIMIT = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class BodyPackage:
+    """A body's top-level package (or module) zipped for a session's Python path."""
+    name: str     # the top-level package or module
+    path: str     # the zip, named by its content: ``<name>-<sha256 prefix>.zip``
+    files: int
+    size: int     # of the files, before compression
+
+
+_PACKAGES: dict[tuple, BodyPackage] = {}
+_PACKAGES_LOCK = threading.Lock()
+_PACKAGES_DIR: list[str] = []
+
+
+def _package_dir() -> str:
+    if not _PACKAGES_DIR:
+        _PACKAGES_DIR.append(tempfile.mkdtemp(prefix="iterations-body-"))
+        atexit.register(shutil.rmtree, _PACKAGES_DIR[0], True)
+    return _PACKAGES_DIR[0]
+
+
+def _package_files(name: str) -> list[tuple[str, str]] | None:
+    """(path, name in the zip) of the files of the top-level package or module ``name``, as
+    this process imports it; None when it is not one to ship: the project's own
+    (``PROJECT_PACKAGES``), the standard library's, or
+    not Python source (a built-in or compiled module, which is installed where it runs)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        return None
+    if spec.submodule_search_locations:  # a package (or a namespace package's portions)
+        roots = [os.path.abspath(p) for p in spec.submodule_search_locations]
+    elif spec.origin and spec.origin.endswith(".py"):
+        roots = [os.path.abspath(spec.origin)]
+    else:
+        return None
+    stdlib = {os.path.join(os.path.abspath(sysconfig.get_paths()[p]), "") for p in ("stdlib", "platstdlib")}
+    if name in PROJECT_PACKAGES or any(r.startswith(p) for r in roots for p in stdlib):
+        return None
+    files = []
+    for root in roots:
+        if os.path.isfile(root):
+            files.append((root, os.path.basename(root)))
+            continue
+        for where, dirs, names in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if d != "__pycache__" and not d.startswith("."))
+            for n in sorted(names):
+                if n.endswith((".pyc", ".pyo")) or n.startswith("."):
+                    continue
+                path = os.path.join(where, n)
+                files.append((path, os.path.join(name, os.path.relpath(path, root))))
+    return files
+
+
+def body_package(reference: str) -> BodyPackage | None:
+    """The top-level package of a body reference (``package.module:Class``) zipped, for the
+    Python workers of a Spark Connect server that may not have it (``ship_body``); None for the
+    project's own packages and for what cannot be shipped as source (``_package_files``). Made
+    once per content in this process; the zip's bytes and name depend on the files' content
+    only, so every process adds the same artifact to a session they share. ConfigError, naming
+    the package and its size, when it is larger than ``SHIPPED_PACKAGE_LIMIT``."""
+    name = reference.partition(":")[0].split(".")[0]
+    files = _package_files(name)
+    if not files:
+        return None
+    stamp = tuple((arc, os.stat(path).st_size, os.stat(path).st_mtime_ns) for path, arc in files)
+    key = (name, stamp)
+    with _PACKAGES_LOCK:
+        if key in _PACKAGES:
+            return _PACKAGES[key]
+        size = sum(s for _arc, s, _m in stamp)
+        if size > SHIPPED_PACKAGE_LIMIT:
+            raise ConfigError(
+                f"the body's package {name!r} holds {size / 2**20:.1f} MiB of files, more than the "
+                f"{SHIPPED_PACKAGE_LIMIT // 2**20} MiB shipped to a Spark Connect session: install it where the "
+                f"server's Python runs instead")
+        digest = hashlib.sha256()
+        contents = []
+        for path, arc in files:
+            with open(path, "rb") as f:
+                data = f.read()
+            digest.update(arc.encode() + b"\0" + len(data).to_bytes(8, "big") + data)
+            contents.append((arc, data))
+        target = os.path.join(_package_dir(), f"{name}-{digest.hexdigest()[:16]}.zip")
+        if not os.path.exists(target):
+            tmp = f"{target}.{os.getpid()}.tmp"
+            with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+                for arc, data in contents:
+                    z.writestr(zipfile.ZipInfo(arc, date_time=(1980, 1, 1, 0, 0, 0)), data, zipfile.ZIP_DEFLATED)
+            os.replace(tmp, target)
+        package = BodyPackage(name, target, len(files), size)
+        _PACKAGES[key] = package
+        return package
+
+
+def ship_body(spark, reference: str) -> BodyPackage | None:
+    """Put a body's package on the Python path of a Spark Connect session's workers, so that its
+    Python UDFs (pickled by reference to the body's module) run on a server that was started
+    without it, or on another machine: the package as this process imports it, added as a
+    ``pyfile`` artifact (Spark Connect's ``addArtifacts``; adding the same one again is a no-op).
+    Nothing for a classic session (its local workers share this interpreter's path; a cluster's
+    are given the package with ``--py-files``, docs/cluster.md) or a package ``body_package``
+    does not ship. What the package imports besides itself is not shipped."""
+    if is_classic(spark):
+        return None
+    package = body_package(reference)
+    if package is not None:
+        spark.addArtifacts(package.path, pyfile=True)
+        log.info("the body's package %s (%d file(s), %.1f KiB) is on the Spark Connect session's Python path",
+                 package.name, package.files, package.size / 1024)
+    return package

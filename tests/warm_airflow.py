@@ -269,6 +269,7 @@ def _child(request: dict[str, Any]) -> None:
         from airflow import settings
 
         _dags_folder_from_this_environment()
+        _python_path_from_this_environment()
         settings.configure_orm()
         _stats_from_this_environment()
         sys.argv = ["airflow", *request["args"]]
@@ -287,6 +288,13 @@ def _child(request: dict[str, Any]) -> None:
         traceback.print_exc()
         code = 1
     _exit(code)
+
+
+def _python_path_from_this_environment() -> None:
+    """This command's ``PYTHONPATH`` entries on ``sys.path`` ahead of the installed packages, as
+    a new interpreter puts them (the server's own path was made from the server's environment)."""
+    entries = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p not in sys.path]
+    sys.path[1:1] = entries
 
 
 def _dags_folder_from_this_environment() -> None:
