@@ -25,7 +25,8 @@ def test_the_body_guide_from_an_empty_directory(tmp_path):
     steps = [block("docs/writing-a-body.md", "export ITERATIONS=/path/to/the/checkout"),
              block("docs/writing-a-body.md", "mkdir dags && cat"),
              block("docs/writing-a-body.md", "export AIRFLOW_HOME=$PWD/airflow"),
-             block("docs/writing-a-body.md", "airflow dags test label_propagation --conf '{\"job_id\": \"lp2\"")]
+             block("docs/writing-a-body.md", "airflow dags test label_propagation --conf '{\"job_id\": \"lp2\""),
+             block("docs/writing-a-body.md", "python -m spark_jobs.connect_server stop")]
     script = "set -euo pipefail\n" + "".join(b.text for b in steps).replace("/path/to/the/checkout", ROOT)
     # a newcomer's shell: none of the project's or Airflow's settings; the one addition is a
     # free port for the Spark Connect server the DAG run starts, so that it meets no other
@@ -52,6 +53,7 @@ def test_the_body_guide_from_an_empty_directory(tmp_path):
     # section 5: the library run converged and published the labels
     assert "converged" in log, log[-3000:]
     assert "verified: epoch 2 identical" in log, log[-3000:]  # the determinism audit
+    assert "node  label" in log, log[-3000:]  # the output read through its manifest
     labels = pd.read_parquet(glob.glob(str(work / "out" / "lp" / "labels" / "**" / "*.parquet"), recursive=True)
                              or str(work / "out" / "lp" / "labels"))
     assert dict(zip(labels["node"], labels["label"])) == {1: 1, 2: 1, 3: 1, 4: 4, 5: 4, 6: 4}
@@ -60,6 +62,9 @@ def test_the_body_guide_from_an_empty_directory(tmp_path):
     dag_labels = pd.read_parquet(str(work / "out" / "lp1" / "labels"))
     assert sorted(zip(dag_labels["node"], dag_labels["label"])) == sorted(zip(labels["node"], labels["label"]))
     assert (work / "store" / "jobs" / "lp1").is_dir() and (work / "airflow" / "airflow.db").exists()
+    # its lineage, read from the file transport: the finish's COMPLETE event names the output
+    finish = [line for line in log.splitlines() if line.startswith("COMPLETE label_propagation.finish")]
+    assert len(finish) == 1 and str(work / "out" / "lp1" / "labels") in finish[0], log[-6000:]
 
     # section 7: the refused attempt and the one that committed, as the Iterations view reads them
     assert "refused by the data check, as expected" in log and "FAILED  run.nothing_changes" in log
@@ -68,6 +73,9 @@ def test_the_body_guide_from_an_empty_directory(tmp_path):
     first = view.epochs[0]
     assert sorted((a.status, a.why) for a in first.attempts) == [
         ("aborted", "data checks failed: run.nothing_changes"), ("committed", None)]
+
+    # and everything stopped: the guide's last command
+    assert "stopped the Spark Connect server on 127.0.0.1:" in log, log[-2000:]
 
     assert checkout() == before, "the checkout is as it was"
     site = subprocess.run([os.path.join(ROOT, ".venv", "bin", "python"), "-c",
