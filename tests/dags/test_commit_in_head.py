@@ -89,6 +89,9 @@ def test_the_head_commits_unless_a_report_is_missing_and_batches_go_on_in_one_da
     assert "epoch 0 is committed (checkpoint 0): restored, not recomputed" not in log
     assert "final checkpoint 7 committed" in log and "job pr-inline is TERMINATED: nothing to continue" in log
     assert "job pr-inline: 2 more batch(es) ran in this command; nothing to continue" in log
+    # a successful run logs no error: not the "Triggered DAG" link's lookup of a run the
+    # continuations never triggered (operators.continuation.ContinuationLink), nor anything else
+    assert not [line for line in log.splitlines() if "[error" in line], log[-3000:]
     with sqlite3.connect(db) as conn:  # three runs, nothing left queued
         states = [state for state, conf_ in conn.execute(
             "select state, conf from dag_run where dag_id='iterate_pagerank' order by id") if '"pr-inline"' in str(conf_)]

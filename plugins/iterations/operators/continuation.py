@@ -10,7 +10,8 @@ import sys
 import tempfile
 from typing import Any, Mapping, Sequence
 
-from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
+from airflow.providers.standard.operators.trigger_dagrun import XCOM_RUN_ID, TriggerDagRunLink, TriggerDagRunOperator
+from airflow.providers.common.compat.sdk import XCom
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from iterations.operators.base import IterationOperator
@@ -32,6 +33,18 @@ def under_dags_test(context: Mapping[str, Any]) -> bool:
     return run_by_dags_test(context) and sys.argv[1:3] == ["dags", "test"]
 
 
+class ContinuationLink(TriggerDagRunLink):
+    """A continuation's "Triggered DAG" link: the run it triggered; none when it triggered none
+    (the job terminated or is suspended, or ``airflow dags test`` ran the next batches in its
+    own command). Every try records the run id, empty until a run is triggered, so that the
+    link never asks for a record that is not there (which Airflow logs as an error)."""
+
+    def get_link(self, operator, *, ti_key) -> str:
+        if not XCom.get_value(ti_key=ti_key, key=XCOM_RUN_ID):
+            return ""
+        return super().get_link(operator, ti_key=ti_key)
+
+
 class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
     """After ``finish``: if the job has not terminated (the batch reached its epoch limit),
     trigger the next batch - a new run of the same DAG with the same params - unless the run was
@@ -45,6 +58,7 @@ class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
 
     template_fields: Sequence[str] = ("job",)
     ui_color = "#fff4d6"
+    operator_extra_links = (ContinuationLink(),)
 
     def __init__(self, *, trigger_dag_id: str, **kwargs: Any) -> None:
         super().__init__(trigger_dag_id=trigger_dag_id, logical_date=None, skip_when_already_exists=True,
@@ -53,6 +67,7 @@ class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
     def execute(self, context: Mapping[str, Any]) -> None:
         from iterations.operators.base import permanent_errors
 
+        context["ti"].xcom_push(key=XCOM_RUN_ID, value="")  # no run triggered (yet): ContinuationLink
         with permanent_errors():
             self._continue(context)
 
