@@ -32,8 +32,14 @@ class Stopping:
         if state.latest is not None:
             self.log.control.record_savepoint(state.latest.checkpoint_id, reason)
         self.log.control.clear_stop_request()
-        log.info("job %s suspended at checkpoint %s (epoch %d is next when it resumes)", self.config.job_id,
-                 state.latest.checkpoint_id if state.latest else None, state.next_epoch)
+        cid = state.latest.checkpoint_id if state.latest else None
+        if state.status is HeadStatus.TERMINATING:  # every epoch done: only the finish is left
+            log.info("job %s suspended at checkpoint %s, TERMINATING: its epochs are done and its finish (the final "
+                     "checkpoint and the outputs' publication) runs when it resumes (%s)", self.config.job_id, cid,
+                     reason)
+        else:
+            log.info("job %s suspended at checkpoint %s (epoch %d is next when it resumes; %s)", self.config.job_id,
+                     cid, state.next_epoch, reason)
         return state.latest.checkpoint_id if state.latest else None
 
     def suspended_at(self, state: JobState) -> int | None:

@@ -68,8 +68,10 @@ class FinishOperator(SparkAttemptOperator):
         upsert_hitl_detail(ti_id=context["task_instance"].id, options=[APPROVE, REJECT], subject=subject, body=body,
                            params={})
         self.log.info("job %s: waiting for a person to approve publishing from checkpoint %s (Required Actions "
-                      "in the UI); the task holds no worker slot while it waits", question["job_id"],
-                      question["checkpoint_id"])
+                      "in the UI); the task holds no worker slot while it waits, but the DAG runs one run at a time: "
+                      "its other runs wait until this is answered%s", question["job_id"], question["checkpoint_id"],
+                      f" or {self.approval_timeout:.0f} s have passed" if self.approval_timeout else
+                      " (no approval_timeout is set)")
         timeout = dt.timedelta(seconds=self.approval_timeout) if self.approval_timeout else None
         raise TaskAwaitingInput(method_name="publication_answered", kwargs={"asked": question}, timeout=timeout)
 
