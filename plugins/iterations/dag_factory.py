@@ -52,8 +52,28 @@ SCHEMA_DIALECT = "http://json-schema.org/draft-07/schema#"
 
 
 def param(default: Any, *, description: str, **schema: Any) -> Param:
-    """A DAG param whose schema (``type``, ``enum``, ``minimum``...) is JSON Schema draft 7."""
-    return Param(default, description=description, schema={"$schema": SCHEMA_DIALECT, **schema})
+    """A DAG param whose schema (``type``, ``enum``, ``minimum``...) is JSON Schema draft 7. An
+    integer's bounds are given to the form as exclusive ones (``form_bounds``)."""
+    return Param(default, description=description, schema={"$schema": SCHEMA_DIALECT, **form_bounds(schema)})
+
+
+def form_bounds(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with an integer-only param's ``minimum`` / ``maximum`` as the same bounds made
+    exclusive (``minimum: 1`` is ``exclusiveMinimum: 0``). Airflow's trigger form clamps a
+    number field to ``minimum`` and ``maximum`` without a word (0 typed becomes 1); it ignores
+    the exclusive ones, so the value typed reaches validation and is refused as typed ("0 is
+    less than or equal to the minimum of 0"). A param that may be a float keeps its bounds."""
+    types = schema.get("type")
+    types = [types] if isinstance(types, str) else list(types or [])
+    if "integer" not in types or "number" in types:
+        return dict(schema)
+    out = dict(schema)
+    for key, exclusive, step in (("minimum", "exclusiveMinimum", -1), ("maximum", "exclusiveMaximum", 1)):
+        bound = out.get(key)
+        if isinstance(bound, int) and not isinstance(bound, bool) and exclusive not in out:
+            out[exclusive] = bound + step
+            del out[key]
+    return out
 
 
 def job_params(
@@ -83,8 +103,10 @@ def job_params(
                      **s.json_schema())
 
     params = {
-        "job_id": param(job_id, type="string", pattern=JOB_ID_PATTERN,
-                        description="Names the checkpoint log: the same id resumes the same job."),
+        "job_id": param(job_id, type="string", minLength=1, maxLength=128, pattern=JOB_ID_PATTERN,
+                        description="Names the checkpoint log: the same id resumes the same job. 1 to 128 letters, "
+                                    "digits, '_', '.' or '-', the first a letter or a digit, no '..' (the form "
+                                    "refuses any other with the rule's regular expression)."),
         "input_path": param(input_path, type="string", minLength=1,
                             description="Static input: a local path or s3://bucket/key (CSV with header, Parquet, JSON lines)."),
         "output_path": param(output_path, type=["null", "string"],

@@ -191,6 +191,28 @@ def test_airflow_loads_the_plugin_file_alone(tmp_path):
     assert out.stdout.strip().splitlines()[-1] == "['iterations'] {} [] False [1] ['Iterations view']", out.stdout
 
 
+def test_the_trigger_form_clamps_no_integer(dagbag):
+    """Airflow's trigger form clamps a number field to its schema's ``minimum`` / ``maximum``
+    without a word: no integer param of any DAG has them (dag_factory.form_bounds makes them
+    exclusive), so 0 typed as max_epochs is refused as typed, in words."""
+    from airflow.sdk.definitions.param import ParamsDict, ParamValidationError
+
+    integers = 0
+    for dag in dagbag.dags.values():
+        for k in dag.params:
+            schema = dag.params.get_param(k).schema
+            types = schema.get("type") if isinstance(schema.get("type"), list) else [schema.get("type")]
+            if "integer" in types and "number" not in types:
+                integers += 1
+                assert "minimum" not in schema and "maximum" not in schema, (dag.dag_id, k, schema)
+    assert integers > 20
+    dag = dagbag.dags["iterate_pagerank"]
+    params = ParamsDict({k: dag.params.get_param(k) for k in dag.params})
+    with pytest.raises(ParamValidationError, match="0 is less than or equal to the minimum of 0"):
+        params["max_epochs"] = 0
+    params["max_epochs"] = 1
+
+
 def test_every_param_schema_is_draft_7_and_serialises_round_trip(dagbag):
     """Airflow checks a param's schema against its dialect's metaschema on every validation (of
     the DAG's params at each serialization, and as each task starts): the params declare draft
