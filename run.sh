@@ -8,7 +8,8 @@
 #                   Spark standalone, moto_server): `./run.sh stack stop` stops it (docs/cluster.md)
 #   ./run.sh ui     set up, then start the Airflow UI on this machine (airflow standalone, port
 #                   ITERATIONS_UI_PORT or 8080): `./run.sh ui stop` stops every process it started
-#   ./run.sh setup  only set up (.venv with pinned requirements, Java 17 and chromium if missing)
+#   ./run.sh setup  only set up (.venv with pinned requirements, Java 17 if missing; the tests add
+#                   chromium, PostgreSQL and Redis, which only they need)
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(pwd)
@@ -99,7 +100,6 @@ ensure_venv() {
 
 setup() {
   ensure_java
-  ensure_chromium
   ensure_venv
   # the project's own modules too (only what changed since the last run is compiled again; a
   # file that does not compile is left to fail where it is imported, with Python's own message)
@@ -139,6 +139,7 @@ case "$cmd" in
     ;;
   test)
     setup
+    ensure_chromium
     ensure_stack_services
     ensure_class_archive
     # most tests wait on servers and subprocesses rather than compute: whole modules run on

@@ -241,5 +241,11 @@ def test_the_view_shows_how_a_real_dag_job_recovered(api_server, airflow_env, br
     assert urllib.parse.unquote(href) == f"{api_server.url}/dags/iterate_pagerank/runs/{killed}", href
     browser.switch_to.default_content()
     browser.get(f"{api_server.url}/iterations/jobs/pr-recovery?{urllib.parse.urlencode({'root': root})}")
-    wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, f"table#batches tr[data-run-id='{killed}'] a.run"))).click()
+    link = wait.until(EC.element_to_be_clickable((By.CSS_SELECTOR, f"table#batches tr[data-run-id='{killed}'] a.run")))
+    # in a 1440 px window the epoch table (three attempts in a row) fits, without scrolling
+    widths = browser.execute_script(
+        "const f = document.getElementById('epochs-frame'); return [document.documentElement.scrollWidth, "
+        "window.innerWidth, f.scrollWidth, f.clientWidth]")
+    assert widths[0] <= widths[1] and widths[2] <= widths[3], widths
+    link.click()
     wait.until(lambda d: urllib.parse.unquote(d.current_url).endswith(f"/dags/iterate_pagerank/runs/{killed}"))

@@ -73,9 +73,16 @@ def test_the_ui_starts_fitted_to_the_machine_and_stops_every_process(tmp_path):
         assert api and f"host:127.0.0.1 port:{port}" in api[0], api
         again = sh(env, start_on_a_port.replace("8090", str(free_port())))
         assert "already" in again.stdout, "a second start finds the first"
+        # a Spark Connect server of this local directory started outside the UI (the demo's, a
+        # DAG run's): the UI's stop stops it too, and says so
+        connect = subprocess.run([sys.executable, "-m", "spark_jobs.connect_server", "start"], env=env, cwd=ROOT,
+                                 capture_output=True, text=True, timeout=300)
+        assert connect.returncode == 0, connect.stderr[-3000:]
     finally:
         stopped = sh(env, stop)
     assert stopped.returncode == 0 and f"stopped the Airflow UI: {len(members)} processes" in stopped.stdout, \
+        stopped.stdout + stopped.stderr
+    assert f"stopped the Spark Connect server on 127.0.0.1:{env['ITERATIONS_SPARK_CONNECT_PORT']}" in stopped.stdout, \
         stopped.stdout + stopped.stderr
     assert session_members(sid) == [], "every process of its session stopped"
     assert "not running" in ui(env, "status").stdout

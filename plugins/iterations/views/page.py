@@ -25,7 +25,8 @@ table{border-collapse:collapse;margin:4px 0} th,td{border:1px solid #d9e2ec;padd
 th{background:#f0f4f8;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 table#epochs{font-size:13px} td.nw{white-space:nowrap}
 td.id{max-width:190px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
-td.run-id{min-width:170px;max-width:230px;overflow-wrap:anywhere;font-size:12px} td.attempts{min-width:260px;max-width:440px}
+td.run-id{min-width:150px;max-width:190px;overflow-wrap:anywhere;font-size:12px} td.attempts{min-width:240px;max-width:340px}
+div.wide{max-width:100%;overflow-x:auto} table#epochs th{font-size:12px}
 .badge{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px;font-weight:600;color:#fff}
 .s-committed{background:#2f855a}.s-restored{background:#2b6cb0}.s-running{background:#b7791f}.s-aborted{background:#c53030}
 .s-damaged{background:#742a2a}
@@ -446,11 +447,11 @@ def job_page(view: JobOverview, root: str, base: str, batch: str | None = None, 
             + (f"<td>{_e(e.reason)}</td>" if with_reasons else "") +
             f'<td class="muted nw" title="{_e(e.committed_at)}">{_e(_clock(e.committed_at))}</td></tr>')
     nav = _pages(len(epochs), page, url)
-    table = ('<h2>Epochs</h2>' + _legend() + nav + '<table id="epochs"><tr><th>Epoch</th><th>Status</th><th>DAG run</th>'
+    table = ('<h2>Epochs</h2>' + _legend() + nav + '<div class="wide" id="epochs-frame"><table id="epochs"><tr><th>Epoch</th><th>Status</th><th>DAG run</th>'
              f"<th>Attempts</th><th>Time</th><th>{_e(metric or 'metric')}</th><th>Feedback records</th><th>Checkpoint size</th>"
              "<th>Retention</th><th>Data checks</th>" + ("<th>Events released</th>" if with_events else "")
              + ("<th>Termination</th>" if with_reasons else "")
-             + f"<th>Committed (UTC)</th></tr>{''.join(rows)}</table>" + nav)
+             + f"<th>Committed (UTC)</th></tr>{''.join(rows)}</table></div>" + nav)
 
     finish = '<h2>Finish</h2><p class="muted">Not finished: no final checkpoint yet.</p>'
     if view.finish is not None:
