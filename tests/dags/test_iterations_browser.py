@@ -246,6 +246,9 @@ def test_the_view_shows_how_a_real_dag_job_recovered(api_server, airflow_env, br
     widths = browser.execute_script(
         "const f = document.getElementById('epochs-frame'); return [document.documentElement.scrollWidth, "
         "window.innerWidth, f.scrollWidth, f.clientWidth]")
-    assert widths[0] <= widths[1] and widths[2] <= widths[3], widths
+    columns = browser.execute_script(
+        "return [...document.querySelectorAll('table#epochs tr:first-child th')].map(t => [t.textContent, "
+        "Math.round(t.getBoundingClientRect().width)])")
+    assert widths[0] <= widths[1] and widths[2] <= widths[3], f"{widths} {columns}"
     link.click()
     wait.until(lambda d: urllib.parse.unquote(d.current_url).endswith(f"/dags/iterate_pagerank/runs/{killed}"))

@@ -23,10 +23,13 @@ h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:20px 0 6px}
 .meta{color:#52606d;margin:2px 0} code{background:#f0f4f8;padding:0 3px;border-radius:3px}
 table{border-collapse:collapse;margin:4px 0} th,td{border:1px solid #d9e2ec;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#f0f4f8;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-table#epochs{font-size:13px} td.nw{white-space:nowrap}
+table#epochs{font-size:12px} td.nw{white-space:nowrap}
 td.id{max-width:190px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
-td.run-id{min-width:150px;max-width:190px;overflow-wrap:anywhere;font-size:12px} td.attempts{min-width:240px;max-width:340px}
+td.run-id{width:120px;min-width:120px;max-width:120px;overflow-wrap:anywhere;font-size:12px}
+td.attempts{min-width:210px;max-width:300px}
 div.wide{max-width:100%;overflow-x:auto} table#epochs th{font-size:12px}
+td.status{width:110px;overflow-wrap:anywhere} td.checks{min-width:150px;max-width:230px;font-size:12px}
+td.checks code{overflow-wrap:anywhere} td.events{max-width:140px;font-size:12px}
 .badge{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px;font-weight:600;color:#fff}
 .s-committed{background:#2f855a}.s-restored{background:#2b6cb0}.s-running{background:#b7791f}.s-aborted{background:#c53030}
 .s-damaged{background:#742a2a}
@@ -234,7 +237,7 @@ PHASES = (("restore", "restore", "#805ad5"), ("step", "step and tail", "#3182ce"
           ("commit", "commit", "#38a169"))
 
 
-def phases_svg(phases: dict[str, float], longest: float, width: int = 140) -> str:
+def phases_svg(phases: dict[str, float], longest: float, width: int = 110) -> str:
     """An epoch's time as one bar, a segment per phase, its length relative to ``longest``
     (the longest epoch on the page); each segment's title says the phase and its seconds."""
     known = [(k, label, colour, phases[k]) for k, label, colour in PHASES if _is_number(phases.get(k))]
@@ -252,7 +255,7 @@ def phases_svg(phases: dict[str, float], longest: float, width: int = 140) -> st
     words = " · ".join(f"{label} {seconds:.2f} s" for _, label, _, seconds in known)
     return (f'<svg class="phases" xmlns="http://www.w3.org/2000/svg" width="{width}" height="14" role="img" '
             f'aria-label="{_e(words)}"><title>{_e(words)}</title>{"".join(parts)}</svg>'
-            f' <span class="muted">{total:.2f} s</span>')
+            f'<br><span class="muted">{total:.2f} s</span>')
 
 
 def _legend() -> str:
@@ -434,7 +437,7 @@ def job_page(view: JobOverview, root: str, base: str, batch: str | None = None, 
         rows.append(
             f'<tr class="epoch{current}" data-epoch="{_int(e.epoch)}" data-status="{_e(e.status)}" '
             f'data-metric="{_float(value)}" data-feedback="{_int(e.feedback)}">'
-            f'<td class="num">{_int(e.epoch)}</td><td><span class="badge s-{_cls(e.status)}">{_e(e.status)}</span>'
+            f'<td class="num">{_int(e.epoch)}</td><td class="status"><span class="badge s-{_cls(e.status)}">{_e(e.status)}</span>'
             f"{restored}</td>"
             f'<td class="run-id" title="{_e(b.run_id if b is not None and b.run_id else e.batch_id)}">{batch_cell}</td>'
             f'<td class="attempts">{_attempt_cell(e)}</td>'
@@ -442,8 +445,8 @@ def job_page(view: JobOverview, root: str, base: str, batch: str | None = None, 
             f'<td class="num" title="{_float(value)}">{_num(value)}</td>'
             f'<td class="num">{_int(e.feedback)}</td>'
             f'<td class="num">{_size(e.size_bytes)}</td><td>{_e(_retention(e.retention))}</td>'
-            f'<td class="nw">{_check_cell(e.checks, link)}</td>'
-            + (f'<td class="nw">{events}</td>' if with_events else "")
+            f'<td class="checks">{_check_cell(e.checks, link)}</td>'
+            + (f'<td class="events">{events}</td>' if with_events else "")
             + (f"<td>{_e(e.reason)}</td>" if with_reasons else "") +
             f'<td class="muted nw" title="{_e(e.committed_at)}">{_e(_clock(e.committed_at))}</td></tr>')
     nav = _pages(len(epochs), page, url)
