@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
 
-from include.config import JobConfig
-from spark_jobs.runner import IterationRunner
 from tests.conftest import ROOT
 from tests.dags.conftest import airflow
 from tests.helpers import read_published
@@ -37,49 +36,54 @@ dag = iteration_dag(
 
 @pytest.fixture
 def site(tmp_path):
-    """The body's package in a path of this test process only."""
+    """The body's package in a path of its own (the clients', never the server's)."""
     site = tmp_path / "site"
     shutil.copytree(os.path.join(ROOT, "tests", "data", "halving_body"), site / "halving_body",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    sys.path.insert(0, str(site))
-    yield site
-    sys.path.remove(str(site))
-    for name in [m for m in sys.modules if m == "halving_body" or m.startswith("halving_body.")]:
-        del sys.modules[name]
+    return site
+
+
+PROBE = """
+import sys
+from pyspark.sql import SparkSession, functions as F
+from halving_body.rules import halve
+spark = SparkSession.builder.remote(sys.argv[1]).create()
+try:
+    spark.range(3).select(F.udf(halve, "long")("id")).collect()
+    print("imported")
+except Exception as e:
+    print("No module named 'halving_body'" in str(e) and "not importable" or repr(e)[:2000])
+"""
 
 
 def test_a_udf_body_runs_on_a_server_without_its_package(airflow_env, connect_url, site, tmp_path):
-    from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
+    # (Spark Connect clients in processes of their own: a process holding a classic session, as
+    # this one does, cannot also hold a Connect one)
+    env = {**airflow_env, "PYTHONPATH": os.pathsep.join([str(site), airflow_env["PYTHONPATH"]])}
 
-    from halving_body.rules import halve
+    # the server's Python workers cannot import the package by themselves
+    probe = subprocess.run([sys.executable, "-c", PROBE, connect_url], env=env, cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)
+    assert probe.stdout.strip().splitlines()[-1:] == ["not importable"], (probe.stdout + probe.stderr)[-3000:]
 
-    spark = SparkSession.builder.remote(connect_url).create()
-    try:
-        # the server's Python workers cannot import the package by themselves
-        with pytest.raises(Exception, match="No module named 'halving_body'"):
-            spark.range(3).select(F.udf(halve, "long")("id")).collect()
-    finally:
-        spark.stop()
-
-    # the library runner, its session a Spark Connect client of the shared server
-    spark = SparkSession.builder.remote(connect_url).create()
-    try:
-        config = JobConfig(job_id="halving", body="halving_body:Halving", input=str(tmp_path / "no-input"),
-                           checkpoint_root=str(tmp_path / "lib"), max_epochs=20, tolerance=0.5, num_partitions=2)
-        result = IterationRunner(config, spark).run()
-        assert result.status.value == "TERMINATED" and result.decisions[-1].reason.startswith("converged")
-        values = result.outputs["values"].toPandas()
-        assert dict(zip(values["key"], values["steps"])) == EXPECTED
-    finally:
-        spark.stop()
+    # the library runner (run_job --remote), its session a Spark Connect client of the shared server
+    done = subprocess.run([sys.executable, "-m", "spark_jobs.run_job", "--remote", connect_url, "--job-id", "halving",
+                           "--body", "halving_body:Halving", "--input", str(tmp_path / "no-input"),
+                           "--checkpoint-root", str(tmp_path / "lib"), "--output-path", str(tmp_path / "lib-out"),
+                           "--max-epochs", "20", "--tolerance", "0.5", "--num-partitions", "2"],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "TERMINATED", summary
+    assert "the body's package halving_body (2 file(s)" in done.stderr, done.stderr[-3000:]
+    values = read_published(tmp_path / "lib-out", "values")
+    assert dict(zip(values["key"], values["steps"])) == EXPECTED
 
     # a DAG of it, its tasks with the package on their PYTHONPATH (not the server's)
     (tmp_path / "dags").mkdir()
     (tmp_path / "dags" / "halving_dag.py").write_text(DAG_FILE.format(
         input=str(tmp_path / "no-input"), output=str(tmp_path / "out"), store=str(tmp_path / "store")))
-    env = {**airflow_env, "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags"),
-           "PYTHONPATH": os.pathsep.join([str(site), airflow_env["PYTHONPATH"]])}
+    env = {**env, "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags")}
     done = airflow(env, "dags", "test", "halving", "--conf", json.dumps({"job_id": "halving-dag"}))
     log = done.stdout + done.stderr
     assert "state=success" in log, log[-6000:]
