@@ -82,6 +82,20 @@ def s3_published_ranks(endpoint: str, prefix: str) -> dict:
     return dict(zip(got["node"], got["rank"]))
 
 
+def write_dag_file(folder, dag_id: str, body: str, *, epochs_per_batch: int, **params: Any) -> str:
+    """A DAG file of one ``iteration_dag`` in the DAGs folder ``folder`` (made if missing),
+    ``<dag_id>_dag.py``, its ``job_params`` the keywords ``params`` written as literals; the
+    folder's path (a test's ``AIRFLOW__CORE__DAGS_FOLDER``)."""
+    os.makedirs(folder, exist_ok=True)
+    args = ", ".join(f"{k}={v!r}" for k, v in params.items())
+    with open(os.path.join(folder, f"{dag_id}_dag.py"), "w") as f:
+        f.write('# an Airflow DAG (Airflow\'s safe mode parses files that say "airflow" and "dag")\n'
+                "from iterations.dag_factory import iteration_dag, job_params\n\n"
+                f"dag = iteration_dag(dag_id={dag_id!r}, body={body!r}, params=job_params({args}),\n"
+                f"                    epochs_per_batch={epochs_per_batch})\n")
+    return str(folder)
+
+
 def read_published(output_path, name, **store_options):
     """The current published version of an output as one pandas DataFrame (local store)."""
     import pandas as pd

@@ -15,23 +15,11 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.dags.conftest import airflow
-from tests.helpers import read_published
+from tests.helpers import read_published, write_dag_file
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 EXPECTED = {k: k.bit_length() for k in range(1, 41)}
-
-DAG_FILE = '''# an Airflow DAG (Airflow's safe mode parses files that say "airflow" and "dag")
-from iterations.dag_factory import iteration_dag, job_params
-
-dag = iteration_dag(
-    dag_id="halving",
-    body="halving_body:Halving",
-    params=job_params(job_id="halving", input_path={input!r}, output_path={output!r}, checkpoint_root={store!r},
-                      max_epochs=20, tolerance=0.5),
-    epochs_per_batch=20,
-)
-'''
 
 
 @pytest.fixture
@@ -80,10 +68,10 @@ def test_a_udf_body_runs_on_a_server_without_its_package(airflow_env, connect_ur
     assert dict(zip(values["key"], values["steps"])) == EXPECTED
 
     # a DAG of it, its tasks with the package on their PYTHONPATH (not the server's)
-    (tmp_path / "dags").mkdir()
-    (tmp_path / "dags" / "halving_dag.py").write_text(DAG_FILE.format(
-        input=str(tmp_path / "no-input"), output=str(tmp_path / "out"), store=str(tmp_path / "store")))
-    env = {**env, "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags")}
+    dags = write_dag_file(tmp_path / "dags", "halving", "halving_body:Halving", epochs_per_batch=20, job_id="halving",
+                          input_path=str(tmp_path / "no-input"), output_path=str(tmp_path / "out"),
+                          checkpoint_root=str(tmp_path / "store"), max_epochs=20, tolerance=0.5)
+    env = {**env, "AIRFLOW__CORE__DAGS_FOLDER": dags}
     done = airflow(env, "dags", "test", "halving", "--conf", json.dumps({"job_id": "halving-dag"}))
     log = done.stdout + done.stderr
     assert "state=success" in log, log[-6000:]

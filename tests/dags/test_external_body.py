@@ -17,19 +17,9 @@ from include.config import JobConfig
 from include.errors import ConfigError
 from spark_jobs.runner import IterationRunner
 from tests.conftest import ROOT
+from tests.helpers import write_dag_file
 
 pytestmark = pytest.mark.spark
-
-DAG_FILE = '''# an Airflow DAG (Airflow's safe mode parses files that say "airflow" and "dag")
-from iterations.dag_factory import iteration_dag, job_params
-
-dag = iteration_dag(
-    dag_id="label_propagation",
-    body="label_propagation:LabelPropagation",
-    params=job_params(job_id="lp", input_path={input!r}, output_path={output!r}, max_epochs=40, tolerance=0.5),
-    epochs_per_batch=40,
-)
-'''
 
 
 @pytest.fixture
@@ -55,10 +45,9 @@ def test_a_body_from_its_own_package(installed, spark, tmp_path):
     pd.DataFrame(edges, columns=["src", "dst"]).to_parquet(tmp_path / "edges.parquet")
 
     # the DAG factory: the body's parameter (declared once, on its dataclass) is a DAG param
-    dags = tmp_path / "dags"
-    dags.mkdir()
-    (dags / "label_propagation_dag.py").write_text(
-        DAG_FILE.format(input=str(tmp_path / "edges.parquet"), output=str(tmp_path / "out")))
+    dags = write_dag_file(tmp_path / "dags", "label_propagation", "label_propagation:LabelPropagation",
+                          epochs_per_batch=40, job_id="lp", input_path=str(tmp_path / "edges.parquet"),
+                          output_path=str(tmp_path / "out"), max_epochs=40, tolerance=0.5)
     os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
     from airflow.dag_processing.dagbag import DagBag
 

@@ -14,28 +14,17 @@ import pytest
 from include.config import JobConfig
 from include.runtime import IterationJob
 from tests.dags.conftest import airflow
-from tests.helpers import read_published
+from tests.helpers import read_published, write_dag_file
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-DAG_FILE = '''# an Airflow DAG (Airflow's safe mode parses files that say "airflow" and "dag")
-from iterations.dag_factory import iteration_dag, job_params
-
-dag = iteration_dag(
-    dag_id="two_heads",
-    body="tests.ticker:TwoHeads",
-    params=job_params(job_id="two-heads", input_path={input!r}, output_path={output!r}, checkpoint_root={store!r},
-                      max_epochs=6, tolerance=0, num_partitions=3, retain_last=10),
-    epochs_per_batch=3,
-)
-'''
-
 
 def test_heads_keep_their_own_partition_counts(airflow_env, tmp_path):
-    (tmp_path / "dags").mkdir()
-    (tmp_path / "dags" / "two_heads_dag.py").write_text(DAG_FILE.format(
-        input=str(tmp_path / "no-input"), output=str(tmp_path / "out"), store=str(tmp_path / "store")))
-    env = {**airflow_env, "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags")}
+    dags = write_dag_file(tmp_path / "dags", "two_heads", "tests.ticker:TwoHeads", epochs_per_batch=3,
+                          job_id="two-heads", input_path=str(tmp_path / "no-input"), output_path=str(tmp_path / "out"),
+                          checkpoint_root=str(tmp_path / "store"), max_epochs=6, tolerance=0, num_partitions=3,
+                          retain_last=10)
+    env = {**airflow_env, "AIRFLOW__CORE__DAGS_FOLDER": dags}
     job = IterationJob(JobConfig(job_id="two-heads", body="tests.ticker:TwoHeads", input=str(tmp_path / "no-input"),
                                  checkpoint_root=str(tmp_path / "store")))
 

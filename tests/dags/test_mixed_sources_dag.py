@@ -19,21 +19,9 @@ from include.config import JobConfig
 from include.runtime import IterationJob
 from tests.dags.conftest import airflow
 from tests.faults.airflow_sweep import task_tries
-from tests.helpers import read_published
+from tests.helpers import read_published, write_dag_file
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-DAG_FILE = '''# an Airflow DAG (Airflow's safe mode parses files that say "airflow" and "dag")
-from iterations.dag_factory import iteration_dag, job_params
-
-dag = iteration_dag(
-    dag_id="mixed_sources",
-    body="tests.mixed_sources:TwoSources",
-    params=job_params(job_id="mixed", input_path={input!r}, output_path={output!r}, checkpoint_root={store!r},
-                      max_epochs=20, tolerance=0, num_partitions=2, retain_last=10),
-    epochs_per_batch=3,
-)
-'''
 
 
 def drop(directory: Path, name: str) -> None:
@@ -48,10 +36,11 @@ def test_one_source_finishes_while_the_other_produces(airflow_env, tmp_path):
         drop(bounded, name)
     for name in ("b0.csv", "b1.csv", "b2.csv"):
         drop(unbounded, name)
-    (tmp_path / "dags").mkdir()
-    (tmp_path / "dags" / "mixed_sources_dag.py").write_text(DAG_FILE.format(
-        input=str(inbox), output=str(tmp_path / "out"), store=str(tmp_path / "store")))
-    env = {**airflow_env, "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags")}
+    dags = write_dag_file(tmp_path / "dags", "mixed_sources", "tests.mixed_sources:TwoSources", epochs_per_batch=3,
+                          job_id="mixed", input_path=str(inbox), output_path=str(tmp_path / "out"),
+                          checkpoint_root=str(tmp_path / "store"), max_epochs=20, tolerance=0, num_partitions=2,
+                          retain_last=10)
+    env = {**airflow_env, "AIRFLOW__CORE__DAGS_FOLDER": dags}
     conf = {"continuation": False}
 
     first = airflow(env, "dags", "test", "mixed_sources", "--conf", json.dumps(conf))

@@ -14,29 +14,17 @@ import pytest
 from include.config import JobConfig
 from include.runtime import IterationJob
 from tests.dags.conftest import airflow
-from tests.helpers import read_published
+from tests.helpers import read_published, write_dag_file
 from tests.integration.test_unbounded import objects
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-DAG_FILE = '''# an Airflow DAG (Airflow's safe mode parses files that say "airflow" and "dag")
-from iterations.dag_factory import iteration_dag, job_params
-
-dag = iteration_dag(
-    dag_id="ticker",
-    body="tests.ticker:Ticker",
-    params=job_params(job_id="ticker", input_path={input!r}, output_path={output!r}, checkpoint_root={store!r},
-                      tolerance=0, num_partitions=2),
-    epochs_per_batch=4,
-)
-'''
-
 
 def test_an_unbounded_job_runs_batch_after_batch_in_a_bounded_store(airflow_env, tmp_path):
-    (tmp_path / "dags").mkdir()
-    (tmp_path / "dags" / "ticker_dag.py").write_text(DAG_FILE.format(
-        input=str(tmp_path / "no-input"), output=str(tmp_path / "out"), store=str(tmp_path / "store")))
-    env = {**airflow_env, "AIRFLOW__CORE__DAGS_FOLDER": str(tmp_path / "dags")}
+    dags = write_dag_file(tmp_path / "dags", "ticker", "tests.ticker:Ticker", epochs_per_batch=4, job_id="ticker",
+                          input_path=str(tmp_path / "no-input"), output_path=str(tmp_path / "out"),
+                          checkpoint_root=str(tmp_path / "store"), tolerance=0, num_partitions=2)
+    env = {**airflow_env, "AIRFLOW__CORE__DAGS_FOLDER": dags}
     conf = {"max_epochs": None, "retain_last": 2, "retain_batches": 1, "retain_history": 4, "continuation": False}
     root = str(tmp_path / "store" / "jobs" / "ticker")
     seen = []
