@@ -192,6 +192,8 @@ def _package_files(name: str) -> list[tuple[str, str]] | None:
     this process imports it; None when it is not one to ship: the project's own
     (``PROJECT_PACKAGES``), the standard library's, or
     not Python source (a built-in or compiled module, which is installed where it runs)."""
+    if name in PROJECT_PACKAGES:
+        return None
     spec = importlib.util.find_spec(name)
     if spec is None:
         return None
@@ -202,7 +204,7 @@ def _package_files(name: str) -> list[tuple[str, str]] | None:
     else:
         return None
     stdlib = {os.path.join(os.path.abspath(sysconfig.get_paths()[p]), "") for p in ("stdlib", "platstdlib")}
-    if name in PROJECT_PACKAGES or any(r.startswith(p) for r in roots for p in stdlib):
+    if any(r.startswith(p) for r in roots for p in stdlib):
         return None
     files = []
     for root in roots:
@@ -230,7 +232,8 @@ def body_package(reference: str) -> BodyPackage | None:
     files = _package_files(name)
     if not files:
         return None
-    stamp = tuple((arc, os.stat(path).st_size, os.stat(path).st_mtime_ns) for path, arc in files)
+    stats = [(arc, os.stat(path)) for path, arc in files]
+    stamp = tuple((arc, st.st_size, st.st_mtime_ns) for arc, st in stats)
     key = (name, stamp)
     with _PACKAGES_LOCK:
         if key in _PACKAGES:

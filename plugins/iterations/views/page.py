@@ -25,11 +25,11 @@ table{border-collapse:collapse;margin:4px 0} th,td{border:1px solid #d9e2ec;padd
 th{background:#f0f4f8;font-weight:600} td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 table#epochs{font-size:12px} td.nw{white-space:nowrap}
 td.id{max-width:190px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
-td.run-id{width:120px;min-width:120px;max-width:120px;overflow-wrap:anywhere;font-size:12px}
+td.run-id{width:120px;min-width:120px;max-width:120px;overflow-wrap:anywhere}
 td.attempts{min-width:210px;max-width:300px}
-div.wide{max-width:100%;overflow-x:auto} table#epochs th{font-size:12px}
-td.status{width:110px;overflow-wrap:anywhere} td.checks{min-width:150px;max-width:230px;font-size:12px}
-td.checks code{overflow-wrap:anywhere} td.events{max-width:140px;font-size:12px}
+div.wide{max-width:100%;overflow-x:auto}
+td.status{width:110px;overflow-wrap:anywhere} td.checks{min-width:150px;max-width:230px}
+td.checks code{overflow-wrap:anywhere} td.events{max-width:140px}
 .badge{display:inline-block;padding:0 7px;border-radius:9px;font-size:12px;font-weight:600;color:#fff}
 .s-committed{background:#2f855a}.s-restored{background:#2b6cb0}.s-running{background:#b7791f}.s-aborted{background:#c53030}
 .s-damaged{background:#742a2a}
