@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
-    from include.config import JobConfig
-    from include.runtime import IterationJob
+    from include.contract import JobConfig
+    from include.epoch import IterationJob
     from spark_jobs.demo import generate_graph
     from spark_jobs.epoch import EpochExecutor
     from spark_jobs.session import get_spark

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import boto3
 
-    from include.checkpoint import CheckpointLog
+    from include.checkpoints import CheckpointLog
     from include.store import open_store
     from stack.services import S3_KEY_ID, Stack
     from tests.dags.airflow_server import StackApi

@@ -63,8 +63,7 @@ def bare_loop(spark, body_name: str, input_path: str, params: dict, epochs: int,
     each epoch output is appended there too."""
     from pyspark.sql import functions as F
 
-    from include.body import EpochContext, resolve_body
-    from include.config import InputSpec
+    from include.contract import EpochContext, InputSpec, resolve_body
 
     body = resolve_body(body_name)
     parsed = body.parse_params(params)

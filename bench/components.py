@@ -40,7 +40,7 @@ def path_graph(n: int) -> str:
 
 
 def run(spark, body: str, path: str, max_epochs: int, work: str) -> tuple[int, float, str]:
-    from include.config import JobConfig
+    from include.contract import JobConfig
     from spark_jobs.runner import IterationRunner
 
     scratch = tempfile.mkdtemp(dir=work)

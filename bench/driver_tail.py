@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.WARNING)
 
     from bench.common import tree_cpu_seconds
-    from include.runtime import IterationJob
+    from include.epoch import IterationJob
     from spark_jobs.runner import IterationRunner
     from spark_jobs.session import get_spark
     from tests.helpers import graph_with_dangling, pagerank_config, write_edges

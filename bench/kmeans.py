@@ -80,7 +80,7 @@ def dataset(name: str) -> str:
 
 
 def ours(spark, path: str, k: int, epochs: int, partitions: int, work: str) -> tuple[float, float, float, float]:
-    from include.config import JobConfig
+    from include.contract import JobConfig
     from spark_jobs.runner import IterationRunner
 
     scratch = tempfile.mkdtemp(dir=work)

@@ -123,7 +123,7 @@ def run_job(env: dict[str, str], url: str, path: str, epochs: int, partitions: i
 
 
 def library(spark, path: str, epochs: int, partitions: int, root: str, job_id: str) -> Run:
-    from include.config import JobConfig
+    from include.contract import JobConfig
     from spark_jobs.runner import IterationRunner
 
     cfg = JobConfig(job_id=job_id, body="pagerank", input=path, checkpoint_root=os.path.join(root, "store"),

@@ -60,7 +60,7 @@ class _EpochTimes(logging.Handler):
 
 def library_run(spark, body, input_path, params, epochs, partitions, root, output, store_options, job_id,
                 handoff=True):
-    from include.config import JobConfig
+    from include.contract import JobConfig
     from spark_jobs.runner import IterationRunner
 
     cfg = JobConfig(job_id=job_id, body=body, input=input_path, checkpoint_root=root, output_path=output,

@@ -1,4 +1,4 @@
-"""What pinning an input costs (include.arrivals, docs/design.md rule 9): per plan (the cheap
+"""What pinning an input costs (include.publication.pinned_inputs, docs/design.md rule 9): per plan (the cheap
 check: a ``stat`` per file), per run's start (the full check: every local file hashed), and once
 at the log's first plan (listing and hashing the input), on the PageRank graphs the other
 benchmarks use (``bench.common.graph``), beside the warm epoch of the same graph when asked.
@@ -26,8 +26,8 @@ from bench.common import graph  # noqa: E402
 
 
 def measure(path: str, rounds: int) -> dict[str, float]:
-    from include.arrivals import check_input, forget_hashes, pin_input
-    from include.config import InputSpec
+    from include.contract import InputSpec
+    from include.publication import check_input, forget_hashes, pin_input
     from include.store import LocalStore
 
     spec = InputSpec(path)

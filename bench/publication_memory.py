@@ -39,8 +39,8 @@ def _stage(store, rows: int, parts: int):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from include.head import FileRef
-    from include.manifest import DatasetRef
+    from include.checkpoints import DatasetRef
+    from include.epoch import FileRef
 
     refs = []
     per = -(-rows // parts)
@@ -92,8 +92,8 @@ def measure(mode: str, endpoint: str | None, work: str, staged: dict, bucket: st
 
     import pyarrow as pa
 
-    from include.manifest import DatasetRef
-    from include.outputs import publish_dataset, publish_delta
+    from include.checkpoints import DatasetRef
+    from include.publication import publish_dataset, publish_delta
     from include.store import open_store
 
     source, out_url, options = _stores(mode, work, endpoint, bucket)

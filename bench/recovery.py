@@ -78,8 +78,7 @@ def bare_child(path, output, epochs, partitions, kill_at) -> int:
 
     from pyspark.sql import functions as F
 
-    from include.body import EpochContext, resolve_body
-    from include.config import InputSpec
+    from include.contract import EpochContext, InputSpec, resolve_body
     from spark_jobs.session import get_spark
 
     logging.basicConfig(level=logging.WARNING)

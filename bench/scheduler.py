@@ -134,7 +134,7 @@ def dag_run(server, work: str, job_id: str, path: str, epochs: int, partitions: 
 
 
 def library(spark, path: str, epochs: int, partitions: int, root: str) -> tuple[float, float]:
-    from include.config import JobConfig
+    from include.contract import JobConfig
     from spark_jobs.runner import IterationRunner
 
     cfg = JobConfig(job_id="lib", body="pagerank", input=path, checkpoint_root=os.path.join(root, "store"),

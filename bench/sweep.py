@@ -2,7 +2,7 @@
 sizes users bring before they move to a cluster, through the library (``run_job``, its own
 local Spark driver) and through ``airflow dags test`` on the embedded default (a warm Spark
 Connect server shared by the runs), with the settings derived from each input's size
-(include.sizing: nothing is passed but the job).
+(include.contract.sizing: nothing is passed but the job).
 
 Per run: the median epoch after the first, the first epoch (it loads and caches the input), the
 finish (the last epoch's commit until the run ended: final checkpoint, publication), the peak
@@ -135,7 +135,7 @@ class Peaks:
 
 def checkpoint_bytes(store: str, job_id: str) -> int:
     """The bytes the job's latest epoch checkpoint holds (its variables' files)."""
-    from include.checkpoint import CheckpointLog
+    from include.checkpoints import CheckpointLog
     from include.store import LocalStore
 
     log = CheckpointLog(LocalStore(store), job_id)
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--epochs must be >= 2 (the first epoch also loads the input), got {args.epochs}")
     exit_on_sigterm()
     os.makedirs(DATA, exist_ok=True)
-    from include.sizing import server_heap
+    from include.contract import server_heap
 
     print(f"machine: {machine()}; {args.epochs} epochs per run; settings from each input's size", flush=True)
     rows = []

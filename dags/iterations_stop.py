@@ -19,7 +19,7 @@ import datetime as dt
 
 from airflow.sdk import DAG
 
-from include.locations import dag_directory
+from include.store import dag_directory
 from iterations.dag_factory import JOB_ID_PATTERN, LOCAL_DIR, param
 from iterations.operators.epoch import StopRequestOperator
 

@@ -24,8 +24,8 @@ import subprocess
 import sys
 import time
 
-from include.paths import LOCAL_DIR
-from include.sizing import connect_server_heap
+from include.contract import connect_server_heap
+from include.process import LOCAL_DIR
 from spark_jobs.session import driver_java_options
 
 log = logging.getLogger(__name__)
@@ -183,7 +183,7 @@ def ensure(port: int | None = None, master: str = "local[2]", timeout: float = 1
             ["bash", script, "--master", master,
              # the server is the driver (and, in local mode, the executors) of every epoch of
              # every job: its heap is sized from the machine unless set
-             # (include.sizing.connect_server_heap; Spark's default 1g collects in full
+             # (include.contract.sizing.connect_server_heap; Spark's default 1g collects in full
              # during a run: bench/RESULTS.md)
              "--driver-memory", heap,
              "--conf", f"spark.connect.grpc.binding.port={want}",

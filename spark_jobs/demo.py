@@ -22,8 +22,8 @@ import time
 import numpy as np
 import pandas as pd
 
-from include.config import JobConfig
-from include.paths import LOCAL_DIR, PROJECT_ROOT
+from include.contract import JobConfig
+from include.process import LOCAL_DIR, PROJECT_ROOT
 
 
 def generate_graph(path: str, nodes: int, avg_degree: int, seed: int) -> int:
@@ -80,7 +80,7 @@ def run_dag(dag_id: str, conf: dict, allowed_roots: tuple[str, ...] = ()) -> int
     import json
     import subprocess
 
-    from include.locations import ROOTS_ENV, deployment_roots
+    from include.store import ROOTS_ENV, deployment_roots
 
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
     env = {
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         if run_dag("iterate_pagerank", conf, allowed_roots=(os.path.realpath(args.workdir),)) != 0:
             return 1
     elapsed = time.monotonic() - started
-    from include.outputs import published
+    from include.publication import published
 
     current = published(output, "ranks")
     ranks = pd.concat([pd.read_parquet(f) for f in current.locations]).sort_values("rank", ascending=False)

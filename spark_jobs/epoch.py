@@ -21,12 +21,11 @@ import threading
 import time
 from typing import Any, Mapping
 
-from include.body import EpochContext, IterationBody, body_reference, resolve_body
-from include.checkpoint import CheckpointLog
+from include.checkpoints import CheckpointLog
+from include.contract import EpochContext, IterationBody, body_reference, resolve_body
+from include.epoch import EpochPlan, EpochReport
 from include.errors import CheckpointError, InputDataError
-from include.failpoints import failpoint
-from include.head import EpochReport
-from include.runtime import EpochPlan
+from include.process import failpoint
 from include.store import ObjectStore, open_store
 from spark_jobs.session import is_classic, ship_body
 

@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 
-from include.config import InputSpec, JobConfig
+from include.contract import InputSpec, JobConfig
 from include.errors import IterationError
 
 
@@ -41,7 +41,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-epochs", type=_count_or_none, default=50, help="the epoch limit; none: no limit")
     p.add_argument("--tolerance", type=float, default=1e-6)
     p.add_argument("--num-partitions", type=int, default=None,
-                   help="partitions of the feedback datasets; default: from the input's size (include.sizing)")
+                   help="partitions of the feedback datasets; default: from the input's size (include.contract.sizing)")
     p.add_argument("--retain-last", type=int, default=3)
     p.add_argument("--retain-batches", type=_count_or_none, default=None,
                    help="batches whose final checkpoint is kept (default: every batch's)")
@@ -92,7 +92,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from include.interpreter import skip_exit_collection
+    from include.process import skip_exit_collection
 
     skip_exit_collection()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)

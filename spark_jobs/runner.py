@@ -1,7 +1,7 @@
 """Library API: run a batch of epochs of a body from plain Python on one warm Spark session,
 with full checkpointing, resuming from the latest committed checkpoint when there is one.
 
-    from include.config import JobConfig
+    from include.contract.config import JobConfig
     from spark_jobs.runner import IterationRunner
 
     result = IterationRunner(JobConfig(job_id="pr", body="pagerank", input="edges.csv",
@@ -13,26 +13,28 @@ Each epoch goes through the same phases an Airflow DAG runs as separate tasks.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from include import generations
-from include.config import JobConfig
-from include.generations import check_rewind_to
-from include.head import AlignmentDecision, HeadStatus
-from include.manifest import Manifest
-from include.ownership import LEASE_TTL_S, Holder, JobLease
-from include.protocol import EpochRun, Step, check_borders, metrics_text, owner_of, warm_up_checks
-from include.runtime import (
+from include.checkpoints import Manifest
+from include.contract import JobConfig
+from include.epoch import (
     DEFAULT_CHECKS,
+    AlignmentDecision,
     Check,
     DataCheckFailed,
     EpochPlan,
-    IterationJob,
+    EpochRun,
+    HeadStatus,
+    Step,
+    check_borders,
+    metrics_text,
+    owner_of,
+    warm_up_checks,
 )
+from include.runs import LEASE_TTL_S, Holder, JobLease, open_job, retire
 from include.store import ObjectStore, open_store
 
 log = logging.getLogger("iterations")
@@ -97,7 +99,7 @@ class IterationRunner:
         on_input_change: str = "refuse",
     ):
         """``warm_start``: a final checkpoint (of another job, same store) epoch 0 starts from.
-        ``coordinators``: extra coordinators by name (``include.coordinator``).
+        ``coordinators``: extra coordinators by name (``include.epoch.coordinators``).
         ``attempt_retries``: how many times an epoch attempt that failed in some partitions is
         run again in this process (its coordinators told which partitions failed, not reset).
         ``wait_for_input``: for a job whose input arrives while it runs (a split enumerator), wait
@@ -108,14 +110,14 @@ class IterationRunner:
         exactly what the previous attempt of this run wrote; a restart, or any other
         checkpoint, reads the store (``EpochExecutor``).
         ``take_over``: continue a job that belongs to another owner (a DAG, another body, input or
-        output path: include.ownership) and make it this run's. ``lease_wait``: how long to wait
+        output path: include.runs.ownership) and make it this run's. ``lease_wait``: how long to wait
         for another run of the job to end before failing with JobBusy naming it.
         ``rewind_to``: recompute the job from this epoch as a new generation of it, which starts
         from a copy of checkpoint ``rewind_to - 1`` and replaces the outputs when it ends
-        (include.generations; each runner given it starts a new one). The runner works on the
+        (include.runs.generations; each runner given it starts a new one). The runner works on the
         job's newest generation: ``self.config.job_id`` names it.
         ``on_input_change``: what a run does when the input is no longer what the job's log
-        pinned at its first plan (include.arrivals): "refuse" (InputChanged, naming the file and
+        pinned at its first plan (include.publication.pinned_inputs): "refuse" (InputChanged, naming the file and
         what changed) or "restart" (a new generation computes the job from epoch 0 on the new
         input, as ``rewind_to=0`` does, recorded with what changed).
         ``driver_tail_bytes``: on a classic session, an epoch's variable whose previous value
@@ -126,22 +128,21 @@ class IterationRunner:
         store = store or open_store(config.checkpoint_root, **self.store_options)
         self.holder = Holder.this_process()
 
-        def hold() -> None:  # a rewind writes a new generation: inside its borders, under the job's lease, as a run
+        def hold(lease_id: str) -> None:  # a rewind writes a new generation: inside its borders, under the lease
             check_borders(config, store, self.store_options)
-            JobLease(store, config.job_id).acquire(self.holder, wait=lease_wait)
+            JobLease(store, lease_id).acquire(self.holder, wait=lease_wait)
 
-        log_id, lineage = generations.attach(
-            store, config.job_id, None, rewind_to=check_rewind_to(rewind_to), owner=owner_of(config, None), hold=hold,
-            input_changes=generations.input_changes_of(store, config, self.store_options, on_input_change))
-        self.lineage = lineage
-        self.config = config = dataclasses.replace(config, job_id=log_id)
+        opened = open_job(config, store, owner=owner_of(config, None), hold=hold, rewind_to=rewind_to,
+                          on_input_change=on_input_change, store_options=self.store_options, checks=checks,
+                          warm_start=warm_start, coordinators=coordinators)
+        self.lineage = opened.lineage
+        self.job = opened.job
+        self.config = opened.job.config
         self.attempt_retries = attempt_retries
         self.handoff = handoff
         self.driver_tail_bytes = driver_tail_bytes
         self.wait_for_input = wait_for_input
         self.poll_interval = poll_interval
-        self.job = IterationJob(config, store, checks=checks, store_options=self.store_options, warm_start=warm_start,
-                                coordinators=coordinators, **generations.job_options(lineage, log_id))
         self._spark = spark
         self._executor = None
         self.take_over = take_over
@@ -156,8 +157,8 @@ class IterationRunner:
         return self._spark
 
     def _driver_memory(self) -> str | None:
-        """The heap the job's input asks of the driver this runner starts (include.sizing)."""
-        from include.sizing import driver_memory
+        """The heap the job's input asks of the driver this runner starts (include.contract.sizing)."""
+        from include.contract import driver_memory
 
         memory, why = driver_memory(self.job.input_spec(), self.store_options)
         log.info("job %s: %s", self.config.job_id, why)
@@ -173,16 +174,16 @@ class IterationRunner:
         return self._executor
 
     def retire(self, generation: str, *, dag_id: str | None = None) -> dict[str, int]:
-        """Delete the log of an older generation of this job (``include.generations.retire``):
+        """Delete the log of an older generation of this job (``include.runs.generations.retire``):
         the objects and bytes deleted. The runner's own (newest) generation is never retired.
         ``dag_id``: the DAG that owns the job, for a job a DAG runs (the owner is checked)."""
-        return generations.retire(self.job.store, self.lineage.base, generation,
+        return retire(self.job.store, self.lineage.base, generation,
                                   owner_of(self.config, dag_id),
                                   self.holder)
 
     def verify_epoch(self, epoch: int, *, scratch_dir: str | None = None):
-        """The determinism audit (docs/writing-a-body.md; include.restore.Restore.verify_epoch)
-        on this process's warm session: an ``include.restore.EpochVerification``."""
+        """The determinism audit (docs/writing-a-body.md; include.checkpoints.restore.Restore.verify_epoch)
+        on this process's warm session: an ``include.checkpoints.restore.EpochVerification``."""
         def execute(plan, scratch) -> None:
             try:
                 self.executor.run(plan, scratch)

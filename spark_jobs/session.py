@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from include.errors import ConfigError
-from include.failpoints import DRIVER_PID_ENV
+from include.process import DRIVER_PID_ENV
 
 log = logging.getLogger("iterations")
 
@@ -45,7 +45,7 @@ def get_spark(
     project is installed (``./run.sh``: editable), so they import ``include`` and
     ``spark_jobs``; settings must be in place before the JVM starts. The driver's heap:
     ``SPARK_DRIVER_MEMORY``, else ``driver_memory`` (the library runner's: from the input's
-    size, include.sizing), else 2g. The driver exits when it runs out of heap
+    size, include.contract.sizing), else 2g. The driver exits when it runs out of heap
     (``DRIVER_JAVA_OPTIONS``)."""
     from pyspark.sql import SparkSession
 

@@ -21,8 +21,8 @@ import json
 import os
 import pwd
 import secrets
-import signal
 import shutil
+import signal
 import socket
 import subprocess
 import sys

@@ -15,9 +15,8 @@ from typing import Callable, Sequence
 
 from spark_jobs.connect_server import spark_home
 from spark_jobs.session import driver_java_options
-from stack.procs import ROOT, free_port
+from stack.procs import ROOT, free_port, spawn, wait_until
 from stack.procs import listening as _listening
-from stack.procs import spawn, wait_until
 
 
 def parent_and_group(pid: int) -> tuple[int, int]:

@@ -22,7 +22,7 @@ import signal
 import sys
 import urllib.request
 
-from include.paths import LOCAL_DIR
+from include.process.paths import LOCAL_DIR
 from stack.procs import ROOT, session_members, spawn, stop_session, wait_until
 
 #: the caller's Airflow home (AIRFLOW_HOME), else the embedded default's

@@ -22,8 +22,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from include.body import EpochContext, IterationBody, StepResult, param
-from include.coordinator import Coordinator
+from include.contract.body import EpochContext, IterationBody, StepResult, param
+from include.epoch.coordinators import Coordinator
 
 N_FAST, N_SLOW = 40, 6
 

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 from pyspark.sql import functions as F
 
-from include.body import EpochContext, StepResult
+from include.contract.body import EpochContext, StepResult
 from include.errors import ConfigError
 from spark_jobs.bodies.kmeans import KMeans, KMeansParams
 from spark_jobs.bodies.pagerank import PageRank, PageRankParams

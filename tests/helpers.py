@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from include.config import JobConfig
+from include.contract.config import JobConfig
 
 
 def graph_with_dangling(n: int = 40, p: float = 0.1, seed: int = 1):
@@ -73,7 +73,7 @@ def s3_published_ranks(endpoint: str, prefix: str) -> dict:
     import boto3
     import pandas as pd
 
-    from include.outputs import published
+    from include.publication.outputs import published
 
     s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
     current = published(prefix, "ranks", endpoint_url=endpoint)
@@ -100,7 +100,7 @@ def read_published(output_path, name, **store_options):
     """The current published version of an output as one pandas DataFrame (local store)."""
     import pandas as pd
 
-    from include.outputs import published
+    from include.publication.outputs import published
 
     return pd.concat([pd.read_parquet(f) for f in published(str(output_path), name, **store_options).locations],
                      ignore_index=True)
@@ -129,8 +129,8 @@ REFUSED_JOB = "pr-refused"
 
 
 def fill_view_stores(spark, tmp_path) -> ViewStores:
+    from include.epoch.job import DataCheckFailed
     from spark_jobs.runner import IterationRunner
-    from include.runtime import DataCheckFailed
 
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(60, 0.08, seed=5))
     root, out = tmp_path / "store", tmp_path / "out"
@@ -264,7 +264,7 @@ def lineage_events(path) -> list[dict]:
 
 def publish_edges(output_path: str, graph, *, job: str, checkpoint: int, parts: int = 2) -> dict:
     """Publish ``graph``'s edges (src, dst) as output ``edges`` under local ``output_path``, as an
-    upstream iteration job's finish does (include.outputs.publish_dataset: a version of
+    upstream iteration job's finish does (include.publication.outputs.publish_dataset: a version of
     ``parts`` Parquet files, then the manifest), from a scratch store beside it; its manifest."""
     import io
     import json
@@ -272,9 +272,9 @@ def publish_edges(output_path: str, graph, *, job: str, checkpoint: int, parts: 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from include.head import FileRef
-    from include.manifest import DatasetRef
-    from include.outputs import PUBLISHED, publish_dataset
+    from include.checkpoints.manifest import DatasetRef
+    from include.epoch.head_state import FileRef
+    from include.publication.outputs import PUBLISHED, publish_dataset
     from include.store import LocalStore, sha256_hex
 
     edges = sorted(graph.edges())

@@ -57,7 +57,7 @@ import numpy as np, pandas as pd
 from spark_jobs.runner import IterationRunner
 from spark_jobs.session import get_spark
 from tests.helpers import graph_with_dangling, pagerank_config, write_edges
-from include.config import JobConfig
+from include.contract.config import JobConfig
 
 spark = get_spark("iterations-class-archive")
 work = pathlib.Path(sys.argv[1])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-from include.body import EpochContext, IterationBody, StepResult
+from include.contract.body import EpochContext, IterationBody, StepResult
 
 SOURCES = ("bounded", "unbounded")
 
@@ -24,7 +24,7 @@ class TwoSources(IterationBody):
     static_input = False  # everything comes from the two sources
 
     def coordinators(self, params, input, store_options):
-        from include.sources import FileSplitEnumerator
+        from include.epoch.splits import FileSplitEnumerator
 
         return {source: FileSplitEnumerator(os.path.join(input.path, source), store_options=store_options,
                                             suffixes=(".csv",), max_splits_per_epoch=1)

@@ -5,7 +5,7 @@ test_unbounded.py and tests/dags/test_unbounded_dag.py."""
 
 from __future__ import annotations
 
-from include.body import EpochContext, IterationBody, StepResult
+from include.contract.body import EpochContext, IterationBody, StepResult
 
 
 class Ticker(IterationBody):

@@ -74,7 +74,7 @@ from include.checks.allowlist import (
 from include.checks.columns import NUMERIC_TYPES, check_columns
 from include.checks.gx import WARM_UP_NICENESS, import_gx, warm_up, yield_cpu
 from include.checks.profile import combine, expand, profile_row, runtime_expectations, schema_string
-from include.checks.settings import (
+from include.checks.specs import (
     CheckSettings,
     ExpectationSpec,
     finite_metric_name,

@@ -7,7 +7,7 @@ import fnmatch
 from typing import Any, Mapping, Sequence
 
 from include.checks.allowlist import _is_glob
-from include.checks.settings import CheckSettings, ExpectationSpec
+from include.checks.specs import CheckSettings, ExpectationSpec
 from include.errors import ConfigError
 
 _STATS = ("nulls", "nonfinite", "min", "max", "sum")

@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict
 from typing import Any, Mapping, Sequence
 
-from include.checks.settings import ExpectationSpec
+from include.checks.specs import ExpectationSpec
 from include.errors import ConfigError
 
 log = logging.getLogger("iterations")
@@ -73,7 +73,7 @@ def warm_up() -> None:
 def import_gx() -> Any:
     """Import Great Expectations quietly (no analytics, its INFO logging off): the one way this
     project imports it, also used to preload it in a process that forks task processes
-    (``include.preload``)."""
+    (``include.process.preloading``)."""
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
     import great_expectations as gx

@@ -9,10 +9,10 @@ import math
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
-from include.checks.settings import ExpectationSpec, finite_metric_name, schema_stable_name
+from include.checks.specs import ExpectationSpec, finite_metric_name, schema_stable_name
 
 if TYPE_CHECKING:
-    from include.head import AlignmentDecision, EpochReport
+    from include.epoch.head_state import AlignmentDecision, EpochReport
 
 def schema_string(schema_json: str) -> str:
     """A Spark StructType JSON as ``name type, name type`` (types in Spark's simple form)."""

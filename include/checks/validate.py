@@ -12,7 +12,7 @@ from include.checks.allowlist import BLOCKING, _is_glob
 from include.checks.columns import _ProfileLayout
 from include.checks.gx import _jsonable, _run_gx
 from include.checks.profile import expand
-from include.checks.settings import ExpectationSpec
+from include.checks.specs import ExpectationSpec
 from include.errors import ConfigError
 
 

@@ -1,94 +1,18 @@
-"""Object stores behind one small interface: a local directory (the embedded default) and S3.
-Modules: ``base`` (the interface), ``local``, ``s3``, ``readonly`` (a read-only view).
+"""Object stores and where a job may read and write: local and S3 stores, locations, roots, borders."""
 
-Keys are relative, '/'-separated paths. ``put_if_absent`` is the one atomic primitive the
-checkpoint protocol needs: exactly one of several concurrent writers of a key wins.
+from include.process.surface import lazy_surface
 
-* LocalStore: write to a temporary file, fsync, then ``os.link`` it to the final name
-  (link fails if the name exists, so the visible object is always complete and unique). As in
-  S3, a key may also be the prefix of others (a stray file ``aborted/<epoch>`` beside
-  ``aborted/<epoch>/<attempt>``): its bytes then live inside its directory (``local._SELF``).
-* S3Store: ``PutObject`` with ``If-None-Match: *`` (HTTP 412 when the key exists).
-"""
-
-
-from __future__ import annotations
-
-import os
-from typing import Any, Mapping
-from urllib.parse import urlparse
-
-from include.errors import ConfigError, StoreError
-from include.store.base import (
-    STORE_MARKER,
-    ObjectInfo,
-    ObjectStore,
-    RetryPolicy,
-    check_key,
-    join_key,
-    sha256_hex,
-)
-from include.store.local import LocalStore
-from include.store.readonly import ReadOnlyStore, ReadOnlyViolation
-from include.store.s3 import S3Store
-
-
-def open_store(url: str, **options: Any) -> ObjectStore:
-    """Open a store from a URL: ``s3://bucket/prefix`` or a local path / ``file://`` URL.
-
-    S3 options: endpoint_url, region, access_key_id, secret_access_key, session_token, retry,
-    connect_timeout, read_timeout, sleep, probe_conditional_writes (False: never probe the
-    endpoint in ``check_conditional_writes``). Unset endpoint and region fall back to boto3's
-    environment (AWS_ENDPOINT_URL_S3, AWS_REGION).
-    Local options: fsync, create (False: the root must exist already; nothing is created).
-    Each kind accepts and ignores the other's options, so one set of settings serves both.
-    Opening a store never writes to it (``create`` aside) nor probes it.
-    """
-    if not url or not isinstance(url, str):
-        raise ConfigError(f"store URL must be a non-empty string, got {url!r}")
-    parsed = urlparse(url)
-    if parsed.scheme in ("s3", "s3a"):
-        if not parsed.netloc:
-            raise ConfigError(f"S3 URL {url!r} has no bucket: use s3://bucket/prefix")
-        allowed = {"endpoint_url", "region", "access_key_id", "secret_access_key",
-                   "session_token", "retry", "connect_timeout", "read_timeout", "sleep",
-                   "probe_conditional_writes"}
-        unknown = set(options) - allowed - _LOCAL_OPTIONS
-        if unknown:
-            raise ConfigError(f"unknown S3 store options {sorted(unknown)}; accepted: {sorted(allowed)}")
-        s3_options = {k: v for k, v in options.items() if k in allowed}
-        return S3Store(bucket=parsed.netloc, prefix=parsed.path.strip("/"), **s3_options)
-    if parsed.scheme == "file":
-        return LocalStore(parsed.path, **_local_options(options))
-    if parsed.scheme == "" or (len(parsed.scheme) == 1 and os.name == "nt"):
-        return LocalStore(url, **_local_options(options))
-    raise ConfigError(f"unsupported store URL {url!r}: use s3://bucket/prefix or a local path")
-
-
-_LOCAL_OPTIONS = frozenset({"fsync", "create"})
-
-
-def _local_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    # S3-only options are ignored for local paths so one set of settings serves both.
-    return {k: v for k, v in options.items() if k in _LOCAL_OPTIONS}
-
-
-def store_from_spec(spec: Mapping[str, Any], **secrets: Any) -> ObjectStore:
-    kind = spec.get("kind")
-    if kind == "local":
-        return LocalStore(spec["root"])
-    if kind == "s3":
-        return S3Store(
-            bucket=spec["bucket"],
-            prefix=spec.get("prefix", ""),
-            endpoint_url=spec.get("endpoint_url"),
-            region=spec.get("region"),
-            **secrets,
-        )
-    raise StoreError(f"unknown store kind {kind!r} in spec {dict(spec)}")
-
-
-__all__ = [
-    "STORE_MARKER", "LocalStore", "ObjectInfo", "ObjectStore", "ReadOnlyStore", "ReadOnlyViolation",
-    "RetryPolicy", "S3Store", "check_key", "join_key", "open_store", "sha256_hex", "store_from_spec",
-]
+__all__, __getattr__, __dir__ = lazy_surface(__name__, {
+    "base": ["STORE_MARKER", "ObjectInfo", "ObjectStore", "RetryPolicy", "check_key", "join_key", "sha256_hex"],
+    "door": ["admit_run"],
+    "local": ["LocalStore"],
+    "location": ["SEGMENT_CHARS", "Location", "LocationError", "parse_location"],
+    "opening": ["open_store", "store_from_spec"],
+    "readonly": ["ReadOnlyStore", "ReadOnlyViolation"],
+    "roots": [
+        "CHECKPOINT_ROOTS_ENV", "DAGS_DIR", "LOCATION_PARAMS", "ROOTS_ENV", "SHARED_STORE", "AllowedRoots",
+        "check_output_outside_checkpoints", "configured_roots", "dag_directory", "dag_home", "dag_roots",
+        "deployment_checkpoint_roots", "deployment_roots", "earlier_shared_job", "roots_for_dag",
+    ],
+    "s3": ["S3Store"],
+})

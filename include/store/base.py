@@ -1,4 +1,14 @@
-"""The object store interface (``ObjectStore``), its keys and its retry policy."""
+"""The object store interface (``ObjectStore``), its keys and its retry policy.
+
+Keys are relative, '/'-separated paths. ``put_if_absent`` is the one atomic primitive the
+checkpoint protocol needs: exactly one of several concurrent writers of a key wins.
+
+* LocalStore: write to a temporary file, fsync, then ``os.link`` it to the final name
+  (link fails if the name exists, so the visible object is always complete and unique). As in
+  S3, a key may also be the prefix of others (a stray file ``aborted/<epoch>`` beside
+  ``aborted/<epoch>/<attempt>``): its bytes then live inside its directory (``local._SELF``).
+* S3Store: ``PutObject`` with ``If-None-Match: *`` (HTTP 412 when the key exists).
+"""
 
 from __future__ import annotations
 
@@ -18,8 +28,8 @@ log = logging.getLogger(__name__)
 
 _TMP_MARK = ".tmp-"
 _BAD_KEY = re.compile(r"(^/)|(^|/)\.\.?(/|$)|//|\\|\x00")
-# A checkpoint store marks its root with this object (include.protocol.mark_store): no output
-# is ever published inside a store (include.outputs.check_not_in_store).
+# A checkpoint store marks its root with this object (include.epoch.boundary.mark_store): no output
+# is ever published inside a store (include.publication.outputs.check_not_in_store).
 STORE_MARKER = "_iterations/store.json"
 
 

@@ -11,8 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from include.errors import (ConfigError, InputChanged, ObjectNotFound, PermanentStoreError, StoreError,
-                            TransientStoreError)
+from include.errors import ConfigError, InputChanged, ObjectNotFound, PermanentStoreError, StoreError, TransientStoreError
 from include.store.base import ObjectInfo, ObjectStore, RetryPolicy, check_key
 
 log = logging.getLogger(__name__)
@@ -161,7 +160,7 @@ class S3Store(ObjectStore):
                 region_name=self.region or session.region_name or "us-east-1",
             )
             client = session.client("s3", endpoint_url=self.endpoint_url, config=config)
-            from include.failpoints import install_s3_faults
+            from include.process.failpoints import install_s3_faults
 
             install_s3_faults(client, self.endpoint_url)  # tests only: nothing unless configured
             self._client = client

@@ -1,7 +1,7 @@
 """Airflow Assets for what iteration jobs publish.
 
 Every output a finish publishes is an ``Asset`` whose URI is the output's location
-(``include.outputs.output_uri``: ``s3://bucket/prefix/<name>`` or ``file:///path/<name>``). The
+(``include.publication.outputs.output_uri``: ``s3://bucket/prefix/<name>`` or ``file:///path/<name>``). The
 location is a run's param, so the finish task declares an ``AssetAlias`` (one per DAG,
 ``outputs_alias``) as its outlet and resolves it, at run time, to the Assets it published: the
 UI's asset graph shows the alias and, once a job published, the Assets behind it. A DAG that
@@ -19,7 +19,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from airflow.sdk import Asset, AssetAlias
 
-from include.outputs import output_uri
+from include.publication import output_uri
 
 #: how many of an output's latest events are read to find one of the same publication
 RECENT_EVENTS = 500
@@ -41,8 +41,8 @@ def input_asset(input_path: str) -> Asset:
     """The Asset of a job's input (what a DAG is scheduled on to run when its input arrives): its
     URI the input's location, as an upstream names it in its outlets (``output_asset`` for an
     iteration job's output: the same URI)."""
-    from include.arrivals import location_uri
-    from include.config import canonical_location
+    from include.contract import canonical_location
+    from include.publication import location_uri
 
     return Asset(location_uri(canonical_location(input_path, "input path")))
 
@@ -61,9 +61,9 @@ def unique_events(triggering_asset_events: Mapping[Any, Sequence[Any]] | None) -
 
 
 def triggering_arrivals(context: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """What the asset events that started this DAG run say arrived (include.arrivals.arrival:
+    """What the asset events that started this DAG run say arrived (include.publication.pinned_inputs.arrival:
     the extra's known fields, shape-checked), oldest first; empty for a run no asset started."""
-    from include.arrivals import arrival
+    from include.publication import arrival
 
     out = []
     for e in unique_events(context.get("triggering_asset_events")):
@@ -102,18 +102,17 @@ def announce(context: Mapping[str, Any], alias: AssetAlias, publications: Iterab
 def describe_publications(triggering_asset_events: Mapping[Any, Sequence[Any]] | None,
                           aws_conn_id: str | None = "aws_default") -> list[dict[str, Any]]:
     """What a run scheduled on outputs' Assets was triggered by: for each asset event, what it
-    says was published and what a reader of the output sees now (``include.outputs.published``:
+    says was published and what a reader of the output sees now (``include.publication.outputs.published``:
     the current version, its rows and files; ``current`` false when a later publication has
     replaced it since). An event that is not an output's (another producer's) is named and
     left out; logged as it goes. An event's ``extra`` is untrusted (anyone who may post an asset
     event writes it): only the fields a finish writes, of the right shape, are read
-    (``include.arrivals.arrival``); ``ignored`` names the other keys, whose values are never
+    (``include.publication.pinned_inputs.arrival``); ``ignored`` names the other keys, whose values are never
     copied, and a field of the wrong shape is None."""
     import logging
 
-    from include.arrivals import arrival, describe
     from include.errors import IterationError
-    from include.outputs import output_of_uri, published
+    from include.publication import arrival, describe, output_of_uri, published
     from iterations.hooks.iteration_store import IterationStoreHook
 
     log = logging.getLogger("iterations")

@@ -5,7 +5,7 @@ task's supervisor forks the task process from a pool process: a module the main 
 before its pool started is imported in every task. Naming this module's ``CELERY_CONFIG`` in
 ``[celery] celery_config_options`` makes the main process import ``[iterations] preload_modules``
 (the list :class:`iterations.executors.PreloadingLocalExecutor` reads, default
-``include.preload.DEFAULT_MODULES``) when Celery's ``worker_init`` signal fires, before the pool
+``include.process.preloading.DEFAULT_MODULES``) when Celery's ``worker_init`` signal fires, before the pool
 starts::
 
     AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS=iterations.celery_preload.CELERY_CONFIG
@@ -23,7 +23,7 @@ from airflow.providers.celery.executors.default_celery import DEFAULT_CELERY_CON
 from celery.signals import worker_init
 
 from include.errors import ConfigError
-from include.preload import parse_modules, preload
+from include.process import parse_modules, preload
 
 CELERY_CONFIG = DEFAULT_CELERY_CONFIG
 

@@ -7,14 +7,14 @@ run would go on with the default tolerance. ``ClosedConfMiddleware`` (registered
 as a ``fastapi_root_middlewares`` entry) reads the body of ``POST /api/v2/dags/{dag_id}/dagRuns``
 (the trigger form and the REST API) and of ``POST /api/v2/backfills`` (its ``dag_run_conf``),
 and for a DAG tagged ``iterations`` (every DAG ``iteration_dag`` builds, and ``iterations_stop``)
-answers 400 with the message of ``include.parameters.check_conf_keys``. Runs made without the
+answers 400 with the message of ``include.contract.parameters.check_conf_keys``. Runs made without the
 API server (``airflow dags test``, ``tasks test``, a continuation) are refused by their first
 task with the same message (``iterations.operators.base.IterationOperator.settings``).
 
 The ``openlineage`` entry (the OpenLineage provider's parent run) is refused here too unless the
 parent it names is the DAG's own (a continuation's: ``<dag_id>.continue``, in the deployment's
 namespace) or one the DAG's author allows (``iteration_dag(lineage_parents=...)``):
-``include.parameters.check_lineage_parent``. A user who triggers a run cannot make lineage show
+``include.contract.parameters.check_lineage_parent``. A user who triggers a run cannot make lineage show
 it as started by another job. A run made without the API server (another DAG's
 TriggerDagRunOperator, into whose conf the provider itself writes the triggering task) is not
 refused for it: its first task logs a warning naming the parent instead.
@@ -41,7 +41,7 @@ def conf_problem(dag_id: str, conf: Any) -> str | None:
     from airflow.models.serialized_dag import SerializedDagModel
     from airflow.utils.session import create_session
 
-    from include.parameters import LINEAGE_PARENTS_PARAM
+    from include.contract import LINEAGE_PARENTS_PARAM
 
     if not isinstance(conf, dict) or not conf:
         return None
@@ -60,8 +60,8 @@ def refusal(dag_id: str, conf: dict[str, Any], declared: Any, own_jobs: Any, *, 
     """Why ``conf`` is refused for DAG ``dag_id`` whose params are ``declared`` (None: it is
     not): a key the DAG has no param for, or an ``openlineage`` entry of the wrong shape or
     naming a parent that is not the DAG's (``own_jobs``) nor one its author ``allowed``."""
+    from include.contract import LINEAGE_KEY, check_conf_keys, check_lineage_parent
     from include.errors import ConfigError
-    from include.parameters import LINEAGE_KEY, check_conf_keys, check_lineage_parent
 
     try:
         check_conf_keys(conf, declared)

@@ -16,17 +16,17 @@ from typing import Any, Mapping, Sequence
 from airflow.sdk import DAG, Param, TaskGroup
 from airflow.sdk.definitions.param import ParamsDict
 
-from include.layout import JOB_ID_REGEX
-from include.paths import LOCAL_DIR, PROJECT_ROOT  # noqa: F401 (LOCAL_DIR: for the DAG files)
+from include.checkpoints import JOB_ID_REGEX
+from include.process import LOCAL_DIR, PROJECT_ROOT  # noqa: F401 (LOCAL_DIR: for the DAG files)
 
-#: a location default in the DAG's own directory (include.locations.dag_directory,
+#: a location default in the DAG's own directory (include.store.dag_directory,
 #: ``<ITERATIONS_LOCAL_DIR>/dags/<dag_id>``): ``iteration_dag`` puts the DAG's id in; the
 #: defaults of ``job_params``' checkpoint store and output root
 DAG_DIRECTORY = "{dag_directory}"
 OWN_STORE = f"{DAG_DIRECTORY}/store"
 OWN_OUTPUT = f"{DAG_DIRECTORY}/output"
 
-JOB_ID_PATTERN = JOB_ID_REGEX  # the job_id params' pattern: include.layout's rule
+JOB_ID_PATTERN = JOB_ID_REGEX  # the job_id params' pattern: include.checkpoints.layout's rule
 
 # The expectation types and kwargs include.checks accepts (EXPECTATION_TYPES, EXPECTATION_KWARGS),
 # written out so that parsing a DAG file does not import the checks module; a unit test keeps
@@ -90,12 +90,12 @@ def job_params(
     on_input_change: str = "refuse",
 ) -> dict[str, Param]:
     """The params every iteration DAG has, with their JSON schema (the trigger form); the
-    bounded ones come from the job's declarations (include.config.SETTINGS), with the defaults
+    bounded ones come from the job's declarations (include.contract.config.SETTINGS), with the defaults
     given here (None: the declared one). ``scheduled``: also the params of a scheduled job's
     batches (recompute, batch_date). ``checkpoint_root`` and ``output_path`` default to the
     DAG's own directory (``OWN_STORE``, ``OWN_OUTPUT``: a location that starts with
     ``{dag_directory}`` is made the DAG's by ``iteration_dag``); ``output_path`` None: no output."""
-    from include.config import SETTINGS
+    from include.contract import SETTINGS
 
     def setting(name: str, default: Any = None) -> Param:
         s = SETTINGS[name]
@@ -185,7 +185,7 @@ def body_params(body: str, **defaults: Any) -> dict[str, Param]:
     schema checks a run's values), with the defaults given here in place of the body's (each
     checked: a bad one fails the DAG file's parse). ``body``: a registered name or
     ``package.module:Class``; resolving it imports no pyspark."""
-    from include.body import resolve_body
+    from include.contract import resolve_body
 
     declared = {p.name: p for p in resolve_body(body).parameters}
     unknown = sorted(set(defaults) - set(declared))
@@ -226,8 +226,8 @@ def _on_assets(schedule: Any) -> bool:
 
 def own_locations(params: Mapping[str, Param], dag_id: str) -> dict[str, Param]:
     """``params`` with each location default that starts with ``{dag_directory}`` (``OWN_STORE``,
-    ``OWN_OUTPUT``) put in DAG ``dag_id``'s own directory (include.locations.dag_directory)."""
-    from include.locations import LOCATION_PARAMS, dag_directory
+    ``OWN_OUTPUT``) put in DAG ``dag_id``'s own directory (include.store.dag_directory)."""
+    from include.store import LOCATION_PARAMS, dag_directory
 
     out = dict(params)
     for name in LOCATION_PARAMS:
@@ -307,7 +307,7 @@ def iteration_dag(
 
     ``schedule``: a cron or timetable, or Assets (``iterations.assets.input_asset``: run when the
     input arrives). ``dated_batches`` (default: True when there is a schedule): each run is the
-    batch of a date (include.schedule: a checkpoint log of its own, warm-started from the batch
+    batch of a date (include.runs.schedule: a checkpoint log of its own, warm-started from the batch
     before it, its outputs under ``<output_path>/<date>``; the params ``recompute`` and
     ``batch_date``); False: every run goes on with the one job, as an unscheduled DAG's do (an
     incremental job whose asset events say more input arrived). A DAG scheduled on Assets that
@@ -320,8 +320,8 @@ def iteration_dag(
     through the API server with another parent is refused, naming it (iterations.closed_conf).
     Kept in a hidden, constant param (``lineage_parents``) for the API server to read."""
     from include.checks import load_checks_file
-    from include.locations import LOCATION_PARAMS, dag_roots
-    from include.parameters import LINEAGE_PARENTS_PARAM, check_lineage_parents
+    from include.contract import LINEAGE_PARENTS_PARAM, check_lineage_parents
+    from include.store import LOCATION_PARAMS, dag_roots
     from iterations.assets import outputs_alias
     from iterations.operators.continuation import ContinuationOperator
     from iterations.operators.epoch import EpochCommitOperator, EpochHeadOperator, FinishOperator
@@ -349,7 +349,7 @@ def iteration_dag(
     end_batch_without_input = wait_for_input and _on_assets(schedule)
     checks = load_checks_file(os.path.join(PROJECT_ROOT, checks_file)) if checks_file else None
     # where a run's params may point: the directories/prefixes of the defaults, the embedded
-    # local directory, and the deployment's ITERATIONS_ALLOWED_ROOTS (include.locations)
+    # local directory, and the deployment's ITERATIONS_ALLOWED_ROOTS (include.store)
     defaults = {k: getattr(params.get(k), "value", None) for k in LOCATION_PARAMS}
     allowed_roots = dag_roots(defaults)  # the rule the Iterations view applies too
     common = {"body": body, "body_param_names": body_param_names, "aws_conn_id": aws_conn_id, "scheduled": scheduled,

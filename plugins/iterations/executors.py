@@ -4,7 +4,7 @@ iteration runtime's heavy modules already imported.
 LocalExecutor forks its workers from the scheduler when it starts, and each worker forks a
 process per task; a module the scheduler imported before that is imported in every task. This
 executor imports the modules of ``[iterations] preload_modules`` (environment:
-``AIRFLOW__ITERATIONS__PRELOAD_MODULES``; default ``include.preload.DEFAULT_MODULES``: Great
+``AIRFLOW__ITERATIONS__PRELOAD_MODULES``; default ``include.process.preloading.DEFAULT_MODULES``: Great
 Expectations, the Spark Connect client, the runtime) in the scheduler, then starts as
 LocalExecutor does. Each epoch's commit task then skips Great Expectations' import (~2.5 s
 here) and each run task the Spark Connect client's (~0.8 s). Use it with::
@@ -20,7 +20,7 @@ from __future__ import annotations
 from airflow.configuration import conf
 from airflow.executors.local_executor import LocalExecutor
 
-from include.preload import parse_modules, preload
+from include.process import parse_modules, preload
 
 
 class PreloadingLocalExecutor(LocalExecutor):

@@ -1,5 +1,5 @@
 """OpenLineage, the provider's way: an iteration operator records what its task read and
-published (``include.lineage.job_lineage``) and returns it from
+published (``include.publication.openlineage.job_lineage``) and returns it from
 ``get_openlineage_facets_on_complete`` as the provider's ``OperatorLineage``: the job's input
 and published outputs as datasets (each output with its version), and an ``iterations`` run
 facet naming the logical iteration job the task's run belongs to. Without the

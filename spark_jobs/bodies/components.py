@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 if TYPE_CHECKING:  # pyspark is imported where a function runs: the body's metadata is importable without it
     from pyspark.sql import DataFrame
 
-from include.body import EpochContext, IterationBody, StepResult
+from include.contract import EpochContext, IterationBody, StepResult
 from include.errors import InputDataError
 
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # pyspark is imported where a function runs: the body's metad
     from pyspark.sql import DataFrame
     from pyspark.sql.types import StructType
 
-from include.body import EpochContext, IterationBody, StepResult, param
+from include.contract import EpochContext, IterationBody, StepResult, param
 from include.errors import InputDataError
 
 log = logging.getLogger("iterations")

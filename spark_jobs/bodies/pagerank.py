@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 if TYPE_CHECKING:  # pyspark is imported where a function runs: the body's metadata is importable without it
     from pyspark.sql import Column, DataFrame
 
-from include.body import EpochContext, IterationBody, StepResult, param
+from include.contract import EpochContext, IterationBody, StepResult, param
 from include.errors import InputDataError
 
 # Ranks and their shares are in [0, 1]: 34 decimal places keep 1e-34 absolute precision.

@@ -1,7 +1,7 @@
 """Mini-batch gradient descent for linear regression over input that keeps arriving.
 
 The input is a prefix (a local directory or ``s3://bucket/prefix``) that files are dropped into
-while the job runs; a ``FileSplitEnumerator`` coordinator (``include.sources``) assigns each new
+while the job runs; a ``FileSplitEnumerator`` coordinator (``include.epoch.splits``) assigns each new
 file to one coming epoch, exactly once across failures. Each epoch takes one gradient step on
 the rows of the files assigned to it (a mini-batch)::
 
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 if TYPE_CHECKING:  # pyspark is imported where a function runs: the body's metadata is importable without it
     from pyspark.sql import DataFrame
 
-from include.body import EpochContext, IterationBody, StepResult, param
+from include.contract import EpochContext, IterationBody, StepResult, param
 from include.errors import InputDataError
 
 INTERCEPT = "__intercept__"
@@ -76,7 +76,7 @@ class IncrementalSGD(IterationBody):
     static_input = False
 
     def coordinators(self, params: SGDParams, input, store_options) -> dict[str, Any]:
-        from include.sources import FileSplitEnumerator
+        from include.epoch import FileSplitEnumerator
 
         suffixes = {"parquet": (".parquet", ".pq"), "csv": (".csv",), "json": (".json", ".jsonl")}[input.format]
         return {"splits": FileSplitEnumerator(input.path, store_options=store_options, suffixes=suffixes,

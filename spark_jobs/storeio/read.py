@@ -14,10 +14,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from include.config import InputSpec
+from include.checkpoints import DatasetRef
+from include.contract import InputSpec
+from include.epoch import FileRef
 from include.errors import InputDataError
-from include.head import FileRef
-from include.manifest import DatasetRef
 from include.store import ObjectStore, open_store
 
 
@@ -133,7 +133,7 @@ def read_dataset(spark: SparkSession, store: ObjectStore, ds: DatasetRef, num_pa
 
 
 def read_input(spark: SparkSession, spec: InputSpec, num_partitions: int, **store_options: Any) -> DataFrame:
-    """Read a job's static input at its canonical location (include.locations), literally:
+    """Read a job's static input at its canonical location (include.store), literally:
     local paths with Spark's own readers, given as ``file://`` URIs whose grammar leaves Hadoop
     no glob, list or escape to expand; S3 with the store source, object by object."""
     options = {"header": "true", "inferSchema": "true"} if spec.format == "csv" else {}
@@ -157,9 +157,9 @@ def read_input(spark: SparkSession, spec: InputSpec, num_partitions: int, **stor
 
 
 def _read_pinned(spark, spec: InputSpec, num_partitions: int, options, store_options) -> DataFrame:
-    """A published output's one version (``spec.published``, include.arrivals): exactly its
+    """A published output's one version (``spec.published``, include.publication.pinned_inputs): exactly its
     files, each there with its recorded size (InputDataError otherwise), never the directory."""
-    from include.arrivals import check_still_there, pinned_files, published_sizes
+    from include.publication import check_still_there, pinned_files, published_sizes
 
     files = pinned_files(spec)
     version = spec.published["version"]
@@ -174,12 +174,12 @@ def _read_pinned(spark, spec: InputSpec, num_partitions: int, options, store_opt
 
 
 def _read_pinned_files(spark, spec: InputSpec, num_partitions: int, options, store_options) -> DataFrame:
-    """Exactly the files the log pinned (``spec.files``, include.arrivals), never the directory
+    """Exactly the files the log pinned (``spec.files``, include.publication.pinned_inputs), never the directory
     as it is now: the plan checked them against their pin before any Spark work. Local files by
     Spark's readers, the directory as their base (its partition columns kept); S3 objects by the
     store source, each read with a conditional GET on its pinned ETag (InputChanged if it was
     rewritten since)."""
-    from include.arrivals import input_file_location
+    from include.publication import input_file_location
 
     located = [(input_file_location(spec.location, f["key"]), f) for f in spec.files]
     if spec.location.is_local:
@@ -233,9 +233,9 @@ def input_version(spec: InputSpec, **store_options: Any) -> str:
 
 
 def _s3_objects(spec: InputSpec, store_options: Mapping[str, Any]) -> tuple[ObjectStore, list]:
-    """The input's data files on S3 (include.sizing.s3_input_objects: names starting with
+    """The input's data files on S3 (include.contract.sizing.s3_input_objects: names starting with
     ``.`` or ``_`` and empty objects left out), and the store they are in."""
-    from include.sizing import s3_input_objects
+    from include.contract import s3_input_objects
 
     return s3_input_objects(spec.location, store_options)
 
@@ -262,8 +262,8 @@ def _read_s3_objects(spark, spec, store, objects: Sequence[Mapping[str, Any]], n
 def _get(store: ObjectStore, f: Mapping[str, Any]) -> bytes:
     """An object's bytes, checked against what it must be: its pinned ETag (a conditional GET:
     InputChanged if it was rewritten) and, when known, its size and SHA-256 (InputDataError)."""
+    from include.checkpoints import verify_bytes
     from include.errors import InputChanged
-    from include.manifest import verify_bytes
     from include.store import sha256_hex
 
     data = store.get_matching(f["key"], f["etag"]) if f.get("etag") else store.get(f["key"])

@@ -3,10 +3,8 @@ what the tail kept."""
 
 from __future__ import annotations
 
-
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-
 
 
 def sized_for_joins(df: DataFrame, stored_bytes: int) -> DataFrame:

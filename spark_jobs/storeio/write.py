@@ -11,9 +11,9 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from include.epoch import EpochReport, FileRef
 from include.errors import CheckpointError, IterationError
-from include.failpoints import failpoint
-from include.head import EpochReport, FileRef
+from include.process import failpoint
 from include.store import ObjectStore
 from spark_jobs.frames import arrow_frame, arrow_of
 from spark_jobs.storeio.hashing import partition_ids

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from include import failpoints
+from include.process import failpoints
 from stack.services import Stack
 from tests import warm_airflow
 from tests.conftest import ROOT, free_port

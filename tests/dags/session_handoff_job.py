@@ -36,8 +36,8 @@ def main(url: str, edges: str, root: str) -> None:
     from pyspark.sql.connect.dataframe import DataFrame
     from pyspark.sql.connect.plan import CachedRemoteRelation
 
-    from include.config import JobConfig
-    from include.runtime import IterationJob
+    from include.contract.config import JobConfig
+    from include.epoch.job import IterationJob
     from spark_jobs.epoch import EpochExecutor
     from spark_jobs.runner import IterationRunner
 

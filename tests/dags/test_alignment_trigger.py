@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from include.checkpoint import CheckpointLog
-from include.head import EpochReport
+from include.checkpoints.checkpoint_log import CheckpointLog
+from include.epoch.head_state import EpochReport
 from include.store import LocalStore
 from tests.conftest import ROOT
 
@@ -116,10 +116,10 @@ def test_sensor_fails_without_retry_for_a_superseded_attempt(tmp_path):
     """The sensor turns the trigger's 'superseded' into a failure that names the winner (a retry
     would find the same), and lets an attempt that may still align go on."""
     from airflow.sdk.exceptions import AirflowFailException
-    from iterations.sensors.alignment import AlignmentSensor
 
-    from include.config import JobConfig
-    from include.runtime import IterationJob
+    from include.contract.config import JobConfig
+    from include.epoch.job import IterationJob
+    from iterations.sensors.alignment import AlignmentSensor
     from tests.unit.test_checkpoint_log import write_attempt
 
     job = IterationJob(JobConfig(job_id="job", body="pagerank", input=str(tmp_path / "in"),

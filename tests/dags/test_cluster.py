@@ -17,12 +17,20 @@ import subprocess
 
 import pytest
 
+from include.process.failpoints import DIR_ENV
 from stack.services import Stack
 from stack.spark import StandaloneCluster, group_of
 from tests.dags.conftest import airflow, start_airflow
-from include.failpoints import DIR_ENV
-from tests.helpers import (armed, failure_free_ranks, graph_with_dangling, release_hold, s3_checkpoint_ids,
-                           s3_published_ranks, wait_held, write_edges)
+from tests.helpers import (
+    armed,
+    failure_free_ranks,
+    graph_with_dangling,
+    release_hold,
+    s3_checkpoint_ids,
+    s3_published_ranks,
+    wait_held,
+    write_edges,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
 

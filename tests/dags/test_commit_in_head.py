@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from include.config import JobConfig
+from include.contract.config import JobConfig
 from spark_jobs.runner import IterationRunner
 from tests.dags.conftest import start_airflow
 from tests.helpers import graph_with_dangling, ranks_of, read_published, release_hold, wait_held, write_edges

@@ -50,8 +50,8 @@ def test_a_dag_scheduled_on_its_input_asset(dagbag):
     its default input, by the URI an upstream finish announces it by (output_uri)."""
     from airflow.sdk import Asset
 
-    from include.outputs import output_uri
-    from include.paths import LOCAL_DIR
+    from include.process.paths import LOCAL_DIR
+    from include.publication.outputs import output_uri
 
     dag = dagbag.dags["iterate_pagerank_on_asset"]
     assert list(dag.timetable.asset_condition.objects) == [Asset(output_uri(os.path.join(LOCAL_DIR, "graph"), "edges"))]
@@ -327,7 +327,7 @@ def test_the_asset_scheduled_dag_of_the_docs(tmp_path, capsys):
 
     from airflow.sdk import Asset
 
-    from include.outputs import output_uri, publish_dataset
+    from include.publication.outputs import output_uri, publish_dataset
     from include.store import LocalStore
     from tests.docs import block
     from tests.unit.test_outputs import staged, stamp
@@ -354,8 +354,8 @@ def test_the_input_asset_dag_of_the_docs():
     the input's location by the URI an upstream's finish announces it by."""
     from airflow.sdk import Asset
 
-    from include.outputs import output_uri
-    from include.paths import LOCAL_DIR
+    from include.process.paths import LOCAL_DIR
+    from include.publication.outputs import output_uri
     from tests.docs import block
 
     page = block("docs/airflow.md", "import os\n\nfrom iterations.assets import input_asset")

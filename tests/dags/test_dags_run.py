@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from include.body import resolve_body
-from include.config import InputSpec, JobConfig
+from include.contract.body import resolve_body
+from include.contract.config import InputSpec, JobConfig
+from include.epoch.job import IterationJob
 from spark_jobs.runner import IterationRunner
-from include.runtime import IterationJob
 from spark_jobs.storeio import read_input
 from tests.dags.conftest import airflow, asset_events
 from tests.faults.airflow_sweep import task_tries
@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def published_of(output_path, name):
-    from include.outputs import published
+    from include.publication.outputs import published
 
     return published(str(output_path), name)
 
@@ -211,7 +211,7 @@ def test_iterate_pagerank_on_s3_through_the_aws_connection(airflow_env, spark, m
 
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="ckpt/jobs/pr-s3/checkpoints/")["Contents"]]
     assert [k.rsplit("/", 1)[1] for k in keys] == [f"{i:010d}.json" for i in range(3)]
-    from include.outputs import published
+    from include.publication.outputs import published
 
     current = published(f"s3://{bucket}/out", "ranks", endpoint_url=moto_endpoint)
     got = pd.concat([pd.read_parquet(io.BytesIO(s3.get_object(Bucket=bucket, Key=loc.split("/", 3)[3])["Body"].read()))
@@ -242,8 +242,8 @@ def test_stop_modes_suspend_by_param_and_drain_by_the_control_dag(airflow_env, s
     but the epochs' own outputs published. The iterations_stop DAG asks for a drain; run 2's
     first head honours it and finish drains: the final checkpoint is taken from epoch 1 and the
     outputs are published at once, equal to a job that ran 2 epochs."""
-    from include.lifecycle import StopMode
-    from include.outputs import published_increments
+    from include.epoch.lifecycle import StopMode
+    from include.publication.outputs import published_increments
 
     env = {**airflow_env, "ITERATIONS_EPOCHS_PER_BATCH": "2"}
     X = np.random.default_rng(4).normal(size=(120, 2)) + np.repeat([[0, 0], [6, 6], [-6, 6]], 40, axis=0)

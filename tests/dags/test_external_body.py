@@ -13,7 +13,7 @@ import networkx as nx
 import pandas as pd
 import pytest
 
-from include.config import JobConfig
+from include.contract.config import JobConfig
 from include.errors import ConfigError
 from spark_jobs.runner import IterationRunner
 from tests.conftest import ROOT

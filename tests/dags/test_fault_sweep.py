@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from include import failpoints
+from include.process import failpoints
 from tests.faults.airflow_sweep import GROUPS, reached, run_dag, task_of, task_tries
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -20,7 +20,7 @@ ELSEWHERE = {
 
 
 def test_every_failure_point_of_the_code_is_in_the_ci_subset_or_tested_elsewhere():
-    """The points the code places (include.failpoints.POINTS, which refuses any other name) are
+    """The points the code places (include.process.failpoints.POINTS, which refuses any other name) are
     each armed by a group below, or by the test ELSEWHERE names: a point added to the protocol
     fails this test until a scenario fails there."""
     covered = {p.split("@")[0] for points in GROUPS.values() for p in points}

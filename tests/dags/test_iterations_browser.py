@@ -12,7 +12,7 @@ import tempfile
 
 import pytest
 
-from include.checkpoint import CheckpointLog
+from include.checkpoints.checkpoint_log import CheckpointLog
 from include.store import LocalStore
 from tests.conftest import ROOT
 from tests.helpers import FINISHED_JOB

@@ -20,9 +20,9 @@ from urllib.parse import quote, urlencode
 
 import pytest
 
-from include.checkpoint import CheckpointLog
-from include.layout import JobLayout
-from include.ownership import JobOwner, claim
+from include.checkpoints.checkpoint_log import CheckpointLog
+from include.checkpoints.layout import JobLayout
+from include.runs.ownership import JobOwner, claim
 from include.store import LocalStore
 from tests.dags.airflow_server import _NoRedirect
 from tests.helpers import FINISHED_JOB, REFUSED_JOB, tree

@@ -36,7 +36,7 @@ def door(dag, conf):
     with the DAG as Airflow serialized it)."""
     from airflow.serialization.serialized_objects import DagSerialization
 
-    from include.parameters import LINEAGE_PARENTS_PARAM
+    from include.contract.parameters import LINEAGE_PARENTS_PARAM
     from iterations.closed_conf import own_lineage_jobs, refusal
 
     served = DagSerialization.from_dict(DagSerialization.to_dict(dag))

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from include import failpoints
-from include.config import JobConfig
-from include.runtime import IterationJob
+from include.contract.config import JobConfig
+from include.epoch.job import IterationJob
+from include.process import failpoints
 from tests.dags.conftest import airflow
 from tests.faults.airflow_sweep import task_tries
 from tests.helpers import read_published, write_dag_file

@@ -20,7 +20,7 @@ def test_fuzzed_params_are_refused_or_harmless(roots_env):
 
 
 def test_the_fuzzing_finds_paths_that_escape_when_nothing_checks_them(roots_env, monkeypatch):
-    from include.locations import AllowedRoots
+    from include.store import AllowedRoots
 
     monkeypatch.setattr(AllowedRoots, "allows", lambda self, location: True)
     assert fuzz_all(examples=120)["escaped"] > 0

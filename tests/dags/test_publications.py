@@ -1,6 +1,6 @@
 """What a DAG scheduled on outputs' Assets reads of the asset events that started it
 (iterations.assets.describe_publications): an event's ``extra`` is untrusted, so only the fields a
-finish writes, checked by shape, are taken (include.arrivals.arrival), never any other value."""
+finish writes, checked by shape, are taken (include.publication.pinned_inputs.arrival), never any other value."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import networkx as nx
 import pytest
 
-from include.outputs import output_uri
+from include.publication.outputs import output_uri
 from tests.conftest import ROOT
 from tests.helpers import publish_edges
 

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from include.config import JobConfig
-from include.runtime import IterationJob
+from include.contract.config import JobConfig
+from include.epoch.job import IterationJob
 from spark_jobs.runner import IterationRunner
 from tests.dags.conftest import airflow
 from tests.helpers import read_published

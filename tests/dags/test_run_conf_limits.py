@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from include.checkpoint import CheckpointLog
-from spark_jobs.runner import IterationRunner
+from include.checkpoints.checkpoint_log import CheckpointLog
 from include.store import LocalStore
+from spark_jobs.runner import IterationRunner
 from tests.dags.conftest import airflow
 from tests.faults.airflow_sweep import task_tries
 from tests.helpers import graph_with_dangling, pagerank_config, write_edges
@@ -233,7 +233,7 @@ def test_a_dag_run_reaches_no_other_dags_places_under_the_local_directory(airflo
     output (the refusal names the DAG and the output's owner) nor use its store, and a run of
     iterate_pagerank cannot publish into iterate_pagerank_reviewed's default output location;
     each is refused before any epoch runs, nothing written."""
-    from include.locations.owners import OutputOwner, claim_output
+    from include.publication.output_owners import OutputOwner, claim_output
 
     local = tmp_path / "local"
     env = {**airflow_env, "ITERATIONS_LOCAL_DIR": str(local), "ITERATIONS_ALLOWED_ROOTS": str(local),

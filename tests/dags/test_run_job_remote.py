@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from include.config import JobConfig
+from include.contract.config import JobConfig
 from spark_jobs.runner import IterationRunner
 from tests.conftest import ROOT
 from tests.helpers import graph_with_dangling, ranks_of, read_published, write_edges
@@ -55,7 +55,7 @@ def test_run_job_refuses_a_remote_that_is_not_spark_connect(airflow_env, tmp_pat
 TWO_SESSIONS = """
 import json, sys
 from pyspark.sql import SparkSession
-from include.config import JobConfig
+from include.contract.config import JobConfig
 from spark_jobs.runner import IterationRunner
 url, edges, root = sys.argv[1:]
 first = SparkSession.builder.remote(url).create()
@@ -87,8 +87,8 @@ KMEANS_ON_CONNECT = """
 import json, sys
 import numpy as np
 from pyspark.sql import SparkSession
-from include.body import resolve_body
-from include.config import JobConfig
+from include.contract.body import resolve_body
+from include.contract.config import JobConfig
 from spark_jobs.runner import IterationRunner
 from spark_jobs.storeio import read_input
 

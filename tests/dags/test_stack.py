@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import glob
 import json
-import re
 import os
+import re
 import subprocess
 import sys
 import time
@@ -21,15 +21,24 @@ from datetime import datetime
 
 import pytest
 
-from include.checkpoint import CheckpointLog
+from include.checkpoints.checkpoint_log import CheckpointLog
 from include.store import LocalStore
 from stack.procs import listening, session_members
 from stack.services import Stack
 from tests.conftest import ROOT
 from tests.dags.airflow_server import StackApi, processes_titled
 from tests.dags.conftest import CHECKPOINTS, EPOCHS_PER_BATCH, OUTPUTS
-from tests.helpers import (armed, failure_free_ranks, graph_with_dangling, lineage_events, read_published,
-                           s3_checkpoint_ids, s3_published_ranks, wait_held, write_edges)
+from tests.helpers import (
+    armed,
+    failure_free_ranks,
+    graph_with_dangling,
+    lineage_events,
+    read_published,
+    s3_checkpoint_ids,
+    s3_published_ranks,
+    wait_held,
+    write_edges,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
 
@@ -506,8 +515,8 @@ def test_a_dag_scheduled_on_its_input_runs_a_batch_per_publication(stack, api):
     from the previous batch and publishes under its date."""
     import networkx as nx
 
-    from include.outputs import output_uri
-    from include.schedule import batch_date
+    from include.publication.outputs import output_uri
+    from include.runs.schedule import batch_date
     from tests.helpers import publish_edges
 
     dag, job = "iterate_pagerank_on_asset", "pagerank_on_asset"
@@ -564,7 +573,7 @@ def test_an_incremental_job_on_its_input_asset_ends_each_batch_when_the_input_is
     the end marker ends the job, which publishes: every file processed once."""
     import pandas as pd
 
-    from include.outputs import output_uri
+    from include.publication.outputs import output_uri
     from tests.integration.test_incremental import drop_file, end_input
 
     dag, job = "iterate_sgd_on_asset", "sgd_on_asset"

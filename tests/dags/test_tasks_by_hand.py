@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from include.config import JobConfig
+from include.contract.config import JobConfig
 from spark_jobs.runner import IterationRunner
 from tests.dags.conftest import airflow
 from tests.helpers import read_published

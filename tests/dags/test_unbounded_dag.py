@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from include.config import JobConfig
-from include.runtime import IterationJob
+from include.contract.config import JobConfig
+from include.epoch.job import IterationJob
 from tests.dags.conftest import airflow
 from tests.helpers import read_published, write_dag_file
 from tests.integration.test_unbounded import objects

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from include import failpoints
+from include.process import failpoints
 from tests import warm_airflow
 from tests.faults.sweep import KMEANS_EPOCHS, Outcome, audit, kmeans_workload
 
@@ -210,8 +210,8 @@ def run_events_dag(env: dict[str, str], work: Path, seed: int, commit_in_head: b
     did not get (lost), got twice (duplicated) or out of order (wrong), checkpoint ids missing
     from the chain (lost) or committed twice (duplicated). ``facts``: what each fault recorded
     when it fired (``records``), the tasks' tries, the log, the epochs of the two failures."""
-    from include.config import JobConfig
-    from include.runtime import IterationJob
+    from include.contract.config import JobConfig
+    from include.epoch.job import IterationJob
     from spark_jobs.session import get_spark
     from spark_jobs.storeio import read_dataset
     from tests.coordinator_events import received_sequences

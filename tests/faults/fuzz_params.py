@@ -1,7 +1,7 @@
 """Fuzz every DAG's params from their JSON schema (hypothesis-jsonschema), with hostile values
 mixed in: path traversal (``../``), other buckets, other schemes, shell metacharacters,
 ``--conf`` strings, control characters, Hadoop glob and list syntax, URI escapes. What the operators accept must be harmless: every path
-under an allowed root (checked here independently of include.locations), the job id a plain name,
+under an allowed root (checked here independently of include.store), the job id a plain name,
 and the spark-submit arguments one list element per value. The rest is refused with a
 ConfigError/ValueError (or AirflowFailException) naming the value.
 """
@@ -43,7 +43,7 @@ INTERPRETED = set("*?[]{}\\,%#:@~ ")
 
 
 def _under_roots(path: str, local_roots: list[str]) -> bool:
-    """Independent of include.locations: a resolved local path under a root, or an S3 key that
+    """Independent of include.store: a resolved local path under a root, or an S3 key that
     normalises to itself under the allowed bucket/prefix; none holding a character a reader
     would interpret."""
     scheme, sep, rest = path.partition("://")
@@ -120,7 +120,7 @@ def fuzz_all(examples: int = 200, local_root: str | None = None) -> dict[str, in
             counts["accepted"] += 1
             paths = [config.input.path, config.checkpoint_root] + ([config.output_path] if config.output_path else [])
             harmful = [p for p in paths if not _under_roots(p, local_roots)]
-            from include.layout import JOB_ID_PATTERN
+            from include.checkpoints.layout import JOB_ID_PATTERN
 
             if not JOB_ID_PATTERN.fullmatch(config.job_id):
                 harmful.append(f"job_id {config.job_id!r}")

@@ -32,13 +32,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
-from include import failpoints
-from include.config import JobConfig
+from include.contract.config import JobConfig
+from include.epoch.head_state import HeadStatus
+from include.epoch.job import IterationJob
 from include.errors import CheckpointCorrupted, CheckpointError, CheckpointSuperseded
-from include.head import HeadStatus
-from include.ownership import JobBusy
+from include.process import failpoints
+from include.runs.ownership import JobBusy
 from spark_jobs.runner import IterationRunner
-from include.runtime import IterationJob
 from tests.helpers import release_hold, wait_held
 
 ROOT = str(Path(__file__).resolve().parents[2])
@@ -195,7 +195,7 @@ def resume(spark, cfg: JobConfig, trace: Path, **runner_kw):
 
 
 def trace_events(trace: Path) -> list[dict[str, Any]]:
-    """The events every process appended to the trace (``include.failpoints.trace``)."""
+    """The events every process appended to the trace (``include.process.failpoints.trace``)."""
     return [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
 
 
@@ -268,7 +268,7 @@ def audit(out: Outcome, spark, w: Workload, cfg: JobConfig, trace: Path, work: P
             if dup or lost:
                 notes.append(f"output {name}: {dup} duplicated, {lost} missing rows")
         if w.kind == "kmeans":
-            from include.outputs import published_increments
+            from include.publication.outputs import published_increments
 
             inc = published_increments(cfg.output_path, "centroid_history").checkpoints
             want = tuple((cfg.job_id, e) for e in range(w.epochs))
@@ -408,7 +408,7 @@ def two_at_once(run: Callable[[float], None], delay: float, *, timeout: float) -
 def concurrent_runs(spark, work: Path, seed: int) -> Outcome:
     """Two runners of the same job and batch at once (threads on one warm session): the first is
     held in the middle of a seeded epoch, holding the job, while the second starts. The second
-    must stop at once with JobBusy naming the first (include.ownership) instead of the two
+    must stop at once with JobBusy naming the first (include.runs.ownership) instead of the two
     aborting each other's attempts; the first, released, finishes the job; nothing is committed
     twice. (A second runner that starts after the first finished finds the job done.)"""
 
@@ -540,7 +540,7 @@ def chain_gap(spark, work: Path, seed: int) -> Outcome:
     so the job goes on from it; nobody can commit into the hole), or the newest manifest lost
     (the job goes on from the one before and computes the lost epoch again), and an
     attempt planned on an older checkpoint than the latest (its commit would leave a gap)."""
-    from include.manifest import Manifest
+    from include.checkpoints.manifest import Manifest
 
     rng = random.Random(f"gap:{seed}")
     w = pagerank_workload(work, seed)

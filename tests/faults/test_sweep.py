@@ -64,7 +64,7 @@ def test_the_audit_sees_lost_duplicated_and_wrong_work(spark, tmp_path):
 
     import pandas as pd
 
-    from include.outputs import published
+    from include.publication.outputs import published
     from spark_jobs.runner import IterationRunner
     from tests.faults.sweep import Outcome, audit, environment, pagerank_workload
 

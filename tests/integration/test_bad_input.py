@@ -5,7 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from include.config import JobConfig
+from include.contract.config import JobConfig
+from include.epoch.job import IterationJob
 from include.errors import (
     CheckpointCorrupted,
     CheckpointError,
@@ -14,10 +15,9 @@ from include.errors import (
     PermanentStoreError,
     TransientStoreError,
 )
-from include.ownership import OwnershipError
-from spark_jobs.runner import IterationRunner
-from include.runtime import IterationJob
+from include.runs.ownership import OwnershipError
 from include.store import RetryPolicy
+from spark_jobs.runner import IterationRunner
 from tests.conftest import free_port
 from tests.helpers import graph_with_dangling, pagerank_config, write_edges
 

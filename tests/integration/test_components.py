@@ -8,9 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from include.config import JobConfig
+from include.contract.config import JobConfig
+from include.epoch.job import IterationJob
 from include.errors import InputDataError
-from include.runtime import IterationJob
 from spark_jobs.runner import IterationRunner
 
 pytestmark = pytest.mark.spark

@@ -17,12 +17,12 @@ import random
 
 import pytest
 
-from include import failpoints
-from include.config import JobConfig
-from include.failpoints import FailpointError
-from include.head import HeadStatus
+from include.contract.config import JobConfig
+from include.epoch.head_state import HeadStatus
+from include.epoch.job import DEFAULT_CHECKS, DataCheckFailed
+from include.process import failpoints
+from include.process.failpoints import FailpointError
 from spark_jobs.runner import IterationRunner
-from include.runtime import DEFAULT_CHECKS, DataCheckFailed
 from tests.coordinator_events import N_FAST, N_SLOW, EventSendingCoordinator, coordinators
 from tests.coordinator_events import received_sequences as sequences_of
 
@@ -87,7 +87,7 @@ def test_events_exactly_once_in_order_across_failures(spark, tmp_path, seed):
     which CI runs here), and the alignment decisions: epoch k >= 1 receives, in every partition,
     exactly one decision, the one on epoch k-1, through the valve across the same failures; each
     checkpoint's alignment coordinator snapshot has aligned up to the epoch before it."""
-    from include.runtime import IterationJob
+    from include.epoch.job import IterationJob
 
     runner, result, fired = run_with_failures(spark, tmp_path, seed)
     assert len(fired) == 3, f"every injected failure happened: {fired}"

@@ -11,12 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from include.checkpoint import CheckpointLog
-from include.config import JobConfig
+from include.checkpoints.checkpoint_log import CheckpointLog
+from include.contract.config import JobConfig
+from include.epoch.job import DataCheckFailed, IterationJob
 from include.errors import ConfigError
-from spark_jobs.runner import IterationRunner
-from include.runtime import DataCheckFailed, IterationJob
 from include.store import LocalStore
+from spark_jobs.runner import IterationRunner
 from tests.helpers import graph_with_dangling, ranks_of, write_edges
 
 pytestmark = pytest.mark.spark

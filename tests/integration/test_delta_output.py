@@ -1,4 +1,4 @@
-"""Outputs as a Delta Lake table (include.outputs.publish_delta): one table version per
+"""Outputs as a Delta Lake table (include.publication.outputs.publish_delta): one table version per
 published checkpoint, never a duplicate, readable by deltalake and by Spark's Parquet reader."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from include.head import FileRef
-from include.manifest import DatasetRef
-from include.outputs import publish_delta
+from include.checkpoints.manifest import DatasetRef
+from include.epoch.head_state import FileRef
+from include.publication.outputs import publish_delta
 from include.store import LocalStore, open_store, sha256_hex
 
 

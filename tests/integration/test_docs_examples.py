@@ -40,7 +40,7 @@ def test_the_readme_body_and_its_run(spark, workdir, capsys):
     (workdir / "components.py").write_text(block("README.md", "from pyspark.sql import functions as F").text)
     write_edges("edges.csv")
     scope: dict = {}
-    exec(compile(block("README.md", "from include.config import JobConfig").text, "README.md", "exec"), scope)
+    exec(compile(block("README.md", "from include import JobConfig").text, "README.md", "exec"), scope)
     labels = scope["result"].outputs["labels"].toPandas()
     expected = {n: min(c) for c in nx.connected_components(nx.Graph(EDGES)) for n in c}
     assert dict(zip(labels["node"], labels["label"])) == expected
@@ -50,7 +50,7 @@ def test_the_readme_body_and_its_run(spark, workdir, capsys):
 def test_the_library_pages_run_from_python_and_from_the_command_line(spark, workdir):
     write_edges("data/edges.csv", CYCLE)
     scope: dict = {}
-    exec(compile(block("docs/library.md", "from include.config import JobConfig").text, "docs/library.md", "exec"),
+    exec(compile(block("docs/library.md", "from include import JobConfig").text, "docs/library.md", "exec"),
          scope)
     ranks = scope["result"].outputs["ranks"].toPandas()
     assert len(ranks) == 9 and ranks["rank"].sum() == pytest.approx(1.0, abs=1e-6)

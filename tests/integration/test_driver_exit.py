@@ -18,8 +18,8 @@ import time
 import psutil
 import pytest
 
-from include.config import InputSpec, JobConfig
-from include.head import HeadStatus
+from include.contract.config import InputSpec, JobConfig
+from include.epoch.head_state import HeadStatus
 from spark_jobs.runner import IterationRunner
 from tests.conftest import ROOT, write_edges_csv
 
@@ -140,7 +140,7 @@ def test_run_job_whose_driver_is_gone_says_so_and_the_next_run_resumes(spark, tm
     assert "run again to resume" in err
     # The next run, in this process: the JobConfig and runner options run_job builds from cmd's
     # arguments (its defaults for the rest). The lease is free at once: run_job released it as it
-    # ended (its process is gone from this host too, stale for include.ownership): no lease wait.
+    # ended (its process is gone from this host too, stale for include.runs.ownership): no lease wait.
     config = JobConfig(job_id="gone", body="pagerank", input=InputSpec(edges, None),
                        checkpoint_root=str(tmp_path / "store"), output_path=str(tmp_path / "out"),
                        output_format="parquet", body_params={}, max_epochs=4, tolerance=0.0, num_partitions=None,

@@ -14,14 +14,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from include import failpoints
-from include.config import JobConfig
-from include.failpoints import FailpointError
-from include.head import HeadStatus
-from include.lifecycle import OperatorState, StopMode
-from include.outputs import published, published_increments
+from include.contract.config import JobConfig
+from include.epoch.head_state import HeadStatus
+from include.epoch.job import DEFAULT_CHECKS, IterationJob
+from include.epoch.lifecycle import OperatorState, StopMode
+from include.process import failpoints
+from include.process.failpoints import FailpointError
+from include.publication.outputs import published, published_increments
 from spark_jobs.runner import IterationRunner
-from include.runtime import DEFAULT_CHECKS, IterationJob
 from tests.helpers import (
     graph_with_dangling,
     pagerank_config,

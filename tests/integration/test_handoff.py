@@ -8,10 +8,10 @@ import logging
 
 import pytest
 
-from include import failpoints
-from spark_jobs.runner import IterationRunner
-from include.runtime import IterationJob
+from include.epoch.job import IterationJob
+from include.process import failpoints
 from spark_jobs.epoch import EpochExecutor
+from spark_jobs.runner import IterationRunner
 from tests.helpers import graph_with_dangling, pagerank_config, ranks_of, write_edges
 
 pytestmark = pytest.mark.spark

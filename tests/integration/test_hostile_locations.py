@@ -1,5 +1,5 @@
 """Hostile locations, generated (hypothesis), through the door every run's locations take
-(include.locations.door.admit_run, then the borders start_run checks) and then the real readers:
+(include.store.door.admit_run, then the borders start_run checks) and then the real readers:
 Spark's for an input that is admitted, the store's for a checkpoint root. Whatever the text (glob
 and list syntax, ``..``, URI escapes, links, other stores, S3 prefixes that share a stem, both
 spellings of a bucket), nothing outside the allowed root is read, and no other job's store is
@@ -13,12 +13,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from include.config import InputSpec
+from include.contract.config import InputSpec
 from include.errors import ConfigError, InputDataError
-from include.locations import AllowedRoots, Location
-from include.locations.borders import check_input_borders, check_store_borders
-from include.locations.door import admit_run
-from include.store import STORE_MARKER, LocalStore, open_store
+from include.store import STORE_MARKER, AllowedRoots, LocalStore, Location, open_store
+from include.store.borders import check_input_borders, check_store_borders
+from include.store.door import admit_run
 from spark_jobs.storeio import read_input
 from tests.helpers import write_edges
 

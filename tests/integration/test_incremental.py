@@ -14,14 +14,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from include import failpoints
-from include.config import InputSpec, JobConfig
-from include.failpoints import FailpointError
-from include.head import HeadStatus
-from spark_jobs.runner import IterationRunner
-from include.runtime import DEFAULT_CHECKS
-from include.sources import DONE_MARKER
+from include.contract.config import InputSpec, JobConfig
+from include.epoch.head_state import HeadStatus
+from include.epoch.job import DEFAULT_CHECKS
+from include.epoch.splits import DONE_MARKER
+from include.process import failpoints
+from include.process.failpoints import FailpointError
 from spark_jobs.bodies.sgd import INTERCEPT
+from spark_jobs.runner import IterationRunner
 from tests.conftest import ROOT
 from tests.helpers import read_published
 
@@ -136,7 +136,7 @@ def test_sigkill_while_files_arrive(spark, tmp_path):
         end_input(inbox)
         # The restart, in this process: the JobConfig and runner options run_job builds from
         # cmd's arguments (its defaults for the rest). The killed run's lease is stale at once:
-        # its process (reaped by subprocess.run) is gone from this host (include.ownership).
+        # its process (reaped by subprocess.run) is gone from this host (include.runs.ownership).
         config = JobConfig(job_id="sgd", body="sgd", input=InputSpec(inbox, None),
                            checkpoint_root=str(tmp_path / "store"), output_path=str(tmp_path / "out"),
                            output_format="parquet", body_params={"learning_rate": LR, "max_splits_per_epoch": 2},

@@ -1,5 +1,5 @@
 """A job is its owner's, one run at a time, and no run of it reaches another job's store
-(include.ownership, include.protocol.start_run), through the library runner."""
+(include.runs.ownership, include.epoch.boundary.start_run), through the library runner."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import threading
 
 import pytest
 
-from include.checkpoint import CheckpointLog
+from include.checkpoints.checkpoint_log import CheckpointLog
 from include.errors import OutputError
-from include.ownership import Holder, JobBusy, JobLease, OwnershipError, read_owner
-from spark_jobs.runner import IterationRunner
+from include.runs.ownership import Holder, JobBusy, JobLease, OwnershipError, read_owner
 from include.store import LocalStore
+from spark_jobs.runner import IterationRunner
 from tests.helpers import graph_with_dangling, pagerank_config, write_edges
 
 pytestmark = pytest.mark.spark

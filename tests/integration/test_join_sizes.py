@@ -14,7 +14,7 @@ import contextlib
 import pytest
 from pyspark.sql import functions as F
 
-from include.manifest import DatasetRef
+from include.checkpoints.manifest import DatasetRef
 from include.store import LocalStore
 from spark_jobs.storeio import read_dataset, sized_for_joins, write_dataset
 

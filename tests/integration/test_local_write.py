@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql.types import DoubleType, IntegerType, StructField, StructType
 
-from spark_jobs.frames import local_frame
 from include.store import LocalStore
+from spark_jobs.frames import local_frame
 from spark_jobs.storeio import write_dataset
 
 pytestmark = pytest.mark.spark

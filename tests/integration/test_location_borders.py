@@ -1,4 +1,4 @@
-"""Locations have owners and borders (include.locations, DESIGN.md section 8), through the
+"""Locations have owners and borders (include.store, DESIGN.md section 8), through the
 library runner on real stores: no store inside another (either order, both spellings of an S3
 bucket), a store's listings ignore what it did not write, no input inside a store, an output
 belongs to the job that first published there, a manifest names only its own job's objects, a
@@ -12,13 +12,12 @@ import threading
 
 import pytest
 
-from include.checkpoint import CheckpointLog
+from include.checkpoints.checkpoint_log import CheckpointLog
+from include.checkpoints.manifest import Manifest
 from include.errors import CheckpointCorrupted, ConfigError
-from include.locations import LocationError
-from include.locations.owners import OUTPUT_OWNER, OutputOwned
-from include.manifest import Manifest
-from include.ownership import Holder, JobBusy, JobLease
-from include.store import LocalStore, open_store
+from include.publication.output_owners import OUTPUT_OWNER, OutputOwned
+from include.runs.ownership import Holder, JobBusy, JobLease
+from include.store import LocalStore, LocationError, open_store
 from spark_jobs.runner import IterationRunner
 from tests.helpers import graph_with_dangling, pagerank_config, read_published, write_edges
 
@@ -181,7 +180,7 @@ def test_a_rewind_waits_for_the_run_that_holds_the_job(spark, tmp_path, edges):
 
 
 def test_a_damaged_record_is_an_error_naming_it(spark, tmp_path, edges):
-    from include.overview import job_overview
+    from include.checkpoints.overview import job_overview
 
     cfg = pagerank_config(tmp_path, edges, job_id="pr", max_epochs=1)
     IterationRunner(cfg, spark).run(batch_id="b1")

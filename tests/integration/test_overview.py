@@ -1,4 +1,4 @@
-"""include.overview against stores filled by real PageRank runs: every epoch's status, metric,
+"""include.checkpoints.overview against stores filled by real PageRank runs: every epoch's status, metric,
 feedback count, size and retention as the checkpoints say, batches, checks, events, the finish
 and publication, and not one byte written to the store."""
 
@@ -10,13 +10,12 @@ import shutil
 
 import pytest
 
-from include.checkpoint import CheckpointLog
-from include.config import JobConfig
+from include.checkpoints.checkpoint_log import CheckpointLog
+from include.checkpoints.overview import JobNotFound, ReadOnlyStore, ReadOnlyViolation, check_report, job_overview, list_jobs
+from include.contract.config import JobConfig
+from include.epoch.job import IterationJob
 from include.errors import ConfigError
-from include.outputs import published
-from include.overview import (JobNotFound, ReadOnlyStore, ReadOnlyViolation, check_report, job_overview,
-                              list_jobs)
-from include.runtime import IterationJob
+from include.publication.outputs import published
 from include.store import LocalStore
 from tests.helpers import B1_EPOCHS, FINISHED_JOB, REFUSED_JOB, tree
 
@@ -209,8 +208,8 @@ def test_every_attempt_of_an_epoch_stays_in_its_history_with_why_and_who(spark, 
     committed. After retention retired the epoch (its attempts' own records collected), the
     overview still lists all three, with what became of each, who ran it, the attempt that
     committed instead, and the committed attempt's phases; and the page shows them."""
-    from include import failpoints
-    from include.checkpoint import ABANDONED
+    from include.checkpoints.checkpoint_log import ABANDONED
+    from include.process import failpoints
     from plugins.iterations.views.page import job_page
     from spark_jobs.runner import IterationRunner
     from tests.helpers import graph_with_dangling, pagerank_config, write_edges

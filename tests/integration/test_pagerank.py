@@ -6,10 +6,10 @@ import networkx as nx
 import pyarrow.parquet as pq
 import pytest
 
-from include.head import HeadStatus
-from include.outputs import published
+from include.epoch.head_state import HeadStatus
+from include.epoch.job import IterationJob
+from include.publication.outputs import published
 from spark_jobs.runner import IterationRunner
-from include.runtime import IterationJob
 from tests.helpers import graph_with_dangling, pagerank_config, ranks_of, write_edges
 
 pytestmark = pytest.mark.spark

@@ -11,11 +11,11 @@ import sys
 import networkx as nx
 import pytest
 
+from include.epoch.head_state import HeadStatus
+from include.epoch.job import IterationJob
 from include.errors import AlignmentIncomplete, CheckpointSuperseded
-from include.head import HeadStatus
 from spark_jobs.epoch import EpochExecutor
 from spark_jobs.runner import IterationRunner
-from include.runtime import IterationJob
 from tests.conftest import ROOT
 from tests.helpers import pagerank_config, ranks_of, write_edges
 

@@ -1,4 +1,4 @@
-"""Pinned inputs (include.arrivals, DESIGN invariant 8) through the library runner: a job reads
+"""Pinned inputs (include.publication.pinned_inputs, DESIGN invariant 8) through the library runner: a job reads
 exactly the files its log's first plan pinned; an input rewritten in place between batches, with
 the same size and modification time, is refused before any Spark work, naming the file; with
 ``on_input_change=restart`` a new generation computes, from epoch 0, what a failure-free run on
@@ -11,10 +11,10 @@ import os
 
 import pytest
 
-from include.checkpoint import CheckpointLog
+from include.checkpoints.checkpoint_log import CheckpointLog
+from include.checkpoints.overview import job_overview
 from include.errors import InputChanged
-from include.generations import Lineage
-from include.overview import job_overview
+from include.runs.generations import Lineage
 from include.store import open_store
 from spark_jobs.runner import IterationRunner
 from tests.helpers import graph_with_dangling, pagerank_config, read_published, write_edges

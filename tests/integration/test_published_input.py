@@ -9,8 +9,8 @@ import os
 import networkx as nx
 import pytest
 
-from include.config import InputSpec
-from include.head import HeadStatus
+from include.contract.config import InputSpec
+from include.epoch.head_state import HeadStatus
 from include.store import LocalStore
 from spark_jobs.runner import IterationRunner
 from spark_jobs.storeio import read_input
@@ -27,7 +27,7 @@ def test_read_input_reads_the_pinned_version_only(spark, tmp_path):
     publish_edges(graph, FIRST, job="up", checkpoint=1, parts=3)
     manifest = publish_edges(graph, SECOND, job="up", checkpoint=2)
     assert len(os.listdir(os.path.join(graph, "edges"))) == 3, "both versions are kept beside the manifest"
-    from include.arrivals import pin_input
+    from include.publication.pinned_inputs import pin_input
 
     spec = pin_input(LocalStore(tmp_path / "store"), "job", InputSpec(os.path.join(graph, "edges")))
     rows = {(r["src"], r["dst"]) for r in read_input(spark, spec, 2).collect()}
@@ -58,8 +58,8 @@ def test_on_s3_the_pinned_version_is_read_object_by_object(spark, tmp_path, moto
     its size first; a version deleted since the pin is named, not read half."""
     import boto3
 
-    from include.arrivals import pin_input
     from include.errors import InputDataError
+    from include.publication.pinned_inputs import pin_input
     from include.store import open_store
 
     graph = str(tmp_path / "graph")

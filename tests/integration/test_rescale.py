@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import functions as F
 
+from include.epoch.job import IterationJob
 from spark_jobs.runner import IterationRunner
-from include.runtime import IterationJob
 from spark_jobs.storeio import read_dataset
 from tests.helpers import graph_with_dangling, pagerank_config, ranks_of, write_edges
 

@@ -8,10 +8,10 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
-from include.head import HeadStatus
-from spark_jobs.runner import IterationRunner
-from include.runtime import IterationJob
+from include.epoch.head_state import HeadStatus
+from include.epoch.job import IterationJob
 from spark_jobs.epoch import EpochExecutor
+from spark_jobs.runner import IterationRunner
 from spark_jobs.storeio import read_dataset
 from tests.helpers import graph_with_dangling, pagerank_config, ranks_of, write_edges
 

@@ -1,4 +1,4 @@
-"""Recomputing a job from an epoch (``rewind_to``, include.generations) through the library
+"""Recomputing a job from an epoch (``rewind_to``, include.runs.generations) through the library
 runner: a new generation starts from a verified copy of checkpoint k-1, computes epochs k..,
 and replaces the outputs when it ends; the rewound generation stays readable and can no longer
 publish."""
@@ -12,12 +12,12 @@ import sys
 
 import pytest
 
-from include.checkpoint import CheckpointLog
+from include.checkpoints.checkpoint_log import CheckpointLog
+from include.checkpoints.overview import job_overview
 from include.errors import CheckpointCorrupted, CheckpointError, ConfigError
-from include.generations import Lineage, attach, job_options, retire
-from include.outputs import published
-from include.overview import job_overview
-from include.ownership import Holder, JobBusy, JobLease, JobOwner, OwnershipError, claim, owner_key, read_owner
+from include.publication.outputs import published
+from include.runs.generations import Lineage, attach, job_options, retire
+from include.runs.ownership import Holder, JobBusy, JobLease, JobOwner, OwnershipError, claim, owner_key, read_owner
 from include.store import open_store
 from spark_jobs.runner import IterationRunner
 from tests.conftest import ROOT

@@ -10,10 +10,10 @@ import networkx as nx
 import pyarrow.parquet as pq
 import pytest
 
+from include.epoch.job import IterationJob
 from include.errors import CheckpointCorrupted, InputChanged
-from include.outputs import published
+from include.publication.outputs import published
 from spark_jobs.runner import IterationRunner
-from include.runtime import IterationJob
 from tests.helpers import graph_with_dangling, pagerank_config, ranks_of
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]

@@ -130,7 +130,7 @@ def test_checkpoint_commit_survives_a_lost_reply(moto_endpoint, bucket):
     attempt is superseded; the checkpoint verifies in full."""
     from botocore.exceptions import ReadTimeoutError
 
-    from include.checkpoint import CheckpointLog
+    from include.checkpoints.checkpoint_log import CheckpointLog
     from include.errors import CheckpointSuperseded
     from tests.unit.test_checkpoint_log import write_attempt
 
@@ -340,12 +340,12 @@ def test_unknown_403_code_gets_the_status_hint_and_the_endpoints_message(moto_en
 
 
 def test_a_job_on_an_endpoint_that_ignores_if_none_match_refuses_to_run(ignoring_endpoint, bucket, tmp_path):
-    """The probe runs as every run starts (include.protocol.start_run): on such an endpoint the
+    """The probe runs as every run starts (include.epoch.boundary.start_run): on such an endpoint the
     job is refused before it writes anything (no store marker, owner or lease)."""
-    from include.config import JobConfig
-    from include.ownership import Holder
-    from include.protocol import start_run
-    from include.runtime import IterationJob
+    from include.contract.config import JobConfig
+    from include.epoch.boundary import start_run
+    from include.epoch.job import IterationJob
+    from include.runs.ownership import Holder
 
     endpoint = url_of(ignoring_endpoint)
     cfg = JobConfig(job_id="pr", body="pagerank", input=str(tmp_path / "edges.csv"),

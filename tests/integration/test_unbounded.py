@@ -16,10 +16,10 @@ import tracemalloc
 
 import pytest
 
-from include.config import JobConfig
-from include.head import HeadStatus
-from include.lifecycle import StopMode
-from include.runtime import IterationJob
+from include.contract.config import JobConfig
+from include.epoch.head_state import HeadStatus
+from include.epoch.job import IterationJob
+from include.epoch.lifecycle import StopMode
 from spark_jobs.runner import IterationRunner
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

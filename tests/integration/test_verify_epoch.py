@@ -75,7 +75,7 @@ def test_the_other_shipped_bodies_verify_identical(spark, tmp_path):
     import numpy as np
     import pandas as pd
 
-    from include.config import JobConfig
+    from include.contract.config import JobConfig
 
     rng = np.random.default_rng(4)
     pd.DataFrame({"id": np.arange(300), "x": rng.normal(size=300), "y": rng.normal(size=300)}).to_parquet(

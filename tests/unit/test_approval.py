@@ -1,4 +1,4 @@
-"""The approval request of a publication (include.approval): what a person reads before they
+"""The approval request of a publication (include.publication.approval): what a person reads before they
 approve, with everything a run or the store supplies shown as text, never as Markdown."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import types
 
-from include.approval import asked_about, check_lines, publication_request
-from include.layout import JobLayout
+from include.checkpoints.layout import JobLayout
+from include.publication.approval import asked_about, check_lines, publication_request
 from include.store import LocalStore
 
 

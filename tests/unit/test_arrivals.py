@@ -1,4 +1,4 @@
-"""What arrived (include.arrivals): a published input is read at one version for a log's whole
+"""What arrived (include.publication.pinned_inputs): a published input is read at one version for a log's whole
 life, and an asset event's extra is read as untrusted."""
 
 from __future__ import annotations
@@ -12,11 +12,18 @@ import threading
 import networkx as nx
 import pytest
 
-from include.arrivals import (arrival, check_input, check_still_there, describe, input_changes, pin_input,
-                              pinned_input_changes)
-from include.config import InputSpec
+from include.checkpoints.record_schemas import DamagedRecord
+from include.contract.config import InputSpec
 from include.errors import ConfigError, InputChanged, InputDataError
-from include.schemas import DamagedRecord
+from include.publication.pinned_inputs import (
+    arrival,
+    check_input,
+    check_still_there,
+    describe,
+    input_changes,
+    pin_input,
+    pinned_input_changes,
+)
 from include.store import LocalStore
 from tests.helpers import publish_edges
 
@@ -177,7 +184,7 @@ def test_an_s3_input_is_pinned_by_etags_and_read_only_as_pinned(moto_endpoint, b
     with pytest.raises(InputChanged, match="rewritten since it was pinned"):
         s3.get_matching("in/b.csv", spec.files[1]["etag"])
     assert s3.get_matching("in/a.csv", spec.files[0]["etag"]) == b"src,dst\n1,2\n"
-    # what on_input_change=restart decides on (include.generations.attach): the log's pin read back
+    # what on_input_change=restart decides on (include.runs.generations.attach): the log's pin read back
     [change] = pinned_input_changes(store, "job", InputSpec(f"s3://{bucket}/in"), options)
     assert change.startswith(f"s3://{bucket}/in/b.csv was rewritten (same size; ETag")
     assert pinned_input_changes(store, "another-log", InputSpec(f"s3://{bucket}/in"), options) == [], "nothing pinned"
@@ -255,8 +262,8 @@ def test_the_event_that_started_a_run_and_a_newer_version(tmp_path, graph_dir, c
 def test_an_events_claims_are_checked_against_the_inputs_manifest(graph_dir):
     """A forged event's well-shaped fields are claims: only an event of the run's input naming
     its current version is shown and recorded as what arrived, with the manifest's figures."""
-    from include.arrivals import CHECKED, check_arrivals
-    from include.locations import Location
+    from include.publication.pinned_inputs import CHECKED, check_arrivals
+    from include.store import Location
 
     publish_edges(graph_dir, CYCLE, job="up", checkpoint=2)
     location = Location.parse(os.path.join(graph_dir, "edges"))

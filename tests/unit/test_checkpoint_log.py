@@ -9,15 +9,15 @@ import threading
 
 import pytest
 
-from include.checkpoint import CheckpointLog
+from include.checkpoints.checkpoint_log import CheckpointLog
+from include.checkpoints.manifest import DatasetRef, Manifest
+from include.epoch.head_state import AlignmentDecision, EpochReport, FileRef, HeadStatus, JobHeadState
 from include.errors import (
     CheckpointCorrupted,
     CheckpointError,
     CheckpointSuperseded,
     ConfigError,
 )
-from include.head import AlignmentDecision, EpochReport, FileRef, HeadStatus, JobHeadState
-from include.manifest import DatasetRef, Manifest
 from include.store import LocalStore, sha256_hex
 
 P = 2
@@ -217,7 +217,7 @@ def test_retain_last_must_be_positive(log):
 
 
 def test_head_state_round_trips_in_the_manifest(log):
-    from include.head import EpochReport
+    from include.epoch.head_state import EpochReport
 
     m = write_attempt(log, 0, "a0", None)
     reports = [EpochReport("ranks", p, 0, "a0", 3 + p) for p in range(P)]
@@ -349,8 +349,8 @@ def test_a_stray_file_named_like_an_epoch_directory_is_reported_and_stepped_arou
     aborts and commits; S3, where the key and the prefix coexist, behaves the same."""
     import networkx as nx
 
-    from include.config import JobConfig
-    from include.runtime import IterationJob
+    from include.contract.config import JobConfig
+    from include.epoch.job import IterationJob
     from tests.helpers import write_edges
 
     caplog.set_level(logging.WARNING)

@@ -24,8 +24,8 @@ from include.checks import (
     schema_string,
     validate,
 )
+from include.epoch.head_state import AlignmentDecision, EpochReport
 from include.errors import ConfigError
-from include.head import AlignmentDecision, EpochReport
 
 SCHEMA = json.dumps({"type": "struct", "fields": [
     {"name": "node", "type": "long", "nullable": True, "metadata": {}},
@@ -602,8 +602,8 @@ def test_a_parameter_no_checkpoint_has_is_refused_when_the_job_starts():
 
 
 def test_the_bodies_declare_their_facts_and_their_checks_name_real_columns():
-    from include.body import resolve_body
     from include.checks import check_columns
+    from include.contract.body import resolve_body
 
     facts = {"pagerank": ["input_nodes"], "kmeans": ["input_points", "k"], "sgd": []}
     for name, declared in facts.items():

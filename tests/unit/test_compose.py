@@ -281,7 +281,7 @@ def test_the_buckets_are_created_at_start_up(compose):
     script = " ".join(compose["services"]["minio-init"]["command"])
     buckets = set(re.findall(r"mc mb --ignore-existing stack/([a-z0-9-]+)", script))
     assert buckets == {"iterations-checkpoints", "iterations-outputs", "iterations-inputs"}
-    from include.locations import AllowedRoots
+    from include.store import AllowedRoots
 
     policy = AllowedRoots(env(compose["services"]["airflow-scheduler"])["ITERATIONS_ALLOWED_ROOTS"].split(","))
     for bucket in buckets:  # a DAG run may use them (the deployment's allowed roots)

@@ -98,7 +98,7 @@ def test_the_dag_params_the_configuration_page_names_are_ones_a_run_conf_may_set
     refuses. Every param its DAG-param column names (a backticked name with ``_``, not a call) is
     one ``job_params`` declares, so that a conf of those keys passes ``check_conf_keys``."""
     pytest.importorskip("airflow.sdk")
-    from include.parameters import check_conf_keys
+    from include.contract.parameters import check_conf_keys
     from plugins.iterations.dag_factory import job_params
 
     declared = set(job_params(job_id="j", input_path="/in/e.csv", output_path=None)) | \

@@ -9,11 +9,11 @@ import time
 
 import pytest
 
-from include import failpoints
+from include.process import failpoints
 from tests.conftest import ROOT
 
 SPEC = "tail.partition_written@job=j@partition=1"
-SCRIPT = ("from include.failpoints import failpoint; import time; t = time.monotonic(); "
+SCRIPT = ("from include.process.failpoints import failpoint; import time; t = time.monotonic(); "
           "failpoint('tail.partition_written', job='j', epoch=3, partition=1); "
           "print(round(time.monotonic() - t, 2))")
 

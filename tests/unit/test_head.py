@@ -6,10 +6,9 @@ import math
 
 import pytest
 
-from include.errors import AlignmentIncomplete, CheckpointError, ConfigError
-from include.head import (
-    AlignmentDecision,
+from include.epoch.head_state import (
     Aligner,
+    AlignmentDecision,
     EpochReport,
     HeadStatus,
     JobHeadState,
@@ -17,6 +16,7 @@ from include.head import (
     TerminationCriteria,
     UnexpectedEpoch,
 )
+from include.errors import AlignmentIncomplete, CheckpointError, ConfigError
 
 
 def reports(epoch, counts, metric=None, head="ranks", attempt="a"):
@@ -134,7 +134,7 @@ def test_termination_moves_status_to_terminating():
 @pytest.mark.parametrize("new_p, expected", [(2, [4 + 6, 5 + 7]), (8, [4, 5, 6, 7, 0, 0, 0, 0]), (1, [22])])
 def test_redistribution_keeps_counts_exact(new_p, expected):
     parts = tuple(PartitionState(3, 3, n) for n in (4, 5, 6, 7))
-    from include.head import HeadState
+    from include.epoch.head_state import HeadState
 
     state = JobHeadState(HeadStatus.RUNNING, {"ranks": HeadState({2: 20, 3: 22}, parts)})
     moved = state.redistribute(new_p)
@@ -160,7 +160,7 @@ def test_heads_with_their_own_partition_counts():
 
 
 def test_a_body_declares_its_heads_own_partition_counts_or_is_refused():
-    from include.body import IterationBody
+    from include.contract.body import IterationBody
 
     class Bad(IterationBody):
         name = "bad"

@@ -1,4 +1,4 @@
-"""Leaving a process's heap to the operating system at exit (include.interpreter)."""
+"""Leaving a process's heap to the operating system at exit (include.process.interpreter_exit)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ SCRIPT = textwrap.dedent("""
     import atexit, os, sys
     mark = sys.argv[1]
     atexit.register(lambda: open(mark + ".atexit", "w").close())
-    from include.interpreter import skip_exit_collection
+    from include.process.interpreter_exit import skip_exit_collection
 
     class Cyclic:
         def __init__(self):

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def lint_imports(config: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "plugins")])}
     exe = os.path.join(os.path.dirname(sys.executable), "lint-imports")
-    return subprocess.run([exe, "--config", config, "--no-cache"], cwd=ROOT, env=env, capture_output=True,
+    return subprocess.run([exe, config, "--no-cache"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
 
 
@@ -30,10 +30,10 @@ def test_a_broken_layer_is_reported(tmp_path):
     config = tmp_path / "contracts.ini"
     config.write_text("[importlinter]\nroot_packages =\n    include\n    spark_jobs\n\n"
                       "[importlinter:contract:x]\nname = runner without the core\ntype = forbidden\n"
-                      "source_modules =\n    spark_jobs.runner\nforbidden_modules =\n    include.runtime\n")
+                      "source_modules =\n    spark_jobs.runner\nforbidden_modules =\n    include.runs\n")
     done = lint_imports(str(config))
     assert done.returncode != 0
-    assert "spark_jobs.runner -> include.runtime" in done.stdout, done.stdout
+    assert "spark_jobs.runner -> include.runs" in done.stdout, done.stdout
 
 
 NO_PYSPARK = """
@@ -45,13 +45,13 @@ class Refuse:
             raise ImportError(f"{name} imported by a process that plans, aligns or commits")
 
 sys.meta_path.insert(0, Refuse())
-from include.body import BUILTIN_BODIES, resolve_body
+from include.contract.body import BUILTIN_BODIES, resolve_body
 for name in sorted(BUILTIN_BODIES):
     body = resolve_body(name)
     meta = body.describe()
     assert meta["name"] == name and meta["heads"], meta
     body.parse_params({})
-import include.protocol, include.runtime
+import include.epoch.boundary, include.epoch.job
 import iterations.operators.epoch, iterations.sensors.alignment, iterations.triggers.alignment
 print("loaded:", sorted(m for m in sys.modules if m.startswith("pyspark")))
 """

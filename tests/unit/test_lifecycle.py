@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from include.checkpoint import CheckpointLog
-from include.errors import ConfigError
-from include.head import JobHeadState
-from include.lifecycle import (
+from include.checkpoints.checkpoint_log import CheckpointLog
+from include.checkpoints.manifest import Manifest
+from include.epoch.head_state import JobHeadState
+from include.epoch.lifecycle import (
     Lifecycle,
     LifecycleError,
     StopMode,
     operator_names,
     transition,
 )
-from include.lifecycle import OperatorState as S
-from include.manifest import Manifest
+from include.epoch.lifecycle import OperatorState as S
+from include.errors import ConfigError
 from include.store import LocalStore
 
 META = {"name": "kmeans", "heads": {"centroids": ["cluster_id"]}, "outputs": ["centroids", "assignments"],

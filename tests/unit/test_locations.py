@@ -1,4 +1,4 @@
-"""Locations (include.locations): one canonical form at the door, in a grammar no reader
+"""Locations (include.store): one canonical form at the door, in a grammar no reader
 downstream can interpret, under the allowed roots, compared segment by segment."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from include.config import InputSpec, JobConfig
+from include.contract.config import InputSpec, JobConfig
 from include.errors import ConfigError
-from include.locations import AllowedRoots, Location, LocationError, configured_roots, dag_roots, roots_for_dag
+from include.store import AllowedRoots, Location, LocationError, configured_roots, dag_roots, roots_for_dag
 
 
 @pytest.fixture
@@ -112,9 +112,9 @@ def test_a_dag_reads_and_writes_only_under_its_own_roots_naming_whose_a_refused_
     """Two DAGs with their defaults under one local directory: a run of one can name neither the
     other's input nor its published output nor its output location, and the refusal says whose
     place it is; its own places are admitted. The Iterations view applies the same roots."""
-    from include.locations.door import admit_run
-    from include.locations.owners import OutputOwner, claim_output
+    from include.publication.output_owners import OutputOwner, claim_output
     from include.store import LocalStore
+    from include.store.door import admit_run
 
     monkeypatch.delenv("ITERATIONS_ALLOWED_ROOTS", raising=False)
     local = tmp_path / "local"  # (defaults in one directory, as a DAG author may write them)
@@ -140,13 +140,13 @@ def test_a_dag_reads_and_writes_only_under_its_own_roots_naming_whose_a_refused_
 
 
 def test_a_dags_own_directory_is_reached_only_through_a_root_inside_it(monkeypatch, tmp_path):
-    """``<local>/dags/<dag_id>`` (include.locations.dag_directory): a wider root (the local
+    """``<local>/dags/<dag_id>`` (include.store.dag_directory): a wider root (the local
     directory, here the deployment's) admits places beside the DAGs' directories but none inside
     one, nor the DAGs' directory itself; a root inside a DAG's directory (its own defaults, an
     author's declared input, a deployer's root naming it) admits what is under it; the stop DAG
     and the unchecked view reach across (``across_dags``)."""
-    import include.locations.roots as roots_module
-    from include.locations import dag_directory
+    import include.store.roots as roots_module
+    from include.store import dag_directory
 
     local = tmp_path / "local"
     monkeypatch.setattr(roots_module, "DAGS_DIR", str(local / "dags"))
@@ -169,8 +169,8 @@ def test_a_dags_own_directory_is_reached_only_through_a_root_inside_it(monkeypat
 
 
 def test_a_job_of_the_shared_store_of_earlier_versions_is_named(monkeypatch, tmp_path):
-    import include.locations.roots as roots_module
-    from include.locations import earlier_shared_job
+    import include.store.roots as roots_module
+    from include.store import earlier_shared_job
 
     shared = tmp_path / "store"
     monkeypatch.setattr(roots_module, "SHARED_STORE", str(shared))

@@ -1,4 +1,4 @@
-"""Publication of outputs (include.outputs): a reader sees one whole version, never a mix."""
+"""Publication of outputs (include.publication.outputs): a reader sees one whole version, never a mix."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from include.checkpoint import CheckpointLog
+from include.checkpoints.checkpoint_log import CheckpointLog
+from include.checkpoints.manifest import DatasetRef
+from include.epoch.head_state import FileRef
+from include.epoch.job import _History
 from include.errors import CheckpointCorrupted, OutputError
-from include.head import FileRef
-from include.manifest import DatasetRef
-from include.outputs import PUBLISHED, publish_dataset, published
-from include.runtime import _History
+from include.publication.outputs import PUBLISHED, publish_dataset, published
 from include.store import STORE_MARKER, LocalStore, sha256_hex
 
 
@@ -150,7 +150,7 @@ def test_an_outputs_uri_is_its_stores_address_and_back(output_path):
     store publishes to, and gives the output back."""
     import pathlib
 
-    from include.outputs import output_of_uri, output_uri
+    from include.publication.outputs import output_of_uri, output_uri
     from include.store import open_store
 
     uri = output_uri(output_path, "ranks")
@@ -167,7 +167,7 @@ def test_an_outputs_uri_is_its_stores_address_and_back(output_path):
 @pytest.mark.parametrize("uri", ["http://host/out/ranks", "s3://bucket-only", "s3:///no-bucket/x", "file://", "ranks"])
 def test_what_is_not_an_outputs_uri_is_refused_naming_it(uri):
     from include.errors import ConfigError
-    from include.outputs import output_of_uri
+    from include.publication.outputs import output_of_uri
 
     with pytest.raises(ConfigError, match="is not the URI of an output"):
         output_of_uri(uri)

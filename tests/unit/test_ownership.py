@@ -1,4 +1,4 @@
-"""Job ownership and the job lease (include.ownership): a job belongs to the DAG, body, input
+"""Job ownership and the job lease (include.runs.ownership): a job belongs to the DAG, body, input
 and output that started it; one run writes it at a time, fenced by the lease's token."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 import pytest
 
 from include.errors import CheckpointCorrupted
-from include.ownership import (
+from include.runs.ownership import (
     Holder,
     JobBusy,
     JobLease,

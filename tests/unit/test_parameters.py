@@ -1,4 +1,4 @@
-"""Settings declared once (include.parameters.Parameter): the Python check and the JSON Schema a
+"""Settings declared once (include.contract.parameters.Parameter): the Python check and the JSON Schema a
 DAG's trigger form validates with accept exactly the same values, for every built-in body's
 parameters and every bounded job setting; errors name the setting, what it accepts and the value."""
 
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from include.body import BUILTIN_BODIES, resolve_body
-from include.config import SETTINGS, JobConfig
+from include.contract.body import BUILTIN_BODIES, resolve_body
+from include.contract.config import SETTINGS, JobConfig
+from include.contract.parameters import Parameter
 from include.errors import ConfigError
-from include.parameters import Parameter
 
 # lists whose items are declared (numbers in bounds, an enum) beside the built-in ones
 LISTS = [Parameter("weights", [1.0], "", {"type": ["null", "array"], "minItems": 1,
@@ -106,8 +106,8 @@ def test_a_declaration_the_code_cannot_check_is_refused_at_once():
 def test_parameters_are_declared_once_on_the_dataclass():
     from dataclasses import dataclass
 
-    from include.body import IterationBody
-    from include.parameters import param, parameters_of
+    from include.contract.body import IterationBody
+    from include.contract.parameters import param, parameters_of
 
     @dataclass(frozen=True)
     class Params:
@@ -128,7 +128,7 @@ def test_parameters_are_declared_once_on_the_dataclass():
     class Undeclared:
         rate: float = 0.5
 
-    with pytest.raises(TypeError, match=r"Undeclared.rate is not declared with include.parameters.param"):
+    with pytest.raises(TypeError, match=r"Undeclared.rate is not declared with include.contract.parameters.param"):
         parameters_of(Undeclared)
 
 
@@ -142,8 +142,8 @@ def test_the_openlineage_parent_information_is_the_one_key_besides_the_params():
     is that (an object of the provider's fields, strings), refused naming what is wrong."""
     import pytest
 
+    from include.contract.parameters import check_conf_keys
     from include.errors import ConfigError
-    from include.parameters import check_conf_keys
 
     declared = {"job_id", "max_epochs"}
     parent = {**PARENT, "parentJobName": "iterate_pagerank.continue", **ROOT}
@@ -170,7 +170,7 @@ OWN = {"iterate_pagerank", "iterate_pagerank.continue", "iterate_pagerank.finish
     {**PARENT, "parentJobName": "iterate_pagerank"},  # the DAG's run, no root
 ])
 def test_a_run_may_name_its_own_dag_as_its_lineage_parent(claimed):
-    from include.parameters import check_lineage_conf, check_lineage_parent
+    from include.contract.parameters import check_lineage_conf, check_lineage_parent
 
     check_lineage_conf(claimed)
     check_lineage_parent(claimed, OWN, namespace="default")
@@ -187,8 +187,8 @@ def test_a_run_may_name_its_own_dag_as_its_lineage_parent(claimed):
 def test_issue_64_a_run_may_not_claim_another_job_as_its_lineage_parent(claimed, named):
     """Issue 64: any job could be named as a run's parent. A run names its own DAG (a
     continuation's entry), or a job the DAG's author allows; anything else is refused naming it."""
+    from include.contract.parameters import check_lineage_parent
     from include.errors import ConfigError
-    from include.parameters import check_lineage_parent
 
     with pytest.raises(ConfigError, match=re.escape(named) + ".*only this DAG's own runs and tasks in namespace "
                                           "'default' \\(what a continuation sets\\); its author allows others with "
@@ -197,8 +197,8 @@ def test_issue_64_a_run_may_not_claim_another_job_as_its_lineage_parent(claimed,
 
 
 def test_the_author_may_allow_other_lineage_parents():
+    from include.contract.parameters import check_lineage_parent, check_lineage_parents
     from include.errors import ConfigError
-    from include.parameters import check_lineage_parent, check_lineage_parents
 
     allowed = [("scheduler", "nightly.*")]
     check_lineage_parent({**PARENT, "parentJobNamespace": "scheduler", "parentJobName": "nightly.graph"}, OWN,

@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from include.errors import ConfigError
-from include.preload import DEFAULT_MODULES, parse_modules, preload
+from include.process.preloading import DEFAULT_MODULES, parse_modules, preload
 from tests.conftest import ROOT
 
 
@@ -43,7 +43,7 @@ def test_a_forked_process_finds_great_expectations_preloaded():
     script = textwrap.dedent("""
         import logging, os, sys
         logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s %(message)s")
-        from include.preload import DEFAULT_MODULES, preload
+        from include.process.preloading import DEFAULT_MODULES, preload
         seconds = preload(DEFAULT_MODULES)
         assert set(seconds) == set(DEFAULT_MODULES), seconds
         pid = os.fork()

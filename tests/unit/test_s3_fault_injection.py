@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from include import failpoints
 from include.errors import TransientStoreError
+from include.process import failpoints
 from include.store import RetryPolicy, S3Store
 
 

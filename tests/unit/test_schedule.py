@@ -1,4 +1,4 @@
-"""Scheduled jobs' batch records (include.schedule), without Spark: which generation a DAG run
+"""Scheduled jobs' batch records (include.runs.schedule), without Spark: which generation a DAG run
 works on, where it starts from, and when it becomes the date's current one."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import datetime as dt
 
 import pytest
 
-from include.checkpoint import CheckpointLog
+from include.checkpoints.checkpoint_log import CheckpointLog
+from include.epoch.head_state import HeadStatus
 from include.errors import CheckpointError, ConfigError
-from include.head import HeadStatus
-from include.schedule import Schedule, batch_date
+from include.runs.schedule import Schedule, batch_date
 from include.store import LocalStore
 from tests.unit.test_checkpoint_log import write_attempt
 
@@ -114,8 +114,8 @@ def test_a_rewound_batch_is_a_new_generation_of_its_date(sched):
     """``rewind_to`` on a scheduled batch: a new generation of the date, recorded with where it
     rewinds from and where the batch started; every task of the run finds it, the older one can
     no longer publish, and nothing is recorded for a date that never ran or a run of another owner."""
-    from include.generations import Lineage, job_options
-    from include.ownership import JobOwner, OwnershipError, claim
+    from include.runs.generations import Lineage, job_options
+    from include.runs.ownership import JobOwner, OwnershipError, claim
 
     owner = JobOwner(dag_id="daily_dag", body="pagerank", input={"path": "in.csv"}, output_path=None)
     with pytest.raises(ConfigError, match="batch 20260101T000000Z of daily has not run: nothing to rewind"):

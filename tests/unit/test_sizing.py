@@ -1,4 +1,4 @@
-"""Settings from the input's size (include.sizing): the rule, the input's bytes as the readers
+"""Settings from the input's size (include.contract.sizing): the rule, the input's bytes as the readers
 take them, and a log's partition count decided once and kept."""
 
 from __future__ import annotations
@@ -8,18 +8,17 @@ import os
 import threading
 
 import boto3
+import networkx as nx
 import pytest
 
-from include import sizing
-from include.config import InputSpec, JobConfig
+from include.checkpoints.record_schemas import DamagedRecord
+from include.contract import sizing
+from include.contract.config import InputSpec, JobConfig
+from include.contract.sizing import GiB, MiB, connect_server_heap, derive, input_bytes, log_partitions, server_heap
+from include.epoch.job import IterationJob
 from include.errors import ConfigError, InputDataError
-from include.runtime import IterationJob
-from include.schemas import DamagedRecord
-from include.sizing import GiB, MiB, connect_server_heap, derive, input_bytes, log_partitions, server_heap
 from include.store import LocalStore
 from tests.helpers import publish_edges
-
-import networkx as nx
 
 
 def test_the_rule():
@@ -88,7 +87,7 @@ def test_a_published_inputs_bytes_are_its_pinned_versions(tmp_path):
     manifest = publish_edges(str(tmp_path / "up"), nx.DiGraph([(i, i + 1) for i in range(20)]), job="up",
                              checkpoint=1)
     store = LocalStore(str(tmp_path / "store"))
-    from include.arrivals import pin_input
+    from include.publication.pinned_inputs import pin_input
 
     spec = pin_input(store, "job", InputSpec(str(tmp_path / "up" / "edges")))
     assert input_bytes(spec) == sum(f["size"] for f in manifest["files"]) > 0
@@ -121,7 +120,7 @@ def _input(tmp_path, size: int) -> InputSpec:
 def test_a_log_is_sized_once_for_its_life(tmp_path, small_partitions, caplog):
     store = LocalStore(str(tmp_path / "store"))
     spec = _input(tmp_path, 6 * 1024 - 10)
-    caplog.set_level("INFO", "include.sizing")
+    caplog.set_level("INFO", "include.contract.sizing")
     assert log_partitions(store, "job", spec, latest_partitions=lambda: None) == 6
     assert "job job: 6 partitions (input" in caplog.text
     record = json.loads(store.get("jobs/job/sizing.json"))

@@ -3,8 +3,8 @@ checkpoint's coordinator snapshots, and a split enumerator that has finished."""
 
 from __future__ import annotations
 
-from include.coordinator import CoordinatorHolder, end_of_input
-from include.sources import FileSplitEnumerator
+from include.epoch.coordinators import CoordinatorHolder, end_of_input
+from include.epoch.splits import FileSplitEnumerator
 
 
 def snap(finished: bool, source: bool | None = True) -> dict:

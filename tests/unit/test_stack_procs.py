@@ -11,8 +11,8 @@ import time
 import pytest
 
 from stack.__main__ import main
-from stack.services import Stack
 from stack.procs import Session, session_members, spawn, stop_session
+from stack.services import Stack
 from tests.conftest import ROOT
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from include.epoch.head_state import EpochReport, FileRef
 from include.errors import CheckpointError
-from include.head import EpochReport, FileRef
 from spark_jobs.storeio import broadcast_threshold, by_partition
 
 

@@ -8,8 +8,8 @@ import tracemalloc
 
 import pytest
 
+from include.epoch.head_state import FileRef
 from include.errors import CheckpointCorrupted
-from include.head import FileRef
 from include.store import LocalStore, S3Store, sha256_hex
 from include.store.transfer import copy_verified, verified_file
 

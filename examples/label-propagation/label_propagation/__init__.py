@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from include.body import EpochContext, IterationBody, StepResult, param
-from include.errors import InputDataError
+from include import EpochContext, InputDataError, IterationBody, StepResult, param
 
 
 @dataclass(frozen=True)

@@ -281,7 +281,7 @@ class SparkEpochHook(BaseHook):
                          ("session_token", "AWS_SESSION_TOKEN")):
             if store_options.get(key):
                 env[var] = store_options[key]  # passed in the environment, never on the command line
-        from include.sizing import driver_memory
+        from include.contract import driver_memory
         from spark_jobs.session import driver_java_options
 
         memory, why = driver_memory(plan.input_spec(), store_options)  # the epoch's driver: from its input's size

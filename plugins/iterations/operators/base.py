@@ -91,7 +91,7 @@ def permanent_errors() -> Iterator[None]:
         ConfigError,
         InputDataError,
     )
-    from include.ownership import JobBusy, LeaseLost
+    from include.runs import JobBusy, LeaseLost
 
     try:
         yield
@@ -124,7 +124,7 @@ class IterationOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         """``checks``: the DAG's data checks (its checks file), under the run's ``checks`` param.
-        ``allowed_roots``: where the run's paths may point (include.locations), besides
+        ``allowed_roots``: where the run's paths may point (include.store), besides
         ITERATIONS_ALLOWED_ROOTS and the paths given in ``job``. ``checkpoint_roots``: the DAG's
         checkpoint roots besides the run's own (no output may overlap one). ``output_root``:
         the DAG's default ``output_path``; a run that leaves it publishes under
@@ -151,9 +151,9 @@ class IterationOperator(BaseOperator):
         self.scheduled = scheduled
 
     def record_lineage(self, job, **what: Any) -> None:
-        """What this task read and published, for OpenLineage (include.lineage.job_lineage);
+        """What this task read and published, for OpenLineage (include.publication.openlineage.job_lineage);
         the latest call wins. Never fails the task."""
-        from include.lineage import job_lineage
+        from include.publication import job_lineage
 
         try:
             self._lineage = job_lineage(job, **what)
@@ -171,16 +171,16 @@ class IterationOperator(BaseOperator):
         return self.get_openlineage_facets_on_complete(task_instance)
 
     def pre_execute(self, context: Any) -> None:
-        from include.interpreter import skip_exit_collection
+        from include.process import skip_exit_collection
 
         skip_exit_collection()  # airflow dags test / tasks test: no seconds of collection at exit
 
     def settings(self, context: Mapping[str, Any]) -> dict[str, Any]:
         """The DAG run's params overridden by ``job``; empty strings count as unset. A run conf
         is closed: a key the DAG has no param for fails the task at once, naming the key and
-        the nearest param (include.parameters.check_conf_keys)."""
+        the nearest param (include.contract.parameters.check_conf_keys)."""
+        from include.contract import check_conf_keys
         from include.errors import ConfigError
-        from include.parameters import check_conf_keys
 
         if self.has_dag() and self.dag.params is not None:
             try:
@@ -193,11 +193,11 @@ class IterationOperator(BaseOperator):
 
     def _check_lineage_parent(self, params: Mapping[str, Any]) -> None:
         """A warning naming the parent, once per task, when the run's ``openlineage`` entry names
-        a parent the API server would have refused (include.parameters.check_lineage_parent): a
+        a parent the API server would have refused (include.contract.parameters.check_lineage_parent): a
         run not triggered through it (another DAG's TriggerDagRunOperator, ``airflow dags test``,
         the CLI) is not failed for it; the job never reads the entry."""
+        from include.contract import LINEAGE_KEY, check_lineage_parent
         from include.errors import ConfigError
-        from include.parameters import LINEAGE_KEY, check_lineage_parent
         from iterations.closed_conf import lineage_namespace, own_lineage_jobs
 
         value = params.get(LINEAGE_KEY)
@@ -215,7 +215,7 @@ class IterationOperator(BaseOperator):
         """The date a scheduled batch is for: ``batch_date`` (set by continuation runs), the
         run's logical date, or, for a run that has none (started by asset events, or triggered
         without one), the time it was due to run (``run_after``)."""
-        from include.schedule import batch_date
+        from include.runs import batch_date
 
         when = self.settings(context).get("batch_date") or context.get("logical_date") or \
             getattr(context.get("dag_run"), "run_after", None)
@@ -225,21 +225,21 @@ class IterationOperator(BaseOperator):
         return batch_date(when)
 
     def allowed(self):
-        """Where this DAG's runs may read and write (include.locations.roots_for_dag): the
+        """Where this DAG's runs may read and write (include.store.roots_for_dag): the
         roots of the DAG's defaults and of ``job``, the local directory, the deployment's."""
-        from include.locations import AllowedRoots, configured_roots
+        from include.store import AllowedRoots, configured_roots
 
         return AllowedRoots.for_dag([*self.allowed_roots, *configured_roots(
             {k: self.job.get(k) for k in ("input_path", "output_path", "checkpoint_root")})])
 
     def locations(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        """The run's settings with its locations admitted at the door (include.locations.door:
+        """The run's settings with its locations admitted at the door (include.store.door:
         canonical, under the DAG's allowed roots, apart from every checkpoint root; a scheduled
         batch's input and output are its date's; an output left at the DAG's default is the
         job's own, ``<default>/<job_id>``). AirflowFailException naming the value otherwise (a
         retry would fail the same way)."""
         from include.errors import ConfigError
-        from include.locations.door import admit_run
+        from include.store import admit_run
 
         settings = self.settings(context)
         missing = [k for k in ("job_id", "input_path", "checkpoint_root") if not settings.get(k)]
@@ -257,7 +257,7 @@ class IterationOperator(BaseOperator):
         return settings
 
     def job_config(self, context: Mapping[str, Any]):
-        from include.config import InputSpec, JobConfig
+        from include.contract import InputSpec, JobConfig
 
         settings = self.locations(context)
         return JobConfig(
@@ -277,7 +277,7 @@ class IterationOperator(BaseOperator):
         author = CheckSettings.parse(self.checks, "the DAG's checks")
         if not run:  # nothing from the run (the usual case): no need to load the body's metadata
             return author
-        from include.body import resolve_body
+        from include.contract import resolve_body
 
         locked = locked_expectation_names(resolve_body(self.body).describe(), author)
         return run_settings(run, author, locked, run_may_relax=self.relax_checks)
@@ -286,7 +286,7 @@ class IterationOperator(BaseOperator):
         """Run ``commit()`` (which runs the data checks first); keep the checks' report link;
         a refusal fails the task at once (no retry: the attempt is aborted, a retry cannot
         change its data) with the report's summary."""
-        from include.runtime import DataCheckFailed
+        from include.epoch import DataCheckFailed
 
         try:
             result = commit()
@@ -311,13 +311,13 @@ class IterationOperator(BaseOperator):
 
     @staticmethod
     def batch_start(job, batch: str, next_epoch: int | None = None) -> int | None:
-        """The first epoch of this batch (include.records.Batches.start)."""
+        """The first epoch of this batch (include.checkpoints.job_records.Batches.start)."""
         return job.log.batches.start(batch, next_epoch)
 
     def head_result(self, context: Mapping[str, Any], job, head_task_id: str, index: int) -> dict[str, Any]:
         """What the epoch's head did: its XCom, or, when there is none (``airflow tasks test``
         runs tasks one at a time without XCom), the same facts read back from the store."""
-        from include.head import HeadStatus
+        from include.epoch import HeadStatus
 
         head = context["ti"].xcom_pull(task_ids=head_task_id)
         if head:
@@ -342,8 +342,8 @@ class IterationOperator(BaseOperator):
         committed or None): what the epoch's head produced, recovered from XCom and the store.
         The plan is None when the head ran nothing, or when the attempt committed and its plan
         was collected since (a retry of a step after the commit landed:
-        include.protocol.resolve_attempt). ``write``: this step writes (the run's lease is held)."""
-        from include.protocol import EpochRun, resolve_attempt
+        include.epoch.boundary.resolve_attempt). ``write``: this step writes (the run's lease is held)."""
+        from include.epoch import EpochRun, resolve_attempt
 
         job, _ = self.iteration_job(context)
         run = EpochRun(job, batch_id=batch_id_of(context), run=run_of(context))
@@ -360,7 +360,7 @@ class IterationOperator(BaseOperator):
     def holder(self, context: Mapping[str, Any]):
         """Who holds the job's lease for this task: its DAG run (every task of the run, every
         try); for ``airflow tasks test``, whose every task makes a run of its own, the batch."""
-        from include.ownership import Holder
+        from include.runs import Holder
 
         run_id = str(context["run_id"])
         if run_id.startswith("__airflow_temporary_run_"):
@@ -389,10 +389,10 @@ class IterationOperator(BaseOperator):
 
     def hold(self, context: Mapping[str, Any], store, lease_id: str):
         """A callable that takes job ``lease_id``'s lease for this DAG run, waiting for (then
-        refused by) another live run as ``start`` does: given to include.generations.attach and
-        include.schedule.Schedule.attach, which call it before they write (a rewind, a
+        refused by) another live run as ``start`` does: given to include.runs.generations.attach and
+        include.runs.schedule.Schedule.attach, which call it before they write (a rewind, a
         recompute, the run's binding to a generation)."""
-        from include.ownership import JobLease
+        from include.runs import JobLease
 
         def hold():
             JobLease(store, lease_id).acquire(self.holder(context), wait=self.lease_wait,
@@ -402,7 +402,7 @@ class IterationOperator(BaseOperator):
 
     def start(self, context: Mapping[str, Any], run, *, validate: bool = True):
         """Before this task writes: the store probed, the job claimed for this DAG (its owner),
-        the lease held for this DAG run (include.protocol.EpochRun.start); the job's state."""
+        the lease held for this DAG run (include.epoch.boundary.EpochRun.start); the job's state."""
         return run.start(self.holder(context), dag_id=self.dag_id,
                          take_over=bool(self.settings(context).get("take_over")),
                          lease_wait=self.lease_wait, alive=self.alive(context), validate=validate)
@@ -430,9 +430,9 @@ class IterationOperator(BaseOperator):
 
     def arrivals(self, context: Mapping[str, Any], config=None, store_options=None) -> list[dict[str, Any]]:
         """What the asset events that started this DAG run say arrived (iterations.assets),
-        their claims checked against the run's input (include.arrivals.check_arrivals) when
+        their claims checked against the run's input (include.publication.pinned_inputs.check_arrivals) when
         ``config`` is given, logged once per task; empty for a run no asset event started."""
-        from include.arrivals import CHECKED, check_arrivals, describe
+        from include.publication import CHECKED, check_arrivals, describe
         from iterations.assets import triggering_arrivals
 
         if getattr(self, "_arrivals", None) is None:
@@ -446,20 +446,13 @@ class IterationOperator(BaseOperator):
 
     def iteration_job(self, context: Mapping[str, Any]):
         """The job this task works on: the generation (checkpoint log) this DAG run works on
-        (include.generations: the newest, or a new one when the run rewinds the job); for a
+        (include.runs.generations: the newest, or a new one when the run rewinds the job); for a
         scheduled DAG, the generation of the batch's date, warm-started from the previous batch."""
-        import dataclasses
-
-        from include import generations
-        from include.body import body_reference
-        from include.generations import check_rewind_to
-        from include.locations import earlier_shared_job
-        from include.locations.owners import OutputOwner
-        from include.ownership import check_claim
-        from include.protocol import check_borders, owner_of
-        from include.runtime import IterationJob
-        from include.schedule import Schedule
-        from include.store import open_store
+        from include.contract import body_reference
+        from include.epoch import check_borders, owner_of
+        from include.publication import OutputOwner
+        from include.runs import check_claim, open_job
+        from include.store import earlier_shared_job, open_store
         from iterations.hooks.iteration_store import IterationStoreHook
 
         config = self.job_config(context)
@@ -468,37 +461,25 @@ class IterationOperator(BaseOperator):
         options = IterationStoreHook(self.aws_conn_id).store_options(config.checkpoint_root)
         store = open_store(config.checkpoint_root, **options)
         settings = self.settings(context)
-        rewind_to = check_rewind_to(settings.get("rewind_to"))
+        take_over = bool(settings.get("take_over"))
         owner = owner_of(config, self.dag_id)
         # who publishes: the job as configured (its generations and a schedule's dates are one job)
         output_owner = OutputOwner(store=config.checkpoint_root, job_id=config.job_id, dag_id=self.dag_id,
                                    body=body_reference(config.body))
         with permanent_errors():  # the borders, before the run's first write (its lease, its generation)
-            check_borders(config, store, options, output_owner, take_over=bool(settings.get("take_over")))
+            check_borders(config, store, options, output_owner, take_over=take_over)
         arrivals = self.arrivals(context, config, options)
-        if self.scheduled:
-            schedule = Schedule(store, config.job_id)
-            date = self.batch_date(context)
-            lineage = schedule.lineage(date)
-            generation = schedule.attach(date, batch_id_of(context), recompute=bool(settings.get("recompute")),
-                                         rewind_to=rewind_to, owner=owner,
-                                         hold=self.hold(context, store, lineage.base), arrived=arrivals)
-            self.generation = (schedule, generation)
-            extra = {"warm_start": schedule.warm_start_manifest(generation), "rewound_from": generation.rewound_from,
-                     "publication_family": lineage.family(generation.job_id),
-                     "may_publish": lambda: schedule.check_may_publish(generation), "lease_id": lineage.base}
-            log_id = generation.job_id
-        else:
+        if not self.scheduled:
             with permanent_errors():  # a job of another owner: refused before its lease is touched
-                check_claim(store, config.job_id, owner, take_over=bool(settings.get("take_over")))
-            log_id, lineage = generations.attach(
-                store, config.job_id, batch_id_of(context), rewind_to=rewind_to, owner=owner,
-                hold=self.hold(context, store, config.job_id),
-                input_changes=generations.input_changes_of(store, config, options, settings.get("on_input_change")))
-            extra = generations.job_options(lineage, log_id)
-        config = dataclasses.replace(config, job_id=log_id)
-        job = IterationJob(config, store, store_options=options, output_owner=output_owner, arrivals=arrivals,
-                           **extra)
+                check_claim(store, config.job_id, owner, take_over=take_over)
+        opened = open_job(config, store, owner=owner, hold=lambda lease_id: self.hold(context, store, lease_id)(),
+                          run=batch_id_of(context), rewind_to=settings.get("rewind_to"),
+                          on_input_change=settings.get("on_input_change"), store_options=options,
+                          batch_date=self.batch_date(context) if self.scheduled else None,
+                          recompute=bool(settings.get("recompute")), arrivals=arrivals, output_owner=output_owner)
+        if opened.schedule is not None:
+            self.generation = (opened.schedule, opened.generation)
+        job = opened.job
         self.record_lineage(job)
         return job, options
 
@@ -512,10 +493,10 @@ class SparkAttemptOperator(IterationOperator):
         self.spark_conn_id = spark_conn_id
 
     def epoch_run(self, context: Mapping[str, Any]):
-        """This task's part of the run through the epoch protocol (include.protocol.EpochRun):
+        """This task's part of the run through the epoch protocol (include.epoch.boundary.EpochRun):
         its attempts run as Spark jobs through the hook (an error of ours raised in a Spark task
         surfaces as itself); what an earlier try left running is interrupted by its tag."""
-        from include.protocol import EpochRun
+        from include.epoch import EpochRun
         from iterations.hooks.spark_epoch import SparkEpochHook
 
         job, options = self.iteration_job(context)
@@ -541,7 +522,7 @@ class SparkAttemptOperator(IterationOperator):
         """The task is being stopped (killed, marked failed or success from the UI, timed out):
         the attempt it runs is cancelled - its Spark work interrupted (connect: by the attempt's
         tag; submit: its spark-submit and driver killed) and the attempt aborted
-        (include.protocol.EpochRun.cancel). The next run or try plans a new attempt."""
+        (include.epoch.boundary.EpochRun.cancel). The next run or try plans a new attempt."""
         run = getattr(self, "_epoch_run", None)
         if run is None:
             return

@@ -10,8 +10,8 @@ import sys
 import tempfile
 from typing import Any, Mapping, Sequence
 
-from airflow.providers.standard.operators.trigger_dagrun import XCOM_RUN_ID, TriggerDagRunLink, TriggerDagRunOperator
 from airflow.providers.common.compat.sdk import XCom
+from airflow.providers.standard.operators.trigger_dagrun import XCOM_RUN_ID, TriggerDagRunLink, TriggerDagRunOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from iterations.operators.base import IterationOperator
@@ -72,7 +72,7 @@ class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
             self._continue(context)
 
     def _continue(self, context: Mapping[str, Any]) -> None:
-        from include.head import HeadStatus
+        from include.epoch import HeadStatus
 
         if not self.settings(context).get("continuation", True):
             raise AirflowSkipException("continuation is off for this run: trigger the DAG again to go on")

@@ -1,8 +1,8 @@
 """Operators of an iteration DAG (one module each: base, head, commit, finish, stop); this
 module names them all, for DAG files and for the paths serialized DAGs refer to.
 
-Each is a thin adapter over ``include.runtime.IterationJob`` and the epoch protocol
-(``include.protocol``). The job's settings come from the DAG run's params (validated by their
+Each is a thin adapter over ``include.epoch.job.IterationJob`` and the epoch protocol
+(``include.epoch.boundary``). The job's settings come from the DAG run's params (validated by their
 JSON schema), optionally overridden by ``job``, which is templated. Heavy imports (pyspark)
 happen inside ``execute``.
 """

@@ -45,7 +45,7 @@ class FinishOperator(SparkAttemptOperator):
         from airflow.sdk.exceptions import TaskAwaitingInput
         from airflow.sdk.execution_time.hitl import upsert_hitl_detail
 
-        from include.approval import APPROVE, REJECT, asked_about, publication_request
+        from include.publication import APPROVE, REJECT, asked_about, publication_request
 
         question = asked_about(run.job, run.state)
         if answer is not None:
@@ -76,9 +76,7 @@ class FinishOperator(SparkAttemptOperator):
         raise TaskAwaitingInput(method_name="publication_answered", kwargs={"asked": question}, timeout=timeout)
 
     def _finish(self, context: Mapping[str, Any], answer=None) -> dict[str, Any]:
-        from include.head import HeadStatus
-        from include.lifecycle import StopMode
-        from include.protocol import Step
+        from include.epoch import HeadStatus, Step, StopMode
 
         run = self.epoch_run(context)
         job = run.job

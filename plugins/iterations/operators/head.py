@@ -43,7 +43,7 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
             return self._head(context)
 
     def _head(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        from include.protocol import Step, warm_up_checks
+        from include.epoch import Step, warm_up_checks
 
         verify = self.settings(context).get("verify_epoch")
         if verify is not None:
@@ -106,16 +106,15 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
 
     def verify(self, context: Mapping[str, Any], epoch: Any) -> dict[str, Any]:
         """The run's ``verify_epoch`` param: the determinism audit of the job's epoch ``epoch``
-        (include.restore.Restore.verify_epoch) on this DAG's Spark, in a scratch store in this
+        (include.checkpoints.restore.Restore.verify_epoch) on this DAG's Spark, in a scratch store in this
         worker's temporary directory (the Spark executors must see it: the embedded and native
         deployments' do); the job's store and outputs are only read. Every later task of the run
         is skipped; the task fails naming each partition that differs."""
         from airflow.exceptions import AirflowFailException
 
+        from include.epoch import owner_of
         from include.errors import ConfigError
-        from include.generations import open_newest
-        from include.ownership import check_claim
-        from include.protocol import owner_of
+        from include.runs import check_claim, open_newest
         from include.store import open_store
         from iterations.hooks.iteration_store import IterationStoreHook
         from iterations.hooks.spark_epoch import SparkEpochHook
@@ -157,7 +156,7 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
         """``commit_in_head``: align and commit the attempt if every partition has reported
         (the committed epoch, ``EpochOutcome``); None, leaving both to the group's sensor and
         commit task, if a report is missing."""
-        from include.protocol import aligned_line
+        from include.epoch import aligned_line
 
         reports = run.job.reports(plan) if reports is None else reports  # read once: align, then commit
         decision, missing = run.align_if_complete(plan, reports)

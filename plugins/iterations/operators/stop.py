@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-
 from iterations.operators.base import IterationOperator, permanent_errors
 
 
@@ -12,7 +11,7 @@ class StopRequestOperator(IterationOperator):
     """Asks a job - usually running in another DAG run - to ``drain`` or ``suspend`` at its next
     epoch boundary, by writing the request into its checkpoint store (``job_id``,
     ``checkpoint_root`` and ``mode`` from the params). ``across_dags``: ``allowed_roots`` reach
-    into every DAG's own directory under them (include.locations.AllowedRoots): a control DAG
+    into every DAG's own directory under them (include.store.AllowedRoots): a control DAG
     that stops any DAG's jobs says so."""
 
     ui_color = "#f8d7da"
@@ -26,12 +25,10 @@ class StopRequestOperator(IterationOperator):
             return self._request(context)
 
     def _request(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        from include.checkpoint import CheckpointLog
+        from include.checkpoints import CheckpointLog
         from include.errors import ConfigError
-        from include.generations import Lineage
-        from include.ownership import read_owner
-        from include.locations import AllowedRoots
-        from include.store import open_store
+        from include.runs import Lineage, read_owner
+        from include.store import AllowedRoots, open_store
         from iterations.hooks.iteration_store import IterationStoreHook
 
         settings = self.settings(context)

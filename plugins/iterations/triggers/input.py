@@ -25,8 +25,8 @@ class InputTrigger(BaseTrigger):
                 {"config": self.config, "aws_conn_id": self.aws_conn_id, "poll_interval": self.poll_interval})
 
     def _available(self) -> bool:
-        from include.config import JobConfig
-        from include.runtime import IterationJob
+        from include.contract import JobConfig
+        from include.epoch import IterationJob
         from iterations.hooks.iteration_store import IterationStoreHook
 
         config = JobConfig.from_dict(self.config)

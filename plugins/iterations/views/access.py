@@ -1,6 +1,6 @@
 """Who may see which job in the Iterations view (DESIGN.md section 7, "Trust boundaries").
 
-A job belongs to the DAG that owns it: its owner record (``include.ownership.read_owner``),
+A job belongs to the DAG that owns it: its owner record (``include.runs.ownership.read_owner``),
 written by the runtime when the job was first run. The rule, for the user of a request:
 
 - a job owned by DAG ``D`` is shown only to a user the auth manager lets read ``D``'s runs:
@@ -25,7 +25,7 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from include.errors import CheckpointCorrupted, ConfigError
-from include.ownership import read_owner
+from include.runs import read_owner
 from include.store import ObjectStore, ReadOnlyStore
 
 

@@ -1,11 +1,11 @@
 """The Iterations view: a FastAPI app the API server mounts under ``/iterations``.
 
-Read-only over ``include.overview`` (the same checkpoint log the operators write). Every
+Read-only over ``include.checkpoints.overview`` (the same checkpoint log the operators write). Every
 endpoint needs an authenticated Airflow user (a JWT as a Bearer token, or the UI's session
 cookie), and shows a job only to a user who may read a DAG that owns it
 (``iterations.views.access``, DESIGN.md section 7); any other job is answered as a job that does
 not exist. The checkpoint root asked for must be under the roots of a DAG the user may read, by the rule
-that DAG's runs keep (``include.locations.roots_for_dag``), the embedded local directory or
+that DAG's runs keep (``include.store.roots_for_dag``), the embedded local directory or
 ``ITERATIONS_ALLOWED_ROOTS``.
 
     GET /iterations/                                   HTML: the jobs of a checkpoint root
@@ -33,18 +33,10 @@ from airflow.api_fastapi.core_api.security import GetUserDep, get_user
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from include.checkpoints import JobLayout, JobNotFound, check_job_id, check_report, job_not_found, job_overview, list_jobs
 from include.errors import ConfigError, IterationError, ObjectNotFound, StoreError
-from include.layout import JobLayout, check_job_id
-from include.overview import (
-    JobNotFound,
-    ReadOnlyStore,
-    check_report,
-    job_not_found,
-    job_overview,
-    list_jobs,
-)
-from include.locations import LOCATION_PARAMS, AllowedRoots, dag_directory, dag_roots
-from iterations.dag_factory import LOCAL_DIR
+from include.process import LOCAL_DIR
+from include.store import LOCATION_PARAMS, AllowedRoots, ReadOnlyStore, dag_directory, dag_roots
 from iterations.hooks.iteration_store import IterationStoreHook
 from iterations.operators.base import batch_id_of_run
 from iterations.views import page
@@ -106,7 +98,7 @@ def readable_defaults(access: JobAccess | None) -> list[tuple[str, dict[str, Any
 def view_roots(access: JobAccess | None,
                readable: list[tuple[str, dict[str, Any]]] | None = None) -> AllowedRoots:
     """The roots the view reads: those of every DAG the user may read, by the rule their runs
-    keep (include.locations.roots_for_dag over each DAG's params' defaults), and the
+    keep (include.store.roots_for_dag over each DAG's params' defaults), and the
     deployment's ``ITERATIONS_ALLOWED_ROOTS``; the embedded local directory as a whole, each
     DAG's own directory in it included, only without an access check (``access`` None).
     ``readable``: ``readable_defaults(access)``, if the request has read them already."""
@@ -262,7 +254,7 @@ def job_of_run(dag_id: str, run_id: str, access: JobAccess | None = None) -> tup
     root, store = open_root(str(params["checkpoint_root"]), access)
     job_id = check_job_id(str(params["job_id"]))  # a run's conf is untrusted: no other key is read
     for key in (f"schedules/{job_id}/runs/{batch}.json", f"lineages/{job_id}/runs/{batch}.json"):
-        try:  # the generation the run's first task chose (include.schedule, include.generations)
+        try:  # the generation the run's first task chose (include.runs.schedule, include.runs.generations)
             return check_job_id(json.loads(store.get(key))["generation"]), root, store, batch
         except ObjectNotFound:
             continue  # not a scheduled (or rewound) job's run, or its first task has not run yet

@@ -15,7 +15,7 @@ from html import escape
 from typing import Any, Iterable
 from urllib.parse import quote, urlencode
 
-from include.overview import CheckView, EpochView, JobOverview
+from include.checkpoints import CheckView, EpochView, JobOverview
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:16px;color:#1f2933;font-size:14px}
@@ -339,7 +339,7 @@ def _pages(count: int, page: int, url) -> str:
 
 
 def _generations(view: JobOverview, base: str, q: str) -> str:
-    """The job's generations (include.generations), each linked (not a retired one: its log is
+    """The job's generations (include.runs.generations), each linked (not a retired one: its log is
     gone), the newest marked."""
     if not view.generations:
         return ""

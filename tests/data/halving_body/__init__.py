@@ -6,7 +6,7 @@ this package, which is on no path of the server's."""
 
 from __future__ import annotations
 
-from include.body import EpochContext, IterationBody, StepResult
+from include.contract.body import EpochContext, IterationBody, StepResult
 
 
 class Halving(IterationBody):

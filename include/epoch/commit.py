@@ -1,0 +1,289 @@
+"""Alignment, the checks between rounds, and the single-winner commit of an epoch's or the
+final checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from typing import Any, Mapping, Sequence
+
+from include.checkpoints.manifest import DatasetRef, Manifest
+from include.checks import CheckReport, merge, profile_row, runtime_expectations, schema_string, validate
+from include.epoch.coordinators import end_of_input
+from include.epoch.head_state import AlignmentDecision, EpochReport, HeadStatus, JobHeadState
+from include.epoch.lifecycle import Lifecycle, StopMode
+from include.epoch.plan import EpochPlan
+from include.errors import CheckpointError, InputChanged, IterationError
+from include.process.failpoints import failpoint
+
+log = logging.getLogger("iterations")
+
+
+class DataCheckFailed(IterationError):
+    """A check between rounds refused what an attempt wrote; the attempt was aborted.
+    ``report``: the data checks' report (include.checks.CheckReport), when they refused it."""
+
+    def __init__(self, message: str, report: Any = None):
+        super().__init__(message)
+        self.report = report
+
+
+class Commit:
+    """The commit part of ``include.epoch.job.IterationJob`` (a mixin over its ``config``,
+    ``store`` and ``log``)."""
+
+    def align(self, plan: EpochPlan, reports: Sequence[EpochReport] | None = None) -> AlignmentDecision:
+        """Global alignment; AlignmentIncomplete while a partition has not reported."""
+        reports = self.reports(plan) if reports is None else reports
+        failpoint("align.before_decide", job=self.config.job_id, epoch=plan.epoch)
+        return plan.aligner().align(plan.epoch, plan.attempt_id, list(reports))
+
+    def check(self, plan: EpochPlan, decision: AlignmentDecision | None, reports: Sequence[EpochReport],
+              output_reports: Sequence[EpochReport] | None = None) -> None:
+        """Run the checks between rounds: the Python checks, then the data checks; on a
+        blocking failure abort the attempt (nothing of it is ever read) and raise
+        DataCheckFailed with a readable summary. The data checks' results are kept in the
+        store either way (``last_check_report.locations``)."""
+        try:
+            self.check_input()  # what the attempt read is still the pinned input (InputChanged otherwise)
+            for check in self.checks if plan.kind == "epoch" else ():
+                check(plan, decision, reports)
+            report = self.data_checks(plan, decision, reports, output_reports)
+            if report is not None and not report.success:
+                raise DataCheckFailed(report.summary(), report)
+        except (DataCheckFailed, InputChanged) as e:
+            self.abort(plan, reason=str(e)[:2000])  # Attempts.abort: the record keeps who ran it
+            raise
+
+    def data_checks(self, plan: EpochPlan, decision: AlignmentDecision | None, reports: Sequence[EpochReport],
+                    output_reports: Sequence[EpochReport] | None = None) -> CheckReport | None:
+        """Validate the attempt's profile with its suite (include.checks); keep the results
+        (JSON and Great Expectations' Data Docs page) under ``checks/<epoch>/<attempt>/``."""
+        self.last_check_report = None
+        if not self.check_settings.enabled:
+            return None
+        datasets: dict[str, list[EpochReport]] = {}
+        if output_reports is None:
+            output_reports = self._output_reports(plan)
+        for r in list(reports) + list(output_reports):
+            datasets.setdefault(r.head, []).append(r)
+        profile = profile_row(epoch=plan.checkpoint_id, kind=plan.kind, decision=decision, datasets=datasets)
+        parameters: dict[str, Any] = {}
+        if plan.kind == "epoch" and plan.parent_id is not None:
+            metrics = plan.parent_metrics
+            if metrics is None:  # a plan recorded before plans carried them
+                parent = self.log.load(plan.parent_id, verify="none")
+                metrics = parent.decision.metrics if parent.decision is not None else {}
+            parameters = {f"previous__{k}": v for k, v in metrics.items()}
+        restored = {h: schema_string(ds.schema) for h, ds in plan.restore_datasets().items()} \
+            if plan.kind == "epoch" else {}
+        specs = merge([
+            *runtime_expectations(plan.heads if plan.kind == "epoch" else {},
+                                  decision.metrics if decision is not None else (), restored),
+            *plan.body.get("expectations", []),
+            *self.check_settings.expectations,
+        ])
+        report, gx_json, html = validate(specs, profile, parameters, job_id=plan.job_id,
+                                         checkpoint_id=plan.checkpoint_id, attempt_id=plan.attempt_id, kind=plan.kind)
+        where = self.log.layout.checks(plan.checkpoint_id, plan.attempt_id)
+        self.store.put(f"{where}/validation.json", json.dumps(
+            {"report": report.to_dict(), "great_expectations": gx_json}, indent=1, sort_keys=True).encode())
+        report.locations["json"] = self.store.url(f"{where}/validation.json")
+        if html is not None:
+            self.store.put(f"{where}/data_docs.html", html.encode())
+            report.locations["html"] = self.store.url(f"{where}/data_docs.html")
+        self.last_check_report = report
+        if report.blocking:
+            log.error("%s", report.summary())
+        elif report.warnings:
+            log.warning("%s", report.summary())
+        else:
+            log.info("%s", report.headline())
+        return report
+
+    def commit(
+        self,
+        plan: EpochPlan,
+        decision: AlignmentDecision | None = None,
+        reports: Sequence[EpochReport] | None = None,
+    ) -> Manifest:
+        """Check, then commit checkpoint ``plan.epoch``; idempotent for the same attempt."""
+        if plan.kind != "epoch":
+            raise CheckpointError(f"commit() takes epoch plans; use commit_finish() for {plan.kind}")
+        done = self._already_committed(plan)
+        if done is not None:
+            return done
+        started = time.time()
+        reports = list(self.reports(plan) if reports is None else reports)
+        decision = decision or self.align(plan, reports)
+        if end_of_input(plan.coordinators) and not decision.terminated:
+            decision = dataclasses.replace(decision, terminated=True, reason="end of input")
+        output_reports = self._output_reports(plan)
+        missing = self._missing_outputs(plan, output_reports)
+        if missing:
+            raise CheckpointError(f"epoch {plan.epoch} attempt {plan.attempt_id} of job {plan.job_id} "
+                                  f"has not written its epoch outputs {missing}")
+        checking = time.monotonic()
+        try:
+            self.check(plan, decision, reports, output_reports)
+        except (DataCheckFailed, InputChanged):
+            self.reset_coordinators()  # the checkpoint is aborted: held events dropped
+            raise
+        checks = time.monotonic() - checking
+        coords = self._committing_coordinators(plan)
+        coords.holders["alignment"].coordinator.decide_with(decision)
+        coords.reports(plan.epoch, [(r.partition, {"head": r.head, "records": r.feedback_count, "metrics": r.metrics})
+                                    for r in reports], plan.events or {})
+        failpoint("commit.before_write", job=plan.job_id, epoch=plan.epoch)
+        try:
+            manifest = self._commit_manifest(
+                plan,
+                epoch=plan.epoch,
+                head_state=JobHeadState.from_dict(plan.head_state).after(decision, reports),
+                decision=decision,
+                variables=_datasets(reports, plan.heads, plan.head_partitions()),
+                outputs=_datasets(output_reports, self._output_names(plan), plan.num_partitions),
+                lifecycle=Lifecycle.at_epoch(plan.body, terminating=decision.terminated),
+                coordinators=plan.coordinators or {},
+                history=self._history(plan, started, checks),
+            )
+        except BaseException:
+            self.reset_coordinators()
+            raise
+        failpoint("commit.after_write", job=plan.job_id, epoch=plan.epoch)
+        coords.committed(manifest.checkpoint_id)  # the valves open: held events go to the next inbox
+        failpoint("commit.after_release", job=plan.job_id, epoch=plan.epoch)
+        return manifest
+
+    def _commit_manifest(self, plan: EpochPlan, **content: Any) -> Manifest:
+        if self.lease is not None:
+            self.lease.check()  # fenced: another run took the job over
+        # fenced too: a retry took over, or a rewind rejected its epoch (decided once, with abort)
+        self.log.claim_commit(plan.checkpoint_id, plan.attempt_id)
+        manifest = Manifest(
+            job_id=plan.job_id,
+            checkpoint_id=plan.checkpoint_id,
+            kind=plan.kind,
+            parent_id=plan.parent_id,
+            attempt_id=plan.attempt_id,
+            batch_id=plan.batch_id,
+            num_partitions=plan.num_partitions,
+            body={"name": plan.body["name"], "params": plan.body.get("params", {})},
+            **content,
+        )
+        self.log.commit(manifest)
+        self.log.retention.collect_garbage(self.config.retain_last, retain_batches=self.config.retain_batches,
+                                           retain_history=self.config.retain_history)
+        return manifest
+
+    def _history(self, plan: EpochPlan, started: float | None = None, checks: float | None = None,
+                 ) -> dict[str, Any]:
+        """What the checkpoint keeps of how its epoch was computed, for the job's history
+        (include.checkpoints.overview), which outlives the attempts' own records (garbage collection
+        deletes them): who ran the committing attempt (``run``), how long each phase took
+        (``phases``, seconds: restore, step and tail, alignment, checks, commit; those the
+        attempt's Spark job did not record are missing), and every other attempt of the epoch
+        with its fate (``attempts``: aborted with a reason, or ended without one)."""
+        epoch = plan.checkpoint_id
+        phases: dict[str, float] = {}
+        ran = self.log.read_phases(epoch, plan.attempt_id)
+        if started is not None:
+            if {"input", "restore", "step"} <= set(ran):
+                phases["restore"] = ran["input"] + ran["restore"]
+                phases["step"] = ran["step"]
+                if "ended_at" in ran:
+                    phases["alignment"] = max(0.0, started - ran["ended_at"])
+            phases["checks"] = checks or 0.0
+            phases["commit"] = max(0.0, time.time() - started - phases["checks"])
+        fates = self.log.fates(epoch)
+        others = []
+        for attempt_id in sorted((set(self.log.attempt_ids(epoch)) | set(fates)) - {plan.attempt_id}):
+            fate = fates.get(attempt_id) or {}
+            run, batch = fate.get("run"), fate.get("batch_id")
+            if run is None or batch is None:
+                recorded = self.log.read_plan(epoch, attempt_id) or {}
+                run, batch = run or recorded.get("run"), batch or recorded.get("batch_id")
+            aborted = fate.get("claim") != "commit" and bool(fate)
+            others.append({"attempt_id": attempt_id, "reason": str(fate.get("reason") or "") if aborted else None,
+                           "at": fate.get("at"), "run": run if isinstance(run, dict) else None,
+                           "batch_id": batch if isinstance(batch, str) else None})
+        return {"run": plan.run, "phases": {k: round(v, 3) for k, v in phases.items()}, "attempts": others}
+
+    def _already_committed(self, plan: EpochPlan) -> Manifest | None:
+        """A retry of a commit that landed (its reply was lost, its reports since collected)
+        gets the committed manifest; an attempt that lost the race is told it was superseded."""
+        if self.raise_if_superseded(plan.checkpoint_id, plan.attempt_id):
+            return self.log.load(plan.checkpoint_id, verify="none")
+        return None
+
+    def _output_reports(self, plan: EpochPlan) -> list[EpochReport]:
+        prefix = f"{self.log.layout.attempt(plan.checkpoint_id, plan.attempt_id)}/_outputs/"
+        return [EpochReport.from_json(self.store.get(o.key)) for o in self.store.list(prefix) if o.key.endswith(".json")]
+
+    @staticmethod
+    def _output_names(plan: EpochPlan) -> list[str]:
+        return list(plan.body.get("outputs" if plan.kind == "final" else "epoch_outputs", []))
+
+    def _missing_outputs(self, plan: EpochPlan, output_reports: Sequence[EpochReport] | None = None) -> list[str]:
+        names = self._output_names(plan)
+        if not names:
+            return []
+        if output_reports is None:
+            output_reports = self._output_reports(plan)
+        got = {(r.head, r.partition) for r in output_reports}
+        return [
+            f"{name}/{p}"
+            for name in names
+            for p in range(plan.num_partitions)
+            if (name, p) not in got
+        ]
+
+    def commit_finish(self, plan: EpochPlan) -> Manifest:
+        """The final checkpoint: the last variables plus the outputs, status TERMINATED, every
+        operator FULLY_FINISHED. Covers a drain too (the input ended at the latest checkpoint)."""
+        if plan.kind != "final":
+            raise CheckpointError(f"commit_finish() takes final plans, not {plan.kind}")
+        done = self._already_committed(plan)
+        if done is not None:
+            return done
+        output_reports = self._output_reports(plan)
+        missing = self._missing_outputs(plan, output_reports)
+        if missing:
+            raise CheckpointError(
+                f"finish attempt {plan.attempt_id} of job {plan.job_id} has not written outputs {missing}"
+            )
+        self.check(plan, None, [], output_reports)
+        failpoint("finish.before_final_checkpoint", job=plan.job_id)
+        stop = StopMode(plan.stop) if plan.stop else None
+        final = self._commit_manifest(
+            plan,
+            epoch=plan.checkpoint_id - 1,
+            head_state=JobHeadState.from_dict(plan.head_state).with_status(HeadStatus.TERMINATED),
+            decision=None,
+            variables=plan.restore_datasets(),
+            outputs=_datasets(output_reports, plan.body.get("outputs", []), plan.num_partitions),
+            lifecycle=Lifecycle.at_final(plan.body, stop),
+            coordinators=plan.coordinators or {},
+            history=self._history(plan),
+        )
+        self.log.control.clear_stop_request()  # the job is terminated: a request it did not honour is moot
+        if stop is StopMode.DRAIN:
+            log.info("job %s drained: final checkpoint %d taken at epoch %d", plan.job_id,
+                     final.checkpoint_id, final.epoch)
+        failpoint("finish.after_final_checkpoint", job=plan.job_id)
+        return final
+
+
+def _datasets(reports: Sequence[EpochReport], names: Sequence[str],
+              num_partitions: int | Mapping[str, int]) -> dict[str, DatasetRef]:
+    """The datasets ``names`` as the reports wrote them; ``num_partitions``: one count for every
+    dataset, or each one's (a head's own)."""
+    out = {}
+    for name in names:
+        count = num_partitions[name] if isinstance(num_partitions, Mapping) else num_partitions
+        mine = {r.partition: r for r in reports if r.head == name}
+        schema = next((r.schema for r in mine.values() if r.schema), "")
+        out[name] = DatasetRef(schema, tuple(tuple(mine[p].files) if p in mine else () for p in range(count)))
+    return out

@@ -1,0 +1,116 @@
+"""What an attempt runs (``EpochPlan``, stored as its _PLAN.json) and a job's state at its
+latest checkpoint (``JobState``)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from include.checkpoints.manifest import DatasetRef, Manifest
+from include.contract.config import InputSpec
+from include.epoch.head_state import Aligner, AlignmentDecision, EpochReport, HeadStatus, TerminationCriteria
+
+log = logging.getLogger("iterations")
+
+
+def head_partitions(body: Mapping[str, Any], num_partitions: int) -> dict[str, int]:
+    """Every head's number of partitions, from the body's metadata (``IterationBody.describe``):
+    its own (``head_partitions``), else the job's ``num_partitions``."""
+    own = body.get("head_partitions", {})
+    return {h: int(own.get(h, num_partitions)) for h in body["heads"]}
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """Everything the Spark side needs to run one attempt; stored as the attempt's _PLAN.json."""
+
+    job_id: str
+    kind: str  # "epoch" or "final"
+    checkpoint_id: int  # the epoch number for epoch plans
+    attempt_id: str
+    batch_id: str | None
+    parent_id: int | None
+    body: dict[str, Any]  # IterationBody.describe() plus "params"
+    input: dict[str, Any]
+    num_partitions: int
+    store: dict[str, Any]  # store spec, no secrets
+    restore: dict[str, dict[str, Any]] | None  # parent's variables (DatasetRef dicts)
+    head_state: dict[str, Any]  # parent's head state, redistributed to num_partitions
+    max_epochs: int | None  # None: no limit
+    tolerance: float | None
+    # the checkpoint epoch 0 warm-starts from ({"job_id", "checkpoint_id"}), in another job's log
+    warm_start: dict[str, Any] | None = None
+    # "drain" for a finish that a drain request started before the job terminated by itself
+    stop: str | None = None
+    # the epoch's inbox (coordinator -> its events, as dicts) and the coordinators' snapshots
+    # taken when this checkpoint was triggered (include.epoch.coordinators)
+    events: dict[str, list[dict[str, Any]]] | None = None
+    coordinators: dict[str, Any] | None = None
+    # the tail profiles what it writes for the data checks (off when the job's checks are)
+    profile: bool = True
+    # the parent checkpoint's convergence metrics (the data checks' ``previous__<metric>``)
+    parent_metrics: dict[str, float] | None = None
+    # who ran the attempt, for people reading the job's history (include.checkpoints.overview): an Airflow
+    # task's {"dag_id", "run_id", "task_id", "try_number"}, or the library runner's
+    # {"runner": "library", "host", "pid"}; never part of what an adopted attempt must match
+    run: dict[str, Any] | None = None
+    adopted: bool = False  # a complete earlier attempt is reused instead of running again
+
+    @property
+    def epoch(self) -> int:
+        return self.checkpoint_id
+
+    @property
+    def heads(self) -> dict[str, list[str]]:
+        return self.body["heads"]
+
+    def identity(self) -> dict[str, Any]:
+        """What must match for an earlier attempt to be adopted in place of a new one."""
+        d = asdict(self)
+        for k in ("attempt_id", "batch_id", "adopted", "store", "run"):
+            d.pop(k)
+        return d
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("adopted")
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], adopted: bool = False) -> "EpochPlan":
+        return cls(**{**d, "adopted": adopted})
+
+    def partitions_of(self, head: str) -> int:
+        """The number of partitions of head ``head``: its own (the body's ``head_partitions``),
+        else the job's (outputs always have the job's)."""
+        return head_partitions(self.body, self.num_partitions).get(head, self.num_partitions)
+
+    def head_partitions(self) -> dict[str, int]:
+        """Every head's number of partitions."""
+        return head_partitions(self.body, self.num_partitions)
+
+    def aligner(self) -> Aligner:
+        criteria = TerminationCriteria(self.max_epochs, self.tolerance, self.body.get("convergence_metric"))
+        return Aligner(self.head_partitions(), criteria, self.body.get("metric_aggregations"))
+
+    def input_spec(self) -> InputSpec:
+        return InputSpec.from_dict(self.input)
+
+    def restore_datasets(self) -> dict[str, DatasetRef]:
+        return {k: DatasetRef.from_dict(v) for k, v in (self.restore or {}).items()}
+
+
+@dataclass(frozen=True)
+class JobState:
+    latest: Manifest | None
+    status: HeadStatus
+    next_epoch: int
+
+
+Check = Callable[[EpochPlan, AlignmentDecision, Sequence[EpochReport]], None]
+
+
+# Python checks besides the data checks (include.checks), for tests and embedders: a callable
+# that raises DataCheckFailed refuses the attempt. None by default.
+DEFAULT_CHECKS: tuple[Check, ...] = ()

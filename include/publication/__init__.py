@@ -1,0 +1,15 @@
+"""Publication: the outputs' two-phase commit, their owners, approvals, pinned inputs, lineage names."""
+
+from include.process.surface import lazy_surface
+
+__all__, __getattr__, __dir__ = lazy_surface(__name__, {
+    "approval": ["APPROVE", "REJECT", "asked_about", "publication_request"],
+    "openlineage": ["job_lineage"],
+    "output_owners": ["OutputOwner"],
+    "outputs": ["output_of_uri", "output_uri", "publish_dataset", "publish_delta", "published"],
+    "pinned_inputs": [
+        "CHECKED", "arrival", "check_arrivals", "check_input", "check_still_there", "describe",
+        "forget_hashes", "input_file_location", "location_uri", "pin_input", "pinned_files",
+        "published_sizes"
+    ],
+})
