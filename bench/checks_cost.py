@@ -96,7 +96,7 @@ def profile_seconds(rows: int, batch: int = 10_000) -> float:
     import numpy as np
     import pyarrow as pa
 
-    from spark_jobs.storeio import _Profile
+    from spark_jobs.storeio import Profile
 
     nodes = np.arange(rows, dtype=np.int64)
     ranks = np.random.default_rng(1).random(rows)
@@ -104,7 +104,7 @@ def profile_seconds(rows: int, batch: int = 10_000) -> float:
     best = float("inf")
     for _ in range(5):
         started = time.perf_counter()
-        p = _Profile(("node",), {"input_nodes": rows})
+        p = Profile(("node",), {"input_nodes": rows})
         for b in batches:
             p.add(b)
         p.to_dict()

@@ -39,8 +39,7 @@ def _stage(store, rows: int, parts: int):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from include.checkpoints import DatasetRef
-    from include.epoch import FileRef
+    from include.checkpoints import DatasetRef, FileRef
 
     refs = []
     per = -(-rows // parts)

@@ -21,9 +21,9 @@ import threading
 import time
 from typing import Any, Mapping
 
-from include.checkpoints import CheckpointLog
+from include.checkpoints import CheckpointLog, EpochReport
 from include.contract import EpochContext, IterationBody, body_reference, resolve_body
-from include.epoch import EpochPlan, EpochReport
+from include.epoch import EpochPlan
 from include.errors import CheckpointError, InputDataError
 from include.process import failpoint
 from include.store import ObjectStore, open_store

@@ -18,23 +18,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from include.checkpoints import Manifest
+from include.checkpoints import AlignmentDecision, HeadStatus, Manifest
 from include.contract import JobConfig
-from include.epoch import (
-    DEFAULT_CHECKS,
-    AlignmentDecision,
-    Check,
-    DataCheckFailed,
-    EpochPlan,
+from include.epoch import DEFAULT_CHECKS, Check, DataCheckFailed, EpochPlan
+from include.runs import (
+    LEASE_TTL_S,
     EpochRun,
-    HeadStatus,
+    Holder,
+    JobLease,
     Step,
     check_borders,
     metrics_text,
+    open_job,
     owner_of,
+    retire,
     warm_up_checks,
 )
-from include.runs import LEASE_TTL_S, Holder, JobLease, open_job, retire
 from include.store import ObjectStore, open_store
 
 log = logging.getLogger("iterations")
@@ -182,8 +181,8 @@ class IterationRunner:
                                   self.holder)
 
     def verify_epoch(self, epoch: int, *, scratch_dir: str | None = None):
-        """The determinism audit (docs/writing-a-body.md; include.checkpoints.restore.Restore.verify_epoch)
-        on this process's warm session: an ``include.checkpoints.restore.EpochVerification``."""
+        """The determinism audit (docs/writing-a-body.md; include.epoch.restore.Restore.verify_epoch)
+        on this process's warm session: an ``include.epoch.restore.EpochVerification``."""
         def execute(plan, scratch) -> None:
             try:
                 self.executor.run(plan, scratch)

@@ -272,8 +272,8 @@ def publish_edges(output_path: str, graph, *, job: str, checkpoint: int, parts: 
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from include.checkpoints.head_state import FileRef
     from include.checkpoints.manifest import DatasetRef
-    from include.epoch.head_state import FileRef
     from include.publication.outputs import PUBLISHED, publish_dataset
     from include.store import LocalStore, sha256_hex
 

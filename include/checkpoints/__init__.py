@@ -1,11 +1,11 @@
-"""The checkpoint log of a job and its records: layout, manifests, retention, restore, the overview."""
+"""The checkpoint log of a job and what it records: layout, manifests, head state, lifecycle, retention."""
 
 from include.process.surface import lazy_surface
 
 __all__, __getattr__, __dir__ = lazy_surface(__name__, {
     "checkpoint_log": ["CheckpointLog"],
+    "head_state": ["AlignmentDecision", "EpochReport", "FileRef", "HeadStatus"],
     "layout": ["JOB_ID_REGEX", "JobLayout", "check_job_id"],
-    "manifest": ["DatasetRef", "Manifest", "verify_bytes"],
-    "overview": ["check_report", "job_overview", "list_jobs"],
-    "overview_model": ["CheckView", "EpochView", "JobNotFound", "JobOverview", "job_not_found"],
+    "lifecycle": ["StopMode"],
+    "manifest": ["DatasetRef", "JobState", "Manifest", "verify_bytes"],
 })

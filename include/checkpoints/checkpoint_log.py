@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from include.checkpoints.head_state import EpochReport
 from include.checkpoints.job_records import Batches, Control, Publications, now_iso
 from include.checkpoints.layout import JobLayout, report_foreign
 from include.checkpoints.manifest import Manifest, verify_bytes
 from include.checkpoints.retention import TOMBSTONE, Retention
-from include.epoch.head_state import EpochReport
 from include.errors import (
     CheckpointCorrupted,
     CheckpointError,

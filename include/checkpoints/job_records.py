@@ -14,8 +14,8 @@ import logging
 from typing import Any, Mapping
 
 from include.checkpoints.layout import ATTEMPT_ID_PATTERN, JobLayout, check_attempt_id, report_foreign
+from include.checkpoints.lifecycle import StopMode
 from include.checkpoints.record_schemas import BATCH, BATCH_START, PUBLICATION, STOP_REQUEST, DamagedRecord
-from include.epoch.lifecycle import StopMode
 from include.errors import ObjectNotFound
 from include.process.failpoints import clock_skew
 from include.store import ObjectStore

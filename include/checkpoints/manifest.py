@@ -9,8 +9,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from include.epoch.head_state import AlignmentDecision, FileRef, JobHeadState
-from include.epoch.lifecycle import Lifecycle
+from include.checkpoints.head_state import AlignmentDecision, FileRef, HeadStatus, JobHeadState
+from include.checkpoints.lifecycle import Lifecycle
 from include.errors import CheckpointCorrupted
 from include.store import sha256_hex
 
@@ -50,7 +50,7 @@ class Manifest:
     """A committed checkpoint. ``kind`` is ``epoch`` (state after an epoch) or ``final``
     (the finish step's checkpoint, which references the job's outputs). ``outputs`` of an
     epoch checkpoint are the body's per-epoch outputs staged by that epoch; ``lifecycle`` the
-    state of every operator when it committed (``include.epoch.lifecycle``)."""
+    state of every operator when it committed (``include.checkpoints.lifecycle``)."""
 
     job_id: str
     checkpoint_id: int
@@ -173,3 +173,10 @@ def verify_bytes(data: bytes, ref: FileRef, where: str) -> None:
 
 
 __all__ = ["DatasetRef", "MANIFEST_FORMAT", "Manifest", "verify_bytes"]
+
+
+@dataclass(frozen=True)
+class JobState:
+    latest: Manifest | None
+    status: HeadStatus
+    next_epoch: int

@@ -9,7 +9,7 @@ with the message instead of a traceback.
 The kinds are declared here, beside each other; the modules that write a kind read it back
 through its schema (include.checkpoints.job_records for batch, publication and control records,
 include.publication.outputs for output manifests and increments); a checkpoint manifest, an epoch report,
-an owner or lease record checks itself as it is parsed (include.checkpoints.manifest, include.epoch.head_state,
+an owner or lease record checks itself as it is parsed (include.checkpoints.manifest, include.checkpoints.head_state,
 include.runs.ownership, include.publication.output_owners).
 """
 
@@ -137,7 +137,7 @@ INPUT_PIN = RecordKind("input pin (iterations.input/1)", {
     "job_id": _str(JOB_ID_PATTERN), "checkpoint_id": _int(), "rows": _int(), "files": _list_of(_file)},
     {"pinned_at": _str(empty=True), "arrived": _list_of(lambda v: isinstance(v, Mapping))})
 #: the files of an input that is not a published output, as a log's first plan found them
-#: (include.publication.pinned_inputs.pin_input; each file is checked there: include.publication.pinned_inputs.check_pinned_files)
+#: (include.publication.pinned_inputs.pin_input; each file is checked there: include.contract.input_versions.check_pinned_files)
 INPUT_FILES_PIN = RecordKind("input pin (iterations.input-files/1)", {
     "format": _one_of("iterations.input-files/1"), "uri": _str(), "files": lambda v: isinstance(v, list)},
     {"pinned_at": _str(empty=True)})

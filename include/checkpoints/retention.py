@@ -152,7 +152,7 @@ class Retention:
             if cid not in keep:
                 # Tombstone first: the id stays taken, so no zombie can ever commit it again.
                 # The retired marker keeps the checkpoint's summary (its decision: metrics,
-                # feedback, termination) for the job's history (include.checkpoints.overview).
+                # feedback, termination) for the job's history (include.runs.overview).
                 self.store.put(self.layout.retired(cid), self._summary(cid))
                 self.store.put(self.layout.checkpoint(cid), TOMBSTONE)
                 report.retired.append(cid)

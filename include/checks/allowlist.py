@@ -12,10 +12,10 @@ from include.errors import ConfigError
 
 SEVERITIES = ("critical", "warning", "info")  # great_expectations' FailureSeverity values
 BLOCKING = "critical"
-_SPEC_KEYS = {"name", "type", "kwargs", "severity", "description", "enabled"}
-_SETTINGS_KEYS = {"enabled", "expectations"}
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-\[\]]{0,199}$")
-_COLUMN_KWARGS = ("column", "column_A", "column_B")
+SPEC_KEYS = {"name", "type", "kwargs", "severity", "description", "enabled"}
+SETTINGS_KEYS = {"enabled", "expectations"}
+EXPECTATION_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-\[\]]{0,199}$")
+COLUMN_KWARGS = ("column", "column_A", "column_B")
 
 
 # --- what an expectation may say: the allow-list ----------------------------------------------
@@ -46,7 +46,7 @@ _CODE_KWARGS = {
 }
 
 
-def _is_glob(column: str) -> bool:
+def is_glob(column: str) -> bool:
     return any(ch in column for ch in "*?[")
 
 
@@ -68,7 +68,7 @@ def _column_problem(v: Any) -> str | None:
 
 def _column_name_problem(v: Any) -> str | None:
     problem = _column_problem(v)
-    if problem is None and _is_glob(v):
+    if problem is None and is_glob(v):
         return "must be a column name, not a glob (only 'column' may be a glob)"
     return problem
 
@@ -350,7 +350,7 @@ def parameter_expression_problem(expression: Any) -> str | None:
     return None
 
 
-def _expression_names(expression: Any) -> set[str]:
+def expression_names(expression: Any) -> set[str]:
     if not isinstance(expression, str):
         return set()
     try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import fnmatch
 from typing import Any, Mapping, Sequence
 
-from include.checks.allowlist import _is_glob
+from include.checks.allowlist import is_glob
 from include.checks.specs import CheckSettings, ExpectationSpec
 from include.errors import ConfigError
 
@@ -14,7 +14,7 @@ _STATS = ("nulls", "nonfinite", "min", "max", "sum")
 _NUMERIC_STATS = ("nonfinite", "min", "max", "sum")
 _SCALARS = ("tinyint", "smallint", "int", "bigint", "float", "double")
 #: Column types (as ``schema_string`` writes them) whose nonfinite, min, max and sum the tail
-#: computes (``spark_jobs.storeio._Profile``): integer and floating-point columns, and arrays of
+#: computes (``spark_jobs.storeio.Profile``): integer and floating-point columns, and arrays of
 #: them (their stats are over all their elements)
 NUMERIC_TYPES = frozenset({*_SCALARS, *(f"array<{t}>" for t in _SCALARS)})
 
@@ -116,7 +116,7 @@ class _ColumnSpace:
         self.parameters = [f"previous__{m}" for m in self.metrics]
 
     def possible(self, column: str) -> bool:
-        if not _is_glob(column):
+        if not is_glob(column):
             return column in self.literal or any(fnmatch.fnmatchcase(column, t) for t in self.templates)
         return any(fnmatch.fnmatchcase(c, column) for c in self.literal) or \
             any(_globs_overlap(column, t) for t in self.templates)
@@ -192,7 +192,7 @@ def _schema_columns(schema: Any) -> list[tuple[str, str]] | None:
     return out
 
 
-class _ProfileLayout:
+class ProfileLayout:
     """What a profile says about the datasets it covers (those with a ``D.schema``), to tell a
     column that is legitimately absent (skipped) from one that cannot be there (ConfigError)."""
 

@@ -154,7 +154,7 @@ def _result_key(spec: ExpectationSpec, values: Mapping[str, Any], parameters: Ma
             tuple((p, exact(parameters.get(p))) for p in sorted(spec.parameters())))
 
 
-def _run_gx(specs: Sequence[ExpectationSpec], profile: Mapping[str, Any], parameters: Mapping[str, Any],
+def run_gx(specs: Sequence[ExpectationSpec], profile: Mapping[str, Any], parameters: Mapping[str, Any],
             html: bool) -> tuple[list[Any], dict[str, Any], Any]:
     """Validate the one-row profile with Great Expectations (``Batch.validate``: nothing is kept
     in the context between validations). Pass/fail first, with ``BOOLEAN_ONLY`` results: that
@@ -206,7 +206,7 @@ def _run_gx(specs: Sequence[ExpectationSpec], profile: Mapping[str, Any], parame
 
         return DefaultJinjaPageView().render(ValidationResultsPageRenderer().render(result))
 
-    return ordered, _jsonable(result.to_json_dict()), render
+    return ordered, jsonable(result.to_json_dict()), render
 
 
 def _with_reused(gx: Any, fresh: Any, results: list[Any], reused: list[str], frame: Any) -> Any:
@@ -242,13 +242,13 @@ def _with_reused(gx: Any, fresh: Any, results: list[Any], reused: list[str], fra
 def _plain_numbers(result: Any) -> None:
     """numpy scalars in results -> Python numbers (Data Docs' renderer refuses numpy 2 reprs)."""
     for r in result.results:
-        r.result = _jsonable(r.result or {})
+        r.result = jsonable(r.result or {})
 
-def _jsonable(v: Any) -> Any:
+def jsonable(v: Any) -> Any:
     if isinstance(v, Mapping):
-        return {str(k): _jsonable(x) for k, x in v.items()}
+        return {str(k): jsonable(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
+        return [jsonable(x) for x in v]
     if hasattr(v, "item") and type(v).__module__ == "numpy":
         v = v.item()
     if isinstance(v, float) and not math.isfinite(v):

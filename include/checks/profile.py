@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 from include.checks.specs import ExpectationSpec, finite_metric_name, schema_stable_name
 
 if TYPE_CHECKING:
-    from include.epoch.head_state import AlignmentDecision, EpochReport
+    from include.checkpoints.head_state import AlignmentDecision, EpochReport
 
 def schema_string(schema_json: str) -> str:
     """A Spark StructType JSON as ``name type, name type`` (types in Spark's simple form)."""

@@ -8,14 +8,14 @@ from dataclasses import asdict, dataclass
 from typing import Any, Iterable, Mapping
 
 from include.checks.allowlist import (
-    _COLUMN_KWARGS,
-    _NAME,
-    _SETTINGS_KEYS,
-    _SPEC_KEYS,
     BLOCKING,
+    COLUMN_KWARGS,
+    EXPECTATION_NAME,
+    SETTINGS_KEYS,
     SEVERITIES,
-    _expression_names,
+    SPEC_KEYS,
     check_expectation,
+    expression_names,
 )
 from include.errors import ConfigError
 
@@ -33,7 +33,7 @@ class ExpectationSpec:
         return self.severity == BLOCKING
 
     def columns(self) -> list[str]:
-        cols = [self.kwargs[k] for k in _COLUMN_KWARGS if isinstance(self.kwargs.get(k), str)]
+        cols = [self.kwargs[k] for k in COLUMN_KWARGS if isinstance(self.kwargs.get(k), str)]
         return cols + [c for c in self.kwargs.get("column_list") or [] if isinstance(c, str)]
 
     def parameters(self) -> set[str]:
@@ -41,7 +41,7 @@ class ExpectationSpec:
         names: set[str] = set()
         for value in self.kwargs.values():
             if isinstance(value, Mapping) and "$PARAMETER" in value:
-                names.update(_expression_names(value["$PARAMETER"]))
+                names.update(expression_names(value["$PARAMETER"]))
         return names
 
     def check(self, where: str = "expectation") -> None:
@@ -76,9 +76,9 @@ class CheckSettings:
                 raise ConfigError(f"{where} must be a JSON object, got {value[:200]!r}: {e}") from e
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where} must be an object with 'enabled' and 'expectations', got {value!r}")
-        unknown = set(value) - _SETTINGS_KEYS
+        unknown = set(value) - SETTINGS_KEYS
         if unknown:
-            raise ConfigError(f"{where} has unknown key(s) {sorted(unknown)}; accepted: {sorted(_SETTINGS_KEYS)}")
+            raise ConfigError(f"{where} has unknown key(s) {sorted(unknown)}; accepted: {sorted(SETTINGS_KEYS)}")
         enabled = value.get("enabled", True)
         if not isinstance(enabled, bool):
             raise ConfigError(f"{where}.enabled must be true or false, got {enabled!r}")
@@ -99,11 +99,11 @@ class CheckSettings:
 def _check_entry(entry: Any, where: str) -> dict[str, Any]:
     if not isinstance(entry, Mapping):
         raise ConfigError(f"{where} must be an object, got {entry!r}")
-    unknown = set(entry) - _SPEC_KEYS
+    unknown = set(entry) - SPEC_KEYS
     if unknown:
-        raise ConfigError(f"{where} has unknown key(s) {sorted(unknown)}; accepted: {sorted(_SPEC_KEYS)}")
+        raise ConfigError(f"{where} has unknown key(s) {sorted(unknown)}; accepted: {sorted(SPEC_KEYS)}")
     name = entry.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not EXPECTATION_NAME.match(name):
         raise ConfigError(f"{where}.name must be a name of letters, digits and _.-[], got {name!r}")
     if "type" in entry and (not isinstance(entry["type"], str) or not entry["type"].startswith("expect_")):
         raise ConfigError(f"{where} ({name}): type must be a Great Expectations expectation type "

@@ -80,11 +80,11 @@ class InputSpec:
         if self.format not in INPUT_FORMATS:
             raise ConfigError(f"input format {self.format!r} is not supported; accepted: {', '.join(INPUT_FORMATS)}")
         if self.published is not None:
-            from include.publication.pinned_inputs import check_pinned
+            from include.contract.input_versions import check_pinned
 
             object.__setattr__(self, "published", check_pinned(self.published, f"input {self.path}"))
         if self.files is not None:
-            from include.publication.pinned_inputs import check_pinned_files
+            from include.contract.input_versions import check_pinned_files
 
             if self.published is not None:
                 raise ConfigError(f"input {self.path}: pinned either as a published version or by its files, not both")

@@ -8,11 +8,11 @@ import logging
 import uuid
 from typing import Any, Mapping
 
-from include.checkpoints.manifest import Manifest
+from include.checkpoints.head_state import EpochReport, HeadStatus, JobHeadState
+from include.checkpoints.lifecycle import StopMode
+from include.checkpoints.manifest import JobState, Manifest
 from include.checks import check_columns, merge
-from include.epoch.head_state import EpochReport, HeadStatus, JobHeadState
-from include.epoch.lifecycle import StopMode
-from include.epoch.plan import EpochPlan, JobState, head_partitions
+from include.epoch.plan import EpochPlan, head_partitions
 from include.errors import CheckpointError, CheckpointSuperseded
 from include.process.failpoints import failpoint
 

@@ -9,11 +9,11 @@ import logging
 import time
 from typing import Any, Mapping, Sequence
 
+from include.checkpoints.head_state import AlignmentDecision, EpochReport, HeadStatus, JobHeadState
+from include.checkpoints.lifecycle import Lifecycle, StopMode
 from include.checkpoints.manifest import DatasetRef, Manifest
 from include.checks import CheckReport, merge, profile_row, runtime_expectations, schema_string, validate
 from include.epoch.coordinators import end_of_input
-from include.epoch.head_state import AlignmentDecision, EpochReport, HeadStatus, JobHeadState
-from include.epoch.lifecycle import Lifecycle, StopMode
 from include.epoch.plan import EpochPlan
 from include.errors import CheckpointError, InputChanged, IterationError
 from include.process.failpoints import failpoint
@@ -181,7 +181,7 @@ class Commit:
     def _history(self, plan: EpochPlan, started: float | None = None, checks: float | None = None,
                  ) -> dict[str, Any]:
         """What the checkpoint keeps of how its epoch was computed, for the job's history
-        (include.checkpoints.overview), which outlives the attempts' own records (garbage collection
+        (include.runs.overview), which outlives the attempts' own records (garbage collection
         deletes them): who ran the committing attempt (``run``), how long each phase took
         (``phases``, seconds: restore, step and tail, alignment, checks, commit; those the
         attempt's Spark job did not record are missing), and every other attempt of the epoch

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 
-from include.checkpoints.manifest import Manifest
+from include.checkpoints.manifest import JobState, Manifest
 from include.contract.body import resolve_body
 from include.epoch.coordinators import AlignmentCoordinator, CoordinatorHolder, Coordinators, feeds_input
-from include.epoch.plan import EpochPlan, JobState, head_partitions
+from include.epoch.plan import EpochPlan, head_partitions
 from include.errors import CheckpointError
 from include.process.failpoints import failpoint
 

@@ -43,7 +43,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from include.epoch.head_state import AlignmentDecision, UnexpectedEpoch, missing_reports
+from include.checkpoints.head_state import AlignmentDecision, UnexpectedEpoch
+from include.epoch.aligner import missing_reports
 from include.errors import ConfigError, IterationError
 
 log = logging.getLogger("iterations")

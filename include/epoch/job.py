@@ -13,11 +13,10 @@ Nothing here imports Spark or Airflow: operators and the library runner both cal
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from include.checkpoints.checkpoint_log import CheckpointLog
-from include.checkpoints.manifest import Manifest
-from include.checkpoints.restore import Restore
+from include.checkpoints.manifest import JobState, Manifest
 from include.checks import CheckReport, CheckSettings
 from include.contract.body import body_reference, resolve_body
 from include.contract.config import JobConfig
@@ -25,19 +24,22 @@ from include.epoch.attempts import Attempts
 from include.epoch.commit import Commit, DataCheckFailed
 from include.epoch.coordination import Coordination
 from include.epoch.coordinators import Coordinator, Coordinators
-from include.epoch.plan import DEFAULT_CHECKS, Check, EpochPlan, JobState
+from include.epoch.plan import DEFAULT_CHECKS, Check, EpochPlan
+from include.epoch.restore import Restore
 from include.epoch.stopping import Stopping
 from include.errors import CheckpointError
 from include.publication.output_owners import OutputOwner
-from include.publication.publish import Publication, _History
-from include.runs.ownership import Lease
+from include.publication.publish import Publication, PublicationHistory
 from include.store import ObjectStore, open_store
+
+if TYPE_CHECKING:  # a run holds the lease (include.runs.boundary.start_run); the job only keeps it
+    from include.runs.ownership import Lease
 
 log = logging.getLogger("iterations")
 
 
 class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stopping):
-    """One job's checkpoint log seen through the phases of an epoch: restore (include.checkpoints.restore),
+    """One job's checkpoint log seen through the phases of an epoch: restore (include.epoch.restore),
     plan (include.epoch.attempts), coordinators (include.epoch.coordination), align, check and commit
     (include.epoch.commit), publication (include.publication.publish), stop requests (include.epoch.stopping)."""
 
@@ -91,7 +93,7 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
         self._extra_coordinators = dict(coordinators or {})
         self._coords: Coordinators | None = None
         self._coords_valid = False  # False: restore from the store before the next use
-        # this run's hold on the job (include.runs.ownership; include.epoch.boundary.start_run): checked
+        # this run's hold on the job (include.runs.ownership; include.runs.boundary.start_run): checked
         # before every commit and publication; None: not leased (a test driving phases by hand)
         self.lease: Lease | None = None
         self.lease_id = lease_id or config.job_id
@@ -101,7 +103,7 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
         self.arrivals = [dict(a) for a in arrivals]
         self._input: Any = None  # input_spec(), once
         self._partitions: int | None = None  # num_partitions, once
-        self.publication_history = _History(self.log, [CheckpointLog(self.store, j) for j in publication_family])
+        self.publication_history = PublicationHistory(self.log, [CheckpointLog(self.store, j) for j in publication_family])
 
     @property
     def body_meta(self) -> dict[str, Any]:

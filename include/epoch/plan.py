@@ -7,9 +7,10 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from include.checkpoints.manifest import DatasetRef, Manifest
+from include.checkpoints.head_state import AlignmentDecision, EpochReport
+from include.checkpoints.manifest import DatasetRef
 from include.contract.config import InputSpec
-from include.epoch.head_state import Aligner, AlignmentDecision, EpochReport, HeadStatus, TerminationCriteria
+from include.epoch.aligner import Aligner, TerminationCriteria
 
 log = logging.getLogger("iterations")
 
@@ -51,7 +52,7 @@ class EpochPlan:
     profile: bool = True
     # the parent checkpoint's convergence metrics (the data checks' ``previous__<metric>``)
     parent_metrics: dict[str, float] | None = None
-    # who ran the attempt, for people reading the job's history (include.checkpoints.overview): an Airflow
+    # who ran the attempt, for people reading the job's history (include.runs.overview): an Airflow
     # task's {"dag_id", "run_id", "task_id", "try_number"}, or the library runner's
     # {"runner": "library", "host", "pid"}; never part of what an adopted attempt must match
     run: dict[str, Any] | None = None
@@ -99,13 +100,6 @@ class EpochPlan:
 
     def restore_datasets(self) -> dict[str, DatasetRef]:
         return {k: DatasetRef.from_dict(v) for k, v in (self.restore or {}).items()}
-
-
-@dataclass(frozen=True)
-class JobState:
-    latest: Manifest | None
-    status: HeadStatus
-    next_epoch: int
 
 
 Check = Callable[[EpochPlan, AlignmentDecision, Sequence[EpochReport]], None]

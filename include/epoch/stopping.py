@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from include.epoch.head_state import HeadStatus
-from include.epoch.lifecycle import StopMode
-from include.epoch.plan import JobState
+from include.checkpoints.head_state import HeadStatus
+from include.checkpoints.lifecycle import StopMode
+from include.checkpoints.manifest import JobState
 
 log = logging.getLogger("iterations")
 

@@ -51,8 +51,8 @@ def publication_request(job, state, *, drain: bool = False) -> tuple[str, str]:
 
 def check_lines(job, manifest) -> list[str]:
     """The data checks of ``manifest``'s attempt, as Markdown lines: counts and what did not pass
-    (read as the Iterations view reads them: include.checkpoints.overview_reader.check_view)."""
-    from include.checkpoints.overview_reader import check_view
+    (read as the Iterations view reads them: include.checks.report_view.check_view)."""
+    from include.checks.report_view import check_view
 
     key = f"{job.log.layout.checks(manifest.checkpoint_id, manifest.attempt_id)}/validation.json"
     try:

@@ -7,9 +7,8 @@ import logging
 from typing import Any, Sequence
 
 from include.checkpoints.checkpoint_log import CheckpointLog
-from include.checkpoints.manifest import Manifest
-from include.epoch.lifecycle import Lifecycle, OperatorState
-from include.epoch.plan import JobState
+from include.checkpoints.lifecycle import Lifecycle, OperatorState
+from include.checkpoints.manifest import JobState, Manifest
 from include.errors import CheckpointError, IterationError
 from include.process.failpoints import failpoint, trace
 from include.publication.output_owners import claim_output
@@ -149,7 +148,7 @@ class Publication:
         return self.notify_checkpoint_complete(manifest)
 
 
-class _History:
+class PublicationHistory:
     """The job's record of the versions it wrote into its outputs (include.publication.outputs), read over
     the job and the jobs it replaces; retired in the log that recorded them."""
 

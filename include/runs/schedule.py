@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from include.checkpoints.checkpoint_log import CheckpointLog
+from include.checkpoints.head_state import HeadStatus
 from include.checkpoints.layout import check_job_id, report_foreign
 from include.checkpoints.manifest import Manifest
 from include.checkpoints.record_schemas import SCHEDULED_DATE, SCHEDULED_GENERATION, RecordKind
-from include.epoch.head_state import HeadStatus
 from include.errors import CheckpointError, ConfigError, ObjectNotFound
 from include.publication.pinned_inputs import MAX_ARRIVALS
 from include.runs.generations import Lineage

@@ -26,9 +26,9 @@ log = logging.getLogger(__name__)
 
 
 
-_TMP_MARK = ".tmp-"
+TMP_MARK = ".tmp-"
 _BAD_KEY = re.compile(r"(^/)|(^|/)\.\.?(/|$)|//|\\|\x00")
-# A checkpoint store marks its root with this object (include.epoch.boundary.mark_store): no output
+# A checkpoint store marks its root with this object (include.runs.boundary.mark_store): no output
 # is ever published inside a store (include.publication.outputs.check_not_in_store).
 STORE_MARKER = "_iterations/store.json"
 

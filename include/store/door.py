@@ -6,7 +6,7 @@ allowed roots (include.store.roots), kept apart from every checkpoint root, and,
 input read as a directory, every symbolic link in it followed to a place the roots allow. What
 leaves here is the only form the rest of the run uses; the borders that need the store (no
 input or output inside a store, no store inside another) are checked as the run starts
-(include.epoch.boundary.start_run).
+(include.runs.boundary.start_run).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import uuid
 from typing import Any, Iterable
 
 from include.errors import ObjectNotFound, PermanentStoreError
-from include.store.base import _TMP_MARK, ObjectInfo, ObjectStore, check_key
+from include.store.base import TMP_MARK, ObjectInfo, ObjectStore, check_key
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class LocalStore(ObjectStore):
                 continue
             if not os.path.lexists(d):
                 return
-            aside = f"{d}{_TMP_MARK}{uuid.uuid4().hex}"
+            aside = f"{d}{TMP_MARK}{uuid.uuid4().hex}"
             try:
                 os.link(d, aside, follow_symlinks=False)
             except FileNotFoundError:
@@ -115,7 +115,7 @@ class LocalStore(ObjectStore):
 
     def _write_tmp(self, path: str, data: bytes) -> str:
         self._make_parent(path)
-        tmp = f"{path}{_TMP_MARK}{uuid.uuid4().hex}"
+        tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
         with open(tmp, "wb") as f:
             f.write(data)
             if self.fsync:
@@ -179,7 +179,7 @@ class LocalStore(ObjectStore):
         ``verify()`` returned (deleted if it raises)."""
         path = self._path(key)
         self._make_parent(path)
-        tmp = f"{path}{_TMP_MARK}{uuid.uuid4().hex}"
+        tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
         try:
             with open(tmp, "wb") as f:
                 for chunk in chunks:
@@ -217,7 +217,7 @@ class LocalStore(ObjectStore):
             rel = "" if rel == "." else rel + "/"
             for name in files:
                 key = rel[:-1] if name == _SELF else rel + name  # _SELF: the directory's own object
-                if _TMP_MARK in name or not key or not key.startswith(prefix):
+                if TMP_MARK in name or not key or not key.startswith(prefix):
                     continue
                 try:
                     size = os.stat(os.path.join(dirpath, name)).st_size

@@ -65,7 +65,7 @@ class _Tally:
 
 
 def copy_verified(source: ObjectStore, out: ObjectStore, ref: Any, key: str) -> str:
-    """Copy ``ref`` (an include.epoch.head_state.FileRef: key, size, sha256 of an object of ``source``) to
+    """Copy ``ref`` (an include.checkpoints.head_state.FileRef: key, size, sha256 of an object of ``source``) to
     ``key`` of ``out``, verified against its size and SHA-256; CheckpointCorrupted naming the
     source when it does not match (nothing left at ``key``). How it was copied:
     "server-side" or "streamed"."""

@@ -96,13 +96,13 @@ class IncrementalSGD(IterationBody):
         from pyspark.sql.types import StringType, StructField, StructType
 
         from include.store import open_store
-        from spark_jobs.storeio import _decode, read_files
+        from spark_jobs.storeio import decode_column, read_files
 
         spec = ctx.input
         store = open_store(spec.path, **ctx.store_options)
         first = next(e["split"] for events in assigned.values() for e in events)
         fmt = spec.format
-        arrow = _decode(store.get(first), fmt, True)
+        arrow = decode_column(store.get(first), fmt, True)
         schema = StructType(from_arrow_schema(arrow.schema).fields + [StructField(SPLIT_COLUMN, StringType())])
         groups = [[{"key": e["split"]} for e in assigned.get(p, [])] for p in range(ctx.num_partitions)]
         return read_files(ctx.spark, store, groups, schema, fmt, {"source_column": SPLIT_COLUMN})

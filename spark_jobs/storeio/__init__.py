@@ -10,12 +10,12 @@ tail), ``read`` (the replay and inputs), ``sizing`` (joins, freeing what the tai
   SHA-256 from the manifest before it is decoded.
 """
 
-from spark_jobs.storeio.read import _decode, input_version, read_dataset, read_files, read_input
+from spark_jobs.storeio.read import decode_column, input_version, read_dataset, read_files, read_input
 from spark_jobs.storeio.sizing import broadcast_threshold, release_kept, sized_for_joins
-from spark_jobs.storeio.write import _Profile, by_partition, write_dataset
+from spark_jobs.storeio.write import Profile, by_partition, write_dataset
 
 __all__ = [
-    "_Profile", "_decode", "broadcast_threshold", "by_partition", "input_version", "read_dataset", "read_files",
+    "Profile", "decode_column", "broadcast_threshold", "by_partition", "input_version", "read_dataset", "read_files",
     "read_input",
     "release_kept", "sized_for_joins", "write_dataset",
 ]

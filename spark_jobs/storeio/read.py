@@ -14,9 +14,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from include.checkpoints import DatasetRef
+from include.checkpoints import DatasetRef, FileRef
 from include.contract import InputSpec
-from include.epoch import FileRef
 from include.errors import InputDataError
 from include.store import ObjectStore, open_store
 
@@ -56,7 +55,7 @@ class _StoreReader(DataSourceReader):
 
         target = to_arrow_schema(StructType.fromJson(json.loads(self.schema_json)))
         for f in partition.value:
-            table = _decode(_get(self.store, f), self.format, self.csv_header)
+            table = decode_column(_get(self.store, f), self.format, self.csv_header)
             if self.source_column:  # which object each row came from
                 table = table.append_column(self.source_column, pa.array([f["key"]] * table.num_rows, pa.string()))
             missing = [n for n in target.names if n not in table.column_names]
@@ -66,7 +65,7 @@ class _StoreReader(DataSourceReader):
             yield from table.to_batches()
 
 
-def _decode(data: bytes, fmt: str, csv_header: bool = True):
+def decode_column(data: bytes, fmt: str, csv_header: bool = True):
     import pyarrow.csv as pcsv
     import pyarrow.json as pjson
     import pyarrow.parquet as pq
@@ -251,7 +250,7 @@ def _read_s3_objects(spark, spec, store, objects: Sequence[Mapping[str, Any]], n
     as one DataFrame, the schema the first one's."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    first = _decode(_get(store, objects[0]), spec.format, options.get("header", "true").lower() == "true")
+    first = decode_column(_get(store, objects[0]), spec.format, options.get("header", "true").lower() == "true")
     schema = from_arrow_schema(first.schema)
     groups: list[list[dict[str, Any]]] = [[] for _ in range(min(num_partitions, len(objects)))]
     for i, o in enumerate(objects):  # sizes too: see read_input

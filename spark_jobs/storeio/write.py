@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from include.epoch import EpochReport, FileRef
+from include.checkpoints import EpochReport, FileRef
 from include.errors import CheckpointError, IterationError
 from include.process import failpoint
 from include.store import ObjectStore
@@ -43,7 +43,7 @@ def write_dataset(
     """Write ``df`` as P partitions of Parquet under ``prefix`` and one report per partition
     under ``report_prefix``. ``metrics``: name -> (column, aggregation); metric columns are
     aggregated per partition and not written. ``profile``: each report also carries the
-    partition's profile (``_Profile``), computed from the batches as they are written, for the
+    partition's profile (``Profile``), computed from the batches as they are written, for the
     data checks; ``facts``: scalars the body knows about the epoch, carried in every profile.
 
     A record's partition is ``pmod(hash(keys), P)`` (all columns when there are no keys),
@@ -127,7 +127,7 @@ def write_dataset(
                         yield pa.RecordBatch.from_pylist([{"report": current.close()}], schema=out_schema)
                     current = _PartitionWriter(store, prefix, report_prefix, head, epoch, attempt_id,
                                                pid, task, metrics, data_columns, schema_json,
-                                               _Profile(key_columns, facts) if profile else None, job_id)
+                                               Profile(key_columns, facts) if profile else None, job_id)
                 current.write(batch.slice(start, stop - start))
         if current is not None:
             yield pa.RecordBatch.from_pylist([{"report": current.close()}], schema=out_schema)
@@ -172,7 +172,7 @@ def write_dataset(
         if p not in reports:
             empty = {name: 0.0 for name, (_c, agg) in metrics.items() if agg == "sum"}
             reports[p] = EpochReport(head, p, epoch, attempt_id, 0, empty, (), schema_json,
-                                     _Profile(key_columns, facts).to_dict() if profile else None)
+                                     Profile(key_columns, facts).to_dict() if profile else None)
             store.put(f"{report_prefix}/part-{p:05d}.json", reports[p].to_json().encode())
     return [reports[p] for p in range(num_partitions)]
 
@@ -235,7 +235,7 @@ class _PartitionWriter:
         self.writer = None
         self.rows = 0
         self.partial: dict[str, float] = {}
-        self.profile: _Profile | None = profile
+        self.profile: Profile | None = profile
 
     def write(self, batch) -> None:
         import numpy as np
@@ -281,7 +281,7 @@ class _PartitionWriter:
         return text
 
 
-class _Profile:
+class Profile:
     """A partition's profile for the data checks, built from the record batches the tail
     writes (no second pass): records; per column its nulls; per numeric column its
     non-finite values (NaN, +-inf) and the min, max and sum of its finite values; the records

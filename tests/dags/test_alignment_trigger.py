@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from include.checkpoints.checkpoint_log import CheckpointLog
-from include.epoch.head_state import EpochReport
+from include.checkpoints.head_state import EpochReport
 from include.store import LocalStore
 from tests.conftest import ROOT
 

@@ -13,7 +13,7 @@ import sys
 import pandas as pd
 import pytest
 
-from include.checkpoints.overview import job_overview
+from include.runs.overview import job_overview
 from include.store import LocalStore
 from tests.conftest import ROOT, free_port
 from tests.docs import block

@@ -242,7 +242,7 @@ def test_stop_modes_suspend_by_param_and_drain_by_the_control_dag(airflow_env, s
     but the epochs' own outputs published. The iterations_stop DAG asks for a drain; run 2's
     first head honours it and finish drains: the final checkpoint is taken from epoch 1 and the
     outputs are published at once, equal to a job that ran 2 epochs."""
-    from include.epoch.lifecycle import StopMode
+    from include.checkpoints.lifecycle import StopMode
     from include.publication.outputs import published_increments
 
     env = {**airflow_env, "ITERATIONS_EPOCHS_PER_BATCH": "2"}

@@ -32,8 +32,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
 
+from include.checkpoints.head_state import HeadStatus
 from include.contract.config import JobConfig
-from include.epoch.head_state import HeadStatus
 from include.epoch.job import IterationJob
 from include.errors import CheckpointCorrupted, CheckpointError, CheckpointSuperseded
 from include.process import failpoints

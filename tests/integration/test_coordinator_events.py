@@ -17,8 +17,8 @@ import random
 
 import pytest
 
+from include.checkpoints.head_state import HeadStatus
 from include.contract.config import JobConfig
-from include.epoch.head_state import HeadStatus
 from include.epoch.job import DEFAULT_CHECKS, DataCheckFailed
 from include.process import failpoints
 from include.process.failpoints import FailpointError

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from include.checkpoints.head_state import FileRef
 from include.checkpoints.manifest import DatasetRef
-from include.epoch.head_state import FileRef
 from include.publication.outputs import publish_delta
 from include.store import LocalStore, open_store, sha256_hex
 

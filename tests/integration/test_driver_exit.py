@@ -18,8 +18,8 @@ import time
 import psutil
 import pytest
 
+from include.checkpoints.head_state import HeadStatus
 from include.contract.config import InputSpec, JobConfig
-from include.epoch.head_state import HeadStatus
 from spark_jobs.runner import IterationRunner
 from tests.conftest import ROOT, write_edges_csv
 

@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from include.checkpoints.head_state import HeadStatus
+from include.checkpoints.lifecycle import OperatorState, StopMode
 from include.contract.config import JobConfig
-from include.epoch.head_state import HeadStatus
 from include.epoch.job import DEFAULT_CHECKS, IterationJob
-from include.epoch.lifecycle import OperatorState, StopMode
 from include.process import failpoints
 from include.process.failpoints import FailpointError
 from include.publication.outputs import published, published_increments

@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from include.checkpoints.head_state import HeadStatus
 from include.contract.config import InputSpec, JobConfig
-from include.epoch.head_state import HeadStatus
 from include.epoch.job import DEFAULT_CHECKS
 from include.epoch.splits import DONE_MARKER
 from include.process import failpoints

@@ -1,5 +1,5 @@
 """A job is its owner's, one run at a time, and no run of it reaches another job's store
-(include.runs.ownership, include.epoch.boundary.start_run), through the library runner."""
+(include.runs.ownership, include.runs.boundary.start_run), through the library runner."""
 
 from __future__ import annotations
 

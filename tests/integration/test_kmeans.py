@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from include.checkpoints.head_state import HeadStatus
 from include.contract.body import EpochContext, resolve_body
 from include.contract.config import InputSpec, JobConfig
-from include.epoch.head_state import HeadStatus
 from spark_jobs.runner import IterationRunner
 from spark_jobs.storeio import read_input
 

@@ -180,7 +180,7 @@ def test_a_rewind_waits_for_the_run_that_holds_the_job(spark, tmp_path, edges):
 
 
 def test_a_damaged_record_is_an_error_naming_it(spark, tmp_path, edges):
-    from include.checkpoints.overview import job_overview
+    from include.runs.overview import job_overview
 
     cfg = pagerank_config(tmp_path, edges, job_id="pr", max_epochs=1)
     IterationRunner(cfg, spark).run(batch_id="b1")

@@ -1,4 +1,4 @@
-"""include.checkpoints.overview against stores filled by real PageRank runs: every epoch's status, metric,
+"""include.runs.overview against stores filled by real PageRank runs: every epoch's status, metric,
 feedback count, size and retention as the checkpoints say, batches, checks, events, the finish
 and publication, and not one byte written to the store."""
 
@@ -11,11 +11,11 @@ import shutil
 import pytest
 
 from include.checkpoints.checkpoint_log import CheckpointLog
-from include.checkpoints.overview import JobNotFound, ReadOnlyStore, ReadOnlyViolation, check_report, job_overview, list_jobs
 from include.contract.config import JobConfig
 from include.epoch.job import IterationJob
 from include.errors import ConfigError
 from include.publication.outputs import published
+from include.runs.overview import JobNotFound, ReadOnlyStore, ReadOnlyViolation, check_report, job_overview, list_jobs
 from include.store import LocalStore
 from tests.helpers import B1_EPOCHS, FINISHED_JOB, REFUSED_JOB, tree
 

@@ -6,7 +6,7 @@ import networkx as nx
 import pyarrow.parquet as pq
 import pytest
 
-from include.epoch.head_state import HeadStatus
+from include.checkpoints.head_state import HeadStatus
 from include.epoch.job import IterationJob
 from include.publication.outputs import published
 from spark_jobs.runner import IterationRunner

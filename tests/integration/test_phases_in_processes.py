@@ -11,7 +11,7 @@ import sys
 import networkx as nx
 import pytest
 
-from include.epoch.head_state import HeadStatus
+from include.checkpoints.head_state import HeadStatus
 from include.epoch.job import IterationJob
 from include.errors import AlignmentIncomplete, CheckpointSuperseded
 from spark_jobs.epoch import EpochExecutor

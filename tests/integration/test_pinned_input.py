@@ -12,9 +12,9 @@ import os
 import pytest
 
 from include.checkpoints.checkpoint_log import CheckpointLog
-from include.checkpoints.overview import job_overview
 from include.errors import InputChanged
 from include.runs.generations import Lineage
+from include.runs.overview import job_overview
 from include.store import open_store
 from spark_jobs.runner import IterationRunner
 from tests.helpers import graph_with_dangling, pagerank_config, read_published, write_edges

@@ -9,8 +9,8 @@ import os
 import networkx as nx
 import pytest
 
+from include.checkpoints.head_state import HeadStatus
 from include.contract.config import InputSpec
-from include.epoch.head_state import HeadStatus
 from include.store import LocalStore
 from spark_jobs.runner import IterationRunner
 from spark_jobs.storeio import read_input

@@ -11,8 +11,8 @@ import sys
 import networkx as nx
 import pytest
 
+from include.checkpoints.head_state import HeadStatus
 from include.contract.config import JobConfig
-from include.epoch.head_state import HeadStatus
 from spark_jobs.runner import IterationRunner
 from tests.helpers import write_edges
 

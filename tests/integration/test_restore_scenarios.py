@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import functions as F
 
-from include.epoch.head_state import HeadStatus
+from include.checkpoints.head_state import HeadStatus
 from include.epoch.job import IterationJob
 from spark_jobs.epoch import EpochExecutor
 from spark_jobs.runner import IterationRunner

@@ -340,11 +340,11 @@ def test_unknown_403_code_gets_the_status_hint_and_the_endpoints_message(moto_en
 
 
 def test_a_job_on_an_endpoint_that_ignores_if_none_match_refuses_to_run(ignoring_endpoint, bucket, tmp_path):
-    """The probe runs as every run starts (include.epoch.boundary.start_run): on such an endpoint the
+    """The probe runs as every run starts (include.runs.boundary.start_run): on such an endpoint the
     job is refused before it writes anything (no store marker, owner or lease)."""
     from include.contract.config import JobConfig
-    from include.epoch.boundary import start_run
     from include.epoch.job import IterationJob
+    from include.runs.boundary import start_run
     from include.runs.ownership import Holder
 
     endpoint = url_of(ignoring_endpoint)

@@ -16,10 +16,10 @@ import tracemalloc
 
 import pytest
 
+from include.checkpoints.head_state import HeadStatus
+from include.checkpoints.lifecycle import StopMode
 from include.contract.config import JobConfig
-from include.epoch.head_state import HeadStatus
 from include.epoch.job import IterationJob
-from include.epoch.lifecycle import StopMode
 from spark_jobs.runner import IterationRunner
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -10,8 +10,8 @@ import threading
 import pytest
 
 from include.checkpoints.checkpoint_log import CheckpointLog
+from include.checkpoints.head_state import AlignmentDecision, EpochReport, FileRef, HeadStatus, JobHeadState
 from include.checkpoints.manifest import DatasetRef, Manifest
-from include.epoch.head_state import AlignmentDecision, EpochReport, FileRef, HeadStatus, JobHeadState
 from include.errors import (
     CheckpointCorrupted,
     CheckpointError,
@@ -217,7 +217,7 @@ def test_retain_last_must_be_positive(log):
 
 
 def test_head_state_round_trips_in_the_manifest(log):
-    from include.epoch.head_state import EpochReport
+    from include.checkpoints.head_state import EpochReport
 
     m = write_attempt(log, 0, "a0", None)
     reports = [EpochReport("ranks", p, 0, "a0", 3 + p) for p in range(P)]

@@ -13,6 +13,7 @@ import sys
 import pyarrow as pa
 import pytest
 
+from include.checkpoints.head_state import AlignmentDecision, EpochReport
 from include.checks import (
     CheckSettings,
     ExpectationSpec,
@@ -24,7 +25,6 @@ from include.checks import (
     schema_string,
     validate,
 )
-from include.epoch.head_state import AlignmentDecision, EpochReport
 from include.errors import ConfigError
 
 SCHEMA = json.dumps({"type": "struct", "fields": [
@@ -95,9 +95,9 @@ def test_the_project_checks_file_is_valid():
 
 
 def profiled(batches, keys=("node",)):
-    from spark_jobs.storeio import _Profile
+    from spark_jobs.storeio import Profile
 
-    p = _Profile(keys, {"input_nodes": 5})
+    p = Profile(keys, {"input_nodes": 5})
     for b in batches:
         p.add(b)
     return p.to_dict()

@@ -17,16 +17,16 @@ import os
 
 import pytest
 
+from include.checkpoints.head_state import EpochReport, FileRef, HeadStatus
 from include.contract.body import IterationBody
 from include.contract.config import JobConfig
-from include.epoch.boundary import EpochRun
 from include.epoch.coordinators import Coordinator
-from include.epoch.head_state import EpochReport, FileRef, HeadStatus
 from include.epoch.job import DataCheckFailed, IterationJob
 from include.errors import OutputError, TransientStoreError
 from include.process import failpoints
 from include.process.failpoints import FailpointError
 from include.publication.outputs import published, published_increments
+from include.runs.boundary import EpochRun
 from include.store import sha256_hex
 
 BODY = "tests.unit.test_core_protocol:Staged"

@@ -6,16 +6,15 @@ import math
 
 import pytest
 
-from include.epoch.head_state import (
-    Aligner,
+from include.checkpoints.head_state import (
     AlignmentDecision,
     EpochReport,
     HeadStatus,
     JobHeadState,
     PartitionState,
-    TerminationCriteria,
     UnexpectedEpoch,
 )
+from include.epoch.aligner import Aligner, TerminationCriteria
 from include.errors import AlignmentIncomplete, CheckpointError, ConfigError
 
 
@@ -134,7 +133,7 @@ def test_termination_moves_status_to_terminating():
 @pytest.mark.parametrize("new_p, expected", [(2, [4 + 6, 5 + 7]), (8, [4, 5, 6, 7, 0, 0, 0, 0]), (1, [22])])
 def test_redistribution_keeps_counts_exact(new_p, expected):
     parts = tuple(PartitionState(3, 3, n) for n in (4, 5, 6, 7))
-    from include.epoch.head_state import HeadState
+    from include.checkpoints.head_state import HeadState
 
     state = JobHeadState(HeadStatus.RUNNING, {"ranks": HeadState({2: 20, 3: 22}, parts)})
     moved = state.redistribute(new_p)

@@ -51,7 +51,7 @@ for name in sorted(BUILTIN_BODIES):
     meta = body.describe()
     assert meta["name"] == name and meta["heads"], meta
     body.parse_params({})
-import include.epoch.boundary, include.epoch.job
+import include.runs.boundary, include.epoch.job
 import iterations.operators.epoch, iterations.sensors.alignment, iterations.triggers.alignment
 print("loaded:", sorted(m for m in sys.modules if m.startswith("pyspark")))
 """

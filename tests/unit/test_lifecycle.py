@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 
 from include.checkpoints.checkpoint_log import CheckpointLog
-from include.checkpoints.manifest import Manifest
-from include.epoch.head_state import JobHeadState
-from include.epoch.lifecycle import (
+from include.checkpoints.head_state import JobHeadState
+from include.checkpoints.lifecycle import (
     Lifecycle,
     LifecycleError,
     StopMode,
     operator_names,
     transition,
 )
-from include.epoch.lifecycle import OperatorState as S
+from include.checkpoints.lifecycle import OperatorState as S
+from include.checkpoints.manifest import Manifest
 from include.errors import ConfigError
 from include.store import LocalStore
 

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from include.checkpoints.checkpoint_log import CheckpointLog
+from include.checkpoints.head_state import FileRef
 from include.checkpoints.manifest import DatasetRef
-from include.epoch.head_state import FileRef
-from include.epoch.job import _History
+from include.epoch.job import PublicationHistory
 from include.errors import CheckpointCorrupted, OutputError
 from include.publication.outputs import PUBLISHED, publish_dataset, published
 from include.store import STORE_MARKER, LocalStore, sha256_hex
@@ -43,9 +43,9 @@ def test_publish_then_read_through_the_manifest(stores, tmp_path):
         "the same checkpoint is published once"
 
 
-def history(src, own: str, *family: str) -> _History:
+def history(src, own: str, *family: str) -> PublicationHistory:
     """A generation's publication history: its own log, and those of the generations it replaces."""
-    return _History(CheckpointLog(src, own), [CheckpointLog(src, j) for j in family])
+    return PublicationHistory(CheckpointLog(src, own), [CheckpointLog(src, j) for j in family])
 
 
 def versions(out) -> set[str]:

@@ -3,7 +3,7 @@ decision, manifest and DataFrame it holds."""
 
 from __future__ import annotations
 
-from include.epoch.head_state import AlignmentDecision, HeadStatus
+from include.checkpoints.head_state import AlignmentDecision, HeadStatus
 from spark_jobs.runner import RunResult
 
 

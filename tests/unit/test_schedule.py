@@ -9,7 +9,7 @@ import datetime as dt
 import pytest
 
 from include.checkpoints.checkpoint_log import CheckpointLog
-from include.epoch.head_state import HeadStatus
+from include.checkpoints.head_state import HeadStatus
 from include.errors import CheckpointError, ConfigError
 from include.runs.schedule import Schedule, batch_date
 from include.store import LocalStore

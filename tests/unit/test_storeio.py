@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from include.epoch.head_state import EpochReport, FileRef
+from include.checkpoints.head_state import EpochReport, FileRef
 from include.errors import CheckpointError
 from spark_jobs.storeio import broadcast_threshold, by_partition
 

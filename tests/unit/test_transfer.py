@@ -8,7 +8,7 @@ import tracemalloc
 
 import pytest
 
-from include.epoch.head_state import FileRef
+from include.checkpoints.head_state import FileRef
 from include.errors import CheckpointCorrupted
 from include.store import LocalStore, S3Store, sha256_hex
 from include.store.transfer import copy_verified, verified_file

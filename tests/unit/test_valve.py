@@ -320,7 +320,7 @@ def test_an_unexpected_epoch_report_or_a_stale_decision_is_refused_naming_both_e
     decided last, and complete reports of another epoch than the decision it was given (which
     it would otherwise send under the wrong epoch). Nothing is sent for either; a re-report of
     the epoch decided last (a retry, a restore) is taken and sends nothing again."""
-    from include.epoch.head_state import AlignmentDecision, UnexpectedEpoch
+    from include.checkpoints.head_state import AlignmentDecision, UnexpectedEpoch
 
     align = AlignmentCoordinator({"ranks": 2})
     h = CoordinatorHolder("alignment", align, num_partitions=2)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from include.checkpoints.overview import AttemptView, CheckView, EpochView, JobOverview
+from include.runs.overview import AttemptView, CheckView, EpochView, JobOverview
 from plugins.iterations.views.page import MAX_CHART_POINTS, PAGE_SIZE, chart_svg, job_page, phases_svg
 
 

@@ -317,7 +317,7 @@ class IterationOperator(BaseOperator):
     def head_result(self, context: Mapping[str, Any], job, head_task_id: str, index: int) -> dict[str, Any]:
         """What the epoch's head did: its XCom, or, when there is none (``airflow tasks test``
         runs tasks one at a time without XCom), the same facts read back from the store."""
-        from include.epoch import HeadStatus
+        from include.checkpoints import HeadStatus
 
         head = context["ti"].xcom_pull(task_ids=head_task_id)
         if head:
@@ -342,8 +342,8 @@ class IterationOperator(BaseOperator):
         committed or None): what the epoch's head produced, recovered from XCom and the store.
         The plan is None when the head ran nothing, or when the attempt committed and its plan
         was collected since (a retry of a step after the commit landed:
-        include.epoch.boundary.resolve_attempt). ``write``: this step writes (the run's lease is held)."""
-        from include.epoch import EpochRun, resolve_attempt
+        include.runs.boundary.resolve_attempt). ``write``: this step writes (the run's lease is held)."""
+        from include.runs import EpochRun, resolve_attempt
 
         job, _ = self.iteration_job(context)
         run = EpochRun(job, batch_id=batch_id_of(context), run=run_of(context))
@@ -402,7 +402,7 @@ class IterationOperator(BaseOperator):
 
     def start(self, context: Mapping[str, Any], run, *, validate: bool = True):
         """Before this task writes: the store probed, the job claimed for this DAG (its owner),
-        the lease held for this DAG run (include.epoch.boundary.EpochRun.start); the job's state."""
+        the lease held for this DAG run (include.runs.boundary.EpochRun.start); the job's state."""
         return run.start(self.holder(context), dag_id=self.dag_id,
                          take_over=bool(self.settings(context).get("take_over")),
                          lease_wait=self.lease_wait, alive=self.alive(context), validate=validate)
@@ -449,9 +449,8 @@ class IterationOperator(BaseOperator):
         (include.runs.generations: the newest, or a new one when the run rewinds the job); for a
         scheduled DAG, the generation of the batch's date, warm-started from the previous batch."""
         from include.contract import body_reference
-        from include.epoch import check_borders, owner_of
         from include.publication import OutputOwner
-        from include.runs import check_claim, open_job
+        from include.runs import check_borders, check_claim, open_job, owner_of
         from include.store import earlier_shared_job, open_store
         from iterations.hooks.iteration_store import IterationStoreHook
 
@@ -493,10 +492,10 @@ class SparkAttemptOperator(IterationOperator):
         self.spark_conn_id = spark_conn_id
 
     def epoch_run(self, context: Mapping[str, Any]):
-        """This task's part of the run through the epoch protocol (include.epoch.boundary.EpochRun):
+        """This task's part of the run through the epoch protocol (include.runs.boundary.EpochRun):
         its attempts run as Spark jobs through the hook (an error of ours raised in a Spark task
         surfaces as itself); what an earlier try left running is interrupted by its tag."""
-        from include.epoch import EpochRun
+        from include.runs import EpochRun
         from iterations.hooks.spark_epoch import SparkEpochHook
 
         job, options = self.iteration_job(context)
@@ -522,7 +521,7 @@ class SparkAttemptOperator(IterationOperator):
         """The task is being stopped (killed, marked failed or success from the UI, timed out):
         the attempt it runs is cancelled - its Spark work interrupted (connect: by the attempt's
         tag; submit: its spark-submit and driver killed) and the attempt aborted
-        (include.epoch.boundary.EpochRun.cancel). The next run or try plans a new attempt."""
+        (include.runs.boundary.EpochRun.cancel). The next run or try plans a new attempt."""
         run = getattr(self, "_epoch_run", None)
         if run is None:
             return

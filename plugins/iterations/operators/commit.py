@@ -28,7 +28,7 @@ class EpochCommitting(IterationOperator):
                          also_skip: Sequence[str] = ()) -> dict[str, Any]:
         """Log and measure a committed epoch; its result. On termination the result is pushed
         and the later epochs (and the tasks ``also_skip``) are skipped, which ends the task."""
-        from include.epoch import epoch_line
+        from include.runs import epoch_line
 
         d, manifest = done.decision, done.manifest
         self.log.info("%s", epoch_line(d))
@@ -75,7 +75,7 @@ class EpochCommitOperator(EpochCommitting):
             return self._commit(context)
 
     def _commit(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        from include.epoch import AlignmentDecision
+        from include.checkpoints import AlignmentDecision
 
         run, head, plan, committed = self.epoch_attempt(context, self.head_task_id, self.index, write=True)
         if committed is not None:  # an earlier try of this task committed it (its reply was lost)

@@ -72,7 +72,7 @@ class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
             self._continue(context)
 
     def _continue(self, context: Mapping[str, Any]) -> None:
-        from include.epoch import HeadStatus
+        from include.checkpoints import HeadStatus
 
         if not self.settings(context).get("continuation", True):
             raise AirflowSkipException("continuation is off for this run: trigger the DAG again to go on")

@@ -2,7 +2,7 @@
 module names them all, for DAG files and for the paths serialized DAGs refer to.
 
 Each is a thin adapter over ``include.epoch.job.IterationJob`` and the epoch protocol
-(``include.epoch.boundary``). The job's settings come from the DAG run's params (validated by their
+(``include.runs.boundary``). The job's settings come from the DAG run's params (validated by their
 JSON schema), optionally overridden by ``job``, which is templated. Heavy imports (pyspark)
 happen inside ``execute``.
 """

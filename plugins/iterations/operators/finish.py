@@ -76,7 +76,8 @@ class FinishOperator(SparkAttemptOperator):
         raise TaskAwaitingInput(method_name="publication_answered", kwargs={"asked": question}, timeout=timeout)
 
     def _finish(self, context: Mapping[str, Any], answer=None) -> dict[str, Any]:
-        from include.epoch import HeadStatus, Step, StopMode
+        from include.checkpoints import HeadStatus, StopMode
+        from include.runs import Step
 
         run = self.epoch_run(context)
         job = run.job

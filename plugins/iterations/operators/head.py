@@ -43,7 +43,7 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
             return self._head(context)
 
     def _head(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        from include.epoch import Step, warm_up_checks
+        from include.runs import Step, warm_up_checks
 
         verify = self.settings(context).get("verify_epoch")
         if verify is not None:
@@ -106,15 +106,14 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
 
     def verify(self, context: Mapping[str, Any], epoch: Any) -> dict[str, Any]:
         """The run's ``verify_epoch`` param: the determinism audit of the job's epoch ``epoch``
-        (include.checkpoints.restore.Restore.verify_epoch) on this DAG's Spark, in a scratch store in this
+        (include.epoch.restore.Restore.verify_epoch) on this DAG's Spark, in a scratch store in this
         worker's temporary directory (the Spark executors must see it: the embedded and native
         deployments' do); the job's store and outputs are only read. Every later task of the run
         is skipped; the task fails naming each partition that differs."""
         from airflow.exceptions import AirflowFailException
 
-        from include.epoch import owner_of
         from include.errors import ConfigError
-        from include.runs import check_claim, open_newest
+        from include.runs import check_claim, open_newest, owner_of
         from include.store import open_store
         from iterations.hooks.iteration_store import IterationStoreHook
         from iterations.hooks.spark_epoch import SparkEpochHook
@@ -156,7 +155,7 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
         """``commit_in_head``: align and commit the attempt if every partition has reported
         (the committed epoch, ``EpochOutcome``); None, leaving both to the group's sensor and
         commit task, if a report is missing."""
-        from include.epoch import aligned_line
+        from include.runs import aligned_line
 
         reports = run.job.reports(plan) if reports is None else reports  # read once: align, then commit
         decision, missing = run.align_if_complete(plan, reports)

@@ -30,8 +30,8 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
             return self._align(context)
 
     def _align(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        from include.epoch import align_if_complete
         from include.process import failpoint
+        from include.runs import align_if_complete
         from iterations.triggers.alignment import AlignmentTrigger
 
         run, head, plan, committed = self.epoch_attempt(context, self.head_task_id, self.index)
@@ -68,7 +68,7 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
             self._fail_if_superseded(job, event["epoch"], event["attempt_id"])
         if not event or event.get("status") != "aligned":
             raise RuntimeError(f"alignment did not complete: {event}")
-        from include.epoch import align_attempt, resolve_attempt
+        from include.runs import align_attempt, resolve_attempt
 
         job, _ = self.iteration_job(context)
         plan, committed = resolve_attempt(job, event["epoch"], event["attempt_id"])
@@ -91,7 +91,7 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
             raise AirflowFailException(f"{e}. This run lost the epoch to another run of the same job.") from e
 
     def _aligned(self, plan, decision) -> dict[str, Any]:
-        from include.epoch import aligned_line
+        from include.runs import aligned_line
 
         self.log.info("%s", aligned_line(decision))
         return {"status": "aligned", "epoch": plan.epoch, "attempt_id": plan.attempt_id, "decision": decision.to_dict()}

@@ -36,7 +36,7 @@ class InputSensor(IterationOperator, BaseSensorOperator):
             return self._wait(context)
 
     def _wait(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        from include.epoch import HeadStatus
+        from include.checkpoints import HeadStatus
         from iterations.operators.base import batch_id_of
         from iterations.triggers.input import InputTrigger
 

@@ -46,9 +46,9 @@ class AlignmentTrigger(BaseTrigger):
         )
 
     def _missing(self) -> tuple[list[str], dict[str, Any] | None]:
-        """include.epoch.boundary.awaiting_reports, over the store the hook opens."""
+        """include.runs.boundary.awaiting_reports, over the store the hook opens."""
         from include.checkpoints import CheckpointLog
-        from include.epoch import awaiting_reports
+        from include.runs import awaiting_reports
         from iterations.hooks.iteration_store import IterationStoreHook
 
         log = CheckpointLog(IterationStoreHook(self.aws_conn_id).get_store(self.checkpoint_root), self.job_id)

@@ -1,6 +1,6 @@
 """The Iterations view: a FastAPI app the API server mounts under ``/iterations``.
 
-Read-only over ``include.checkpoints.overview`` (the same checkpoint log the operators write). Every
+Read-only over ``include.runs.overview`` (the same checkpoint log the operators write). Every
 endpoint needs an authenticated Airflow user (a JWT as a Bearer token, or the UI's session
 cookie), and shows a job only to a user who may read a DAG that owns it
 (``iterations.views.access``, DESIGN.md section 7); any other job is answered as a job that does
@@ -33,9 +33,10 @@ from airflow.api_fastapi.core_api.security import GetUserDep, get_user
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from include.checkpoints import JobLayout, JobNotFound, check_job_id, check_report, job_not_found, job_overview, list_jobs
+from include.checkpoints import JobLayout, check_job_id
 from include.errors import ConfigError, IterationError, ObjectNotFound, StoreError
 from include.process import LOCAL_DIR
+from include.runs import JobNotFound, check_report, job_not_found, job_overview, list_jobs
 from include.store import LOCATION_PARAMS, AllowedRoots, ReadOnlyStore, dag_directory, dag_roots
 from iterations.hooks.iteration_store import IterationStoreHook
 from iterations.operators.base import batch_id_of_run

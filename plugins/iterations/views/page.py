@@ -15,7 +15,8 @@ from html import escape
 from typing import Any, Iterable
 from urllib.parse import quote, urlencode
 
-from include.checkpoints import CheckView, EpochView, JobOverview
+from include.checks import CheckView
+from include.runs import EpochView, JobOverview
 
 _STYLE = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:16px;color:#1f2933;font-size:14px}

@@ -1,4 +1,4 @@
-"""Reading a job's overview from its store, read-only (``include.checkpoints.overview.job_overview``)."""
+"""Reading a job's overview from its store, read-only (``include.runs.overview.job_overview``)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from typing import Any
 from include.checkpoints.checkpoint_log import ABANDONED, CheckpointLog, describe_run
 from include.checkpoints.layout import ATTEMPT_ID_PATTERN, JOB_ID_PATTERN, JobLayout, check_job_id, report_foreign
 from include.checkpoints.manifest import Manifest
-from include.checkpoints.overview_model import (
+from include.checks.report_view import CheckView, check_view
+from include.errors import CheckpointCorrupted, CheckpointError, ConfigError, ObjectNotFound
+from include.runs.generations import lineage_of
+from include.runs.overview_model import (
     AttemptView,
     BatchView,
-    CheckView,
     EpochView,
     EventsView,
     FinishView,
@@ -21,13 +23,10 @@ from include.checkpoints.overview_model import (
     OutputView,
     job_not_found,
 )
-from include.checkpoints.record_schemas import DamagedRecord
-from include.errors import CheckpointCorrupted, CheckpointError, ConfigError, ObjectNotFound
-from include.runs.generations import lineage_of
 from include.store.readonly import ReadOnlyStore
 
 
-class _Reader:
+class OverviewReader:
     def __init__(self, store: ReadOnlyStore, job_id: str):
         self.store = store
         self.log = CheckpointLog(store, check_job_id(job_id))
@@ -322,30 +321,6 @@ def _phases(value: Any) -> dict[str, float]:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1e9}
 
 
-def check_view(epoch: int, attempt: str, data: Any, json_key: str, where: str,
-               html_key: str | None = None) -> CheckView:
-    """The data checks of attempt ``attempt`` of ``epoch`` from ``data``, its check result as
-    stored (``<checks of the attempt>/validation.json``, read from ``where``); DamagedRecord
-    naming ``where`` if it is not one."""
-    report = data.get("report") if isinstance(data, dict) else None
-    if not isinstance(report, dict) or not isinstance(report.get("counts", {}), dict) \
-            or not isinstance(report.get("outcomes", []), list):
-        raise DamagedRecord(f"{where} is not a data-check result: a JSON object with a report of counts and "
-                            "outcomes is expected")
-    problems = [_outcome_line(o) for o in report.get("outcomes", [])
-                if isinstance(o, dict) and o.get("status") in ("failed", "error")]
-    not_passed = [{"name": str(o.get("name")), "status": str(o.get("status")), "severity": str(o.get("severity")),
-                   "note": str(o.get("note") or "") or None}
-                  for o in report.get("outcomes", []) if isinstance(o, dict) and o.get("status") != "passed"]
-    counts = report.get("counts", {})
-    return CheckView(
-        epoch=epoch, attempt_id=attempt, kind=report.get("kind", "epoch"),
-        success=bool(report.get("success")), counts=counts,
-        headline=(f"{counts.get('passed', 0)} passed, {counts.get('failed', 0)} failed, "
-                  f"{counts.get('warned', 0)} warning(s), {counts.get('skipped', 0)} skipped"),
-        problems=problems, not_passed=not_passed, json_key=json_key, html_key=html_key)
-
-
 def _who_and_when(a: AttemptView, record: dict[str, Any]) -> None:
     """Fill what ``a`` does not know yet of who ran it, in which batch and when it ended, from
     a record of it (its abort record, or its entry in the checkpoint's history)."""
@@ -407,14 +382,6 @@ def _convergence_metric(epochs: list[EpochView], names: list[str]) -> str | None
         if e.reason and e.reason.startswith("converged: "):
             return e.reason[len("converged: "):].split("=", 1)[0]
     return names[0] if names else None
-
-
-def _outcome_line(o: dict[str, Any]) -> str:
-    observed = ", ".join(f"{k}={v}" for k, v in (o.get("observed") or {}).items()) or "-"
-    text = f"{str(o.get('status', '')).upper()} {o.get('name')} [{o.get('severity')}]: observed {observed}"
-    if o.get("expected"):
-        text += f"; expected {o['expected']}"
-    return text
 
 
 def _restarted(record: Any) -> str | None:

@@ -33,12 +33,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from include.checkpoints.checkpoint_log import ABANDONED, CheckpointLog, describe_run
+from include.checkpoints.head_state import AlignmentDecision, EpochReport, HeadStatus
+from include.checkpoints.lifecycle import StopMode
 from include.checkpoints.manifest import Manifest
 from include.contract.body import body_reference
 from include.contract.config import JobConfig
-from include.epoch.head_state import AlignmentDecision, EpochReport, HeadStatus, missing_reports
+from include.epoch.aligner import missing_reports
 from include.epoch.job import EpochPlan, IterationJob, JobState
-from include.epoch.lifecycle import StopMode
 from include.errors import AlignmentIncomplete, CheckpointCorrupted, CheckpointError, CheckpointSuperseded
 from include.process.failpoints import failpoint
 from include.publication.output_owners import check_output_location

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from include.checkpoints.layout import JobLayout, check_job_id
+from include.checks.report_view import CheckView
 from include.errors import ConfigError
 from include.store import ObjectStore
 
@@ -21,23 +22,6 @@ def job_not_found(store: ObjectStore, job_id: str) -> JobNotFound:
     the same for a job the user may not see, so that the two cannot be told apart."""
     return JobNotFound(f"job {job_id!r} has no checkpoint log in {store.location()} "
                        f"(nothing under {store.location(JobLayout(check_job_id(job_id)).root)})")
-
-
-@dataclass
-class CheckView:
-    """The data checks of one attempt, and where their reports are (keys in the store)."""
-
-    epoch: int
-    attempt_id: str
-    kind: str
-    success: bool
-    counts: dict[str, int]
-    headline: str
-    problems: list[str]  # one line per blocking failure and warning
-    json_key: str
-    html_key: str | None
-    # every expectation that did not pass: {"name", "status" (failed | error | warned | skipped), "note"}
-    not_passed: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

@@ -1,5 +1,62 @@
 """Validating an attempt's profile with its suite: the outcome of each expectation and the
-report kept with the attempt (``CheckReport``)."""
+report kept with the attempt (``CheckReport``).
+
+How the data checks work. Cheap by construction. The tail computes a profile of every dataset it writes in the pass
+that writes it (``spark_jobs.storeio.Profile``: records, nulls per column; for numeric
+columns the non-finite values and the min, max and sum of the finite ones; duplicate keys);
+each partition's profile travels in its report. The commit step combines the reports into one
+row, the attempt's **profile**, and validates that row with Great Expectations' pandas engine:
+no Spark job, no second pass over the data, milliseconds per epoch.
+
+Columns of the profile (``D`` a dataset the attempt wrote: a head's feedback, an epoch output,
+or, for the final checkpoint, an output; ``C`` one of its columns)::
+
+    epoch, kind                    the checkpoint id, "epoch" or "final"
+    feedback                       feedback records (all heads)
+    <metric>, <metric>.nonfinite   each metric of the epoch, and 1 if it is NaN or infinite
+    <fact>                         scalars the body reported (StepResult.facts), e.g. input_nodes
+    D.rows, D.schema               records; the schema as "name type, name type"
+    D.duplicate_keys               (heads) records whose key (the head's key columns) an
+                                   earlier record has too
+    D.C.nulls                      null values
+    D.C.nonfinite, D.C.min, D.C.max, D.C.sum    (numeric C, or an array of numbers: over its elements)
+                                                NaN/inf count; min/max/sum of the finite values
+
+An expectation is a Great Expectations configuration plus a name: ``{"name", "type",
+"kwargs", "severity", "description"}``. ``severity`` is Great Expectations' own: ``critical``
+(the default) blocks the commit; ``warning`` and ``info`` are reported and kept, and do not
+block. A ``column`` may be a glob (``centroids.*.nonfinite``): the expectation applies to each
+matching column. Parameters (``{"$PARAMETER": "previous__l1_delta + 1e-9"}``) are the parent
+checkpoint's metrics as ``previous__<metric>``. An expectation whose columns or parameters the
+attempt does not have (the final checkpoint has no metrics; epoch 0 no parent) is reported as
+skipped (see below for what is an error instead).
+
+The suite of an attempt: the runtime's (metrics finite; each head's schema the one it was
+restored with), then the body's (``IterationBody.expectations``),
+then the job's (``JobConfig.checks``: a DAG's checks file, then the run's ``checks`` param). A
+later entry with the name of an earlier one replaces the keys it gives (``{"name":
+"rank_mass", "severity": "warning"}`` only downgrades it; ``"enabled": false`` removes it).
+
+What an expectation may say is an allow-list (``EXPECTATION_TYPES``: per type, the kwargs it
+takes and the values each accepts), enforced on every entry, wherever it comes from (a run's
+``checks`` param, a DAG's checks file, a body, the runtime) when settings are parsed, when
+entries are merged and again when a suite is validated. Nothing Great Expectations evaluates as
+code or as an expression is accepted (``row_condition``, ``condition_parser``...), except a
+bound's ``$PARAMETER``, restricted to arithmetic (numbers, parameter names, ``+ - * /``, unary
+minus, parentheses; at most ``MAX_PARAMETER_LENGTH`` characters), checked here before Great
+Expectations parses it.
+
+A run's conf is untrusted: ``run_settings`` layers it over the DAG author's settings and, unless
+the DAG lets runs relax its checks, refuses a run that turns the checks off or touches an
+expectation of the runtime, the body or the DAG's checks file (a run may add new ones).
+
+A column no checkpoint can have is a configuration error, found when the job starts
+(``check_columns``, from the body's metadata); at validation, a column of a dataset the profile
+has but that dataset does not (``ranks.rnk.min``; ``ranks.node.min`` of a string column) is one
+too. What is legitimately absent (a column of the other kind of checkpoint, a parameter epoch 0
+does not have, a statistic of an empty dataset) is reported as skipped.
+Nothing here imports Spark or Airflow; Great Expectations is imported when a suite runs.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +65,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping, Sequence
 
-from include.checks.allowlist import BLOCKING, _is_glob
-from include.checks.columns import _ProfileLayout
-from include.checks.gx import _jsonable, _run_gx
+from include.checks.allowlist import BLOCKING, is_glob
+from include.checks.columns import ProfileLayout
+from include.checks.gx import jsonable, run_gx
 from include.checks.profile import expand
 from include.checks.specs import ExpectationSpec
 from include.errors import ConfigError
@@ -99,8 +156,8 @@ class CheckReport:
         return {
             "job_id": self.job_id, "checkpoint_id": self.checkpoint_id, "attempt_id": self.attempt_id,
             "kind": self.kind, "success": self.success, "counts": self.counts(), "seconds": self.seconds,
-            "outcomes": [asdict(o) for o in self.outcomes], "profile": _jsonable(self.profile),
-            "parameters": _jsonable(self.parameters),
+            "outcomes": [asdict(o) for o in self.outcomes], "profile": jsonable(self.profile),
+            "parameters": jsonable(self.parameters),
         }
 
 
@@ -124,7 +181,7 @@ def validate(
     for spec in specs:  # whoever made them: the allow-list holds here too
         spec.check(f"the data checks of {what}")
     columns = list(profile)
-    layout = _ProfileLayout(profile, specs, kind)
+    layout = ProfileLayout(profile, specs, kind)
     outcomes: list[Outcome] = []
     runnable: list[ExpectationSpec] = []
     errors: list[str] = []
@@ -139,7 +196,7 @@ def validate(
     for spec in specs:
         pattern = spec.kwargs.get("column")
         expanded = expand(spec, columns)
-        if isinstance(pattern, str) and _is_glob(pattern) and expanded == [spec]:  # it matches nothing
+        if isinstance(pattern, str) and is_glob(pattern) and expanded == [spec]:  # it matches nothing
             absent(spec, *layout.unmatched(spec.name, pattern))
             continue
         for one in expanded:
@@ -159,7 +216,7 @@ def validate(
                           + "; ".join(errors))
     gx_json = page = None
     if runnable:
-        results, gx_json, rendered = _run_gx(runnable, profile, parameters, html)
+        results, gx_json, rendered = run_gx(runnable, profile, parameters, html)
         for spec, result in zip(runnable, results):
             outcomes.append(_outcome(spec, result, profile))
         if html and any(o.status in ("failed", "error") for o in outcomes):
@@ -201,7 +258,7 @@ def _expected(kwargs: Mapping[str, Any], type_: str = "") -> str:
     if "value" in kwargs:
         return f"== {_fmt(kwargs['value'])}"
     rest = {k: v for k, v in kwargs.items() if k not in ("column", "batch_id", "result_format")}
-    return json.dumps(_jsonable(rest), sort_keys=True) if rest else ""
+    return json.dumps(jsonable(rest), sort_keys=True) if rest else ""
 
 
 def _fmt(v: Any) -> str:

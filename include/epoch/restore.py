@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from include.checkpoints.checkpoint_log import CheckpointLog
+from include.checkpoints.head_state import EpochReport, HeadStatus
 from include.checkpoints.layout import JobLayout
-from include.checkpoints.manifest import Manifest
-from include.epoch.head_state import EpochReport, HeadStatus
-from include.epoch.plan import EpochPlan, JobState
+from include.checkpoints.manifest import JobState, Manifest
+from include.epoch.plan import EpochPlan
 from include.errors import CheckpointCorrupted, CheckpointError, ConfigError, ObjectNotFound
 
 log = logging.getLogger("iterations")
@@ -217,7 +217,7 @@ class EpochVerification:
     job_id: str
     epoch: int
     files: int  # the committed checkpoint's variable files compared
-    differences: list  # include.checkpoints.restore.PartitionDifference, one per partition that differs
+    differences: list  # include.epoch.restore.PartitionDifference, one per partition that differs
     seconds: float
 
     @property

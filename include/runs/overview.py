@@ -26,10 +26,11 @@ a committed epoch's plan).
 from __future__ import annotations
 
 from include.checkpoints.layout import JOB_ID_PATTERN, JobLayout, check_job_id, report_foreign
-from include.checkpoints.overview_model import (
+from include.checks.report_view import CheckView
+from include.errors import ObjectNotFound
+from include.runs.overview_model import (
     AttemptView,
     BatchView,
-    CheckView,
     EpochView,
     EventsView,
     FinishView,
@@ -38,8 +39,7 @@ from include.checkpoints.overview_model import (
     OutputView,
     job_not_found,
 )
-from include.checkpoints.overview_reader import _Reader
-from include.errors import ObjectNotFound
+from include.runs.overview_reader import OverviewReader
 from include.store import ObjectStore
 from include.store.readonly import ReadOnlyStore, ReadOnlyViolation
 
@@ -58,7 +58,7 @@ def list_jobs(store: ObjectStore) -> list[str]:
 
 def job_overview(store: ObjectStore, job_id: str, *, metric: str | None = None) -> JobOverview:
     """Everything the store says about job ``job_id``; JobNotFound if it has no objects there."""
-    return _Reader(ReadOnlyStore(store), job_id).overview(metric)
+    return OverviewReader(ReadOnlyStore(store), job_id).overview(metric)
 
 
 def check_report(store: ObjectStore, job_id: str, epoch: int, attempt_id: str) -> tuple[str, bytes]:
