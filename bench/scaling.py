@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {epoch} | {since:.1f} | {seconds:.2f} | {peak_so_far / 2**20:.0f} MiB | {stored:,} |")
         first, last = per_epoch[1: 1 + len(per_epoch) // 3], per_epoch[-(len(per_epoch) // 3):]
         stored = [s[3] for s in samples]
-        print(f"mean epoch, first third (after epoch 0) {sum(first) / len(first):.2f} s, last third {sum(last) / len(last):.2f} s; "
+        print(f"mean epoch, first third (after epoch 0) {sum(first) / len(first):.2f} s, "
+              f"last third {sum(last) / len(last):.2f} s; "
               f"store bytes after epoch {args.retain_last + 1}: max {max(stored[args.retain_last:]):,}, "
               f"min {min(stored[args.retain_last:]):,}")
     return 0

@@ -17,7 +17,8 @@ and the CPU seconds each component used per epoch (Spark, the task processes, th
 the api-server...). The library runner on a session of the same server gives the Spark time
 the epochs cannot go below; with several rounds the bench also prints each round's ratio and
 the medians of the warm rounds (2..N), since one round's ratio moves with the machine.
-``Celery`` runs the same on the native production stack (``stack.services.Stack``, ``./run.sh stack``: PostgreSQL, Redis, two Celery workers, a Spark
+``Celery`` runs the same on the native production stack (``stack.services.Stack``, ``./run.sh stack``: PostgreSQL,
+Redis, two Celery workers, a Spark
 standalone cluster with its Spark Connect server), against the library runner on that cluster's
 Spark Connect server. The Airflow is the tests' (``tests.dags.airflow_server``, with its
 settings: ``[scheduler] scheduler_idle_sleep_time`` 0.25 s as in docker-compose.yaml);
@@ -374,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['hand_offs']:.1f} hand-offs per epoch make {parts:.2f} s of the {r['epochs']:.2f} s per epoch")
     for name, r in results.items():
         if r["phases"]:
-            print(f"{name}: the run task, mean s per epoch from epoch 2: " + ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items()))
+            print(f"{name}: the run task, mean s per epoch from epoch 2: "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in r["phases"].items()))
     if "LocalExecutor" in results and "PreloadingLocalExecutor" in results:
         a, b = results["LocalExecutor"]["epochs"], results["PreloadingLocalExecutor"]["epochs"]
         print(f"preloading: {b - a:+.2f} s per epoch ({b / a:.2f}x)")

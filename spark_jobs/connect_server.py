@@ -25,16 +25,16 @@ import sys
 import time
 
 from include.contract import connect_server_heap
-from include.process import LOCAL_DIR
+from include.process import LOCAL_DIR, PYSPARK_PYTHON, SPARK_CONNECT_DIR, SPARK_CONNECT_PORT
 from spark_jobs.session import driver_java_options
 
 log = logging.getLogger(__name__)
 
-PORT_ENV = "ITERATIONS_SPARK_CONNECT_PORT"
+PORT_ENV = SPARK_CONNECT_PORT.name
 #: the port asked for (``PORT_ENV``, else 15002); ``PORT_GIVEN``: whether the deployer chose it
-DEFAULT_PORT = int(os.environ.get(PORT_ENV, "15002"))
-PORT_GIVEN = PORT_ENV in os.environ
-STATE_DIR = os.environ.get("ITERATIONS_SPARK_CONNECT_DIR", os.path.join(LOCAL_DIR, "spark-connect"))
+DEFAULT_PORT = SPARK_CONNECT_PORT.get()
+PORT_GIVEN = SPARK_CONNECT_PORT.is_set()
+STATE_DIR = SPARK_CONNECT_DIR.get() or os.path.join(LOCAL_DIR, "spark-connect")
 #: the server's command line carries ``TOKEN_CONF=<this state directory's token>``
 TOKEN_CONF = "spark.iterations.server.token"
 # The server's Python daemons with no worker that are older than this are stopped (reap_idle_daemons)
@@ -66,7 +66,7 @@ def _env() -> dict[str, str]:
     return {
         **os.environ,
         "SPARK_HOME": spark_home(),
-        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
+        "PYSPARK_PYTHON": PYSPARK_PYTHON.get() or sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_LOG_DIR": os.path.join(STATE_DIR, "logs"),
         "SPARK_PID_DIR": STATE_DIR,

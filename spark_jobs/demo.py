@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from include.contract import JobConfig
-from include.process import LOCAL_DIR, PROJECT_ROOT
+from include.process import AIRFLOW_HOME, LOCAL_DIR, PROJECT_ROOT
 
 
 def generate_graph(path: str, nodes: int, avg_degree: int, seed: int) -> int:
@@ -86,7 +86,7 @@ def run_dag(dag_id: str, conf: dict, allowed_roots: tuple[str, ...] = ()) -> int
     env = {
         **os.environ,
         ROOTS_ENV: ",".join([*deployment_roots(), *allowed_roots]),
-        "AIRFLOW_HOME": os.environ.get("AIRFLOW_HOME", os.path.join(LOCAL_DIR, "airflow")),
+        "AIRFLOW_HOME": AIRFLOW_HOME.get() or os.path.join(LOCAL_DIR, "airflow"),
         "AIRFLOW__CORE__DAGS_FOLDER": os.path.join(PROJECT_ROOT, "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": os.path.join(PROJECT_ROOT, "plugins"),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",

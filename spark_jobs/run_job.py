@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 
 from include.contract import InputSpec, JobConfig
 from include.errors import IterationError
+from include.process import SPARK_REMOTE
 
 
 def _count_or_none(value: str) -> int | None:
@@ -51,7 +51,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="body parameter, value as JSON (repeatable): --param damping=0.85 --param k=3")
     p.add_argument("--max-epochs-in-batch", type=int, default=None)
     p.add_argument("--batch-id", default=None)
-    p.add_argument("--remote", default=os.environ.get("SPARK_REMOTE") or None, metavar="sc://HOST:PORT",
+    p.add_argument("--remote", default=SPARK_REMOTE.get(), metavar="sc://HOST:PORT",
                    help="run the epochs on a Spark Connect server (default: $SPARK_REMOTE; none: a local "
                         "Spark driver in this process)")
     p.add_argument("--endpoint-url", default=None, help="S3 endpoint (MinIO, moto); default from the environment")
@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
             checks = {**(checks or {}), "enabled": False}
         config = JobConfig(
             job_id=args.job_id, body=args.body, input=InputSpec(args.input, args.input_format),
-            checkpoint_root=args.checkpoint_root, output_path=args.output_path, output_format=args.output_format, body_params=params,
+            checkpoint_root=args.checkpoint_root, output_path=args.output_path, output_format=args.output_format,
+            body_params=params,
             max_epochs=args.max_epochs, tolerance=args.tolerance, num_partitions=args.num_partitions,
             retain_last=args.retain_last, retain_batches=args.retain_batches, retain_history=args.retain_history,
             checks=checks, on_damaged_checkpoint=args.on_damaged_checkpoint,

@@ -229,7 +229,8 @@ class IterationRunner:
             run.settle()  # a crash between a commit and its publication: publish now
         step = run.boundary()
         while step is Step.EPOCH:
-            if max_epochs_in_batch is not None and len(result.epochs_computed) + len(result.epochs_adopted) >= max_epochs_in_batch:
+            done = len(result.epochs_computed) + len(result.epochs_adopted)
+            if max_epochs_in_batch is not None and done >= max_epochs_in_batch:
                 break
             if self.wait_for_input is not None and not self._await_input(run.state):
                 log.info("job %s: no new input for %.0fs: stopping before epoch %d (run again to go on)",

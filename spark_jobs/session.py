@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from include.errors import ConfigError
-from include.process import DRIVER_PID_ENV
+from include.process import (
+    DRIVER_PID_ENV,
+    PYSPARK_GATEWAY_PORT,
+    SPARK_DRIVER_MEMORY,
+    SPARK_LOG_LEVEL,
+    SPARK_MASTER,
+    SPARK_UI_ENABLED,
+)
 
 log = logging.getLogger("iterations")
 
@@ -55,8 +62,8 @@ def get_spark(
     # Under spark-submit (which starts this driver's JVM and passes its gateway in the
     # environment) the master is spark-submit's --master: the cluster of the `spark_default`
     # connection. Setting one here would override it and run the epoch on local[2].
-    launched_by_spark_submit = "PYSPARK_GATEWAY_PORT" in os.environ
-    master = master or os.environ.get("SPARK_MASTER") or (None if launched_by_spark_submit else "local[2]")
+    launched_by_spark_submit = PYSPARK_GATEWAY_PORT.is_set()
+    master = master or SPARK_MASTER.get() or (None if launched_by_spark_submit else "local[2]")
     if master and master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # a local session stays on loopback
     builder = SparkSession.builder.appName(app_name)
@@ -64,10 +71,10 @@ def get_spark(
         builder = builder.master(master)
     builder = (
         builder
-        .config("spark.ui.enabled", os.environ.get("SPARK_UI_ENABLED", "false"))
+        .config("spark.ui.enabled", SPARK_UI_ENABLED.get())
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.sql.adaptive.enabled", "true")
-        .config("spark.driver.memory", os.environ.get("SPARK_DRIVER_MEMORY") or driver_memory or "2g")
+        .config("spark.driver.memory", SPARK_DRIVER_MEMORY.get() or driver_memory or "2g")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.python.worker.reuse", "true")
@@ -77,7 +84,7 @@ def get_spark(
     builder = builder.config("spark.driver.extraJavaOptions",
                              driver_java_options((conf or {}).get("spark.driver.extraJavaOptions")))
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(os.environ.get("SPARK_LOG_LEVEL", "ERROR"))
+    spark.sparkContext.setLogLevel(SPARK_LOG_LEVEL.get())
     return spark
 
 

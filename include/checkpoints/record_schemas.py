@@ -146,6 +146,6 @@ SIZING = RecordKind("sizing record (iterations.sizing/1)", {
     "format": _one_of("iterations.sizing/1"), "num_partitions": lambda v: _int(1)(v) and v <= 100_000},
     {"input_bytes": _opt(_int()), "partition_input_bytes": _int(1)})
 
-__all__ = ["BATCH", "BATCH_START", "DamagedOutputRecord", "DamagedRecord", "INCREMENT", "INPUT_FILES_PIN", "INPUT_PIN", "OUTPUT_MANIFEST",
-           "PUBLICATION", "RecordKind", "SAVEPOINT", "SCHEDULED_DATE", "SCHEDULED_GENERATION", "SIZING", "STOP_REQUEST",
-           "VERSION_PATTERN"]
+__all__ = ["BATCH", "BATCH_START", "DamagedOutputRecord", "DamagedRecord", "INCREMENT", "INPUT_FILES_PIN", "INPUT_PIN",
+           "OUTPUT_MANIFEST", "PUBLICATION", "RecordKind", "SAVEPOINT", "SCHEDULED_DATE", "SCHEDULED_GENERATION", "SIZING",
+           "STOP_REQUEST", "VERSION_PATTERN"]

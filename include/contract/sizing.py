@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from include.errors import ConfigError, InputDataError, ObjectNotFound
+from include.process.settings import SPARK_CONNECT_MEMORY, SPARK_DRIVER_MEMORY
 
 log = logging.getLogger(__name__)
 
@@ -92,14 +93,13 @@ def connect_server_heap(environ: Mapping[str, str] | None = None) -> tuple[str, 
     """The heap of the embedded Spark Connect server, and why: ``ITERATIONS_SPARK_CONNECT_MEMORY``,
     else ``SPARK_DRIVER_MEMORY`` (every driver's), else ``server_heap()``. A set value must be
     a JVM memory size (``2g``, ``1536m``): ConfigError naming it otherwise."""
-    env = os.environ if environ is None else environ
-    for name in ("ITERATIONS_SPARK_CONNECT_MEMORY", "SPARK_DRIVER_MEMORY"):
-        value = env.get(name)
+    for setting in (SPARK_CONNECT_MEMORY, SPARK_DRIVER_MEMORY):
+        value = setting.get(environ)
         if value:
-            if not _MEMORY.fullmatch(value.strip()):
-                raise ConfigError(f"{name}={value!r} is not a heap size; write a number and a unit, "
+            if not _MEMORY.fullmatch(value):
+                raise ConfigError(f"{setting.name}={value!r} is not a heap size; write a number and a unit, "
                                   f"for example 2g or 1536m")
-            return value.strip(), f"{name} sets it"
+            return value, f"{setting.name} sets it"
     return server_heap(), "a quarter of this machine's memory; ITERATIONS_SPARK_CONNECT_MEMORY overrides it"
 
 
@@ -162,8 +162,8 @@ def driver_memory(spec, store_options: Mapping[str, Any] | None = None) -> tuple
     library runner's local session, an epoch's spark-submit), and what to log about it: None
     when ``SPARK_DRIVER_MEMORY`` names one (Spark takes it from there) or the input is not there
     yet (Spark's or the session's default)."""
-    if os.environ.get("SPARK_DRIVER_MEMORY"):
-        return None, f"the driver's heap is SPARK_DRIVER_MEMORY's ({os.environ['SPARK_DRIVER_MEMORY']})"
+    if SPARK_DRIVER_MEMORY.is_set():
+        return None, f"the driver's heap is SPARK_DRIVER_MEMORY's ({SPARK_DRIVER_MEMORY.get()})"
     try:
         size = input_bytes(spec, store_options)
     except InputDataError as e:

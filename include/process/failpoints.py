@@ -29,10 +29,12 @@ from __future__ import annotations
 import os
 import signal
 
-ENV = "ITERATIONS_FAILPOINTS"
-FILE_ENV = "ITERATIONS_FAILPOINTS_FILE"
-DRIVER_PID_ENV = "ITERATIONS_DRIVER_PID"
-DIR_ENV = "ITERATIONS_FAILPOINT_DIR"
+from include.process import settings
+
+ENV = settings.FAILPOINTS.name
+FILE_ENV = settings.FAILPOINTS_FILE.name
+DRIVER_PID_ENV = settings.DRIVER_PID.name
+DIR_ENV = settings.FAILPOINT_DIR.name
 HOLD_LIMIT_S = 600.0
 ACTIONS = ("kill", "kill-driver", "raise", "hold", "raise-once", "kill-once")
 #: every failure point the code places (a spec naming another is refused: it would never fire)
@@ -63,8 +65,8 @@ def _parse(text: str) -> dict[str, list[tuple[dict[str, str], str]]]:
     return points
 
 
-_ACTIVE = _parse(os.environ.get(ENV, ""))
-_FILE: dict[str, object] = {"path": os.environ.get(FILE_ENV) or None, "stamp": None, "points": {}}
+_ACTIVE = _parse(settings.FAILPOINTS.raw() or "")
+_FILE: dict[str, object] = {"path": settings.FAILPOINTS_FILE.get(), "stamp": None, "points": {}}
 
 
 def configure(text: str) -> None:
@@ -107,8 +109,8 @@ def failpoint(name: str, **context: object) -> None:
             if action == "hold":
                 _hold(spec)
                 continue
-            if action == "kill-driver" and DRIVER_PID_ENV in os.environ:
-                driver = int(os.environ[DRIVER_PID_ENV])
+            if action == "kill-driver" and settings.DRIVER_PID.is_set():
+                driver = settings.DRIVER_PID.get()
                 if os.getpgid(driver) == driver:
                     os.killpg(driver, signal.SIGKILL)
                 os.kill(driver, signal.SIGKILL)
@@ -117,7 +119,7 @@ def failpoint(name: str, **context: object) -> None:
 
 def _first_time(spec: str) -> bool:
     """Whether this is the first arrival at ``spec`` (of any process): one exclusive create."""
-    where = os.environ.get(DIR_ENV)
+    where = settings.FAILPOINT_DIR.get()
     if not where:
         raise FailpointError(f"failpoint {spec}: a -once action needs the directory {DIR_ENV}")
     try:
@@ -132,7 +134,7 @@ def _first_time(spec: str) -> bool:
 def _hold(name: str) -> None:
     import time
 
-    where = os.environ.get(DIR_ENV)
+    where = settings.FAILPOINT_DIR.get()
     if not where:
         raise FailpointError(f"failpoint {name}: hold needs the directory {DIR_ENV}")
     held = os.path.join(where, f"{name}.held")
@@ -155,14 +157,14 @@ def _hold(name: str) -> None:
 
 # --- trace and clock skew ------------------------------------------------------------------
 
-TRACE_ENV = "ITERATIONS_TRACE"
-SKEW_ENV = "ITERATIONS_CLOCK_SKEW"
+TRACE_ENV = settings.TRACE.name
+SKEW_ENV = settings.CLOCK_SKEW.name
 
 
 def trace(event: str, **context: object) -> None:
     """Append ``event`` to the file named by ITERATIONS_TRACE (one JSON line; nothing when
     unset). The fault suite counts commits and publications from it across processes."""
-    path = os.environ.get(TRACE_ENV)
+    path = settings.TRACE.get()
     if not path:
         return
     import json
@@ -175,7 +177,7 @@ def trace(event: str, **context: object) -> None:
 def clock_skew() -> float:
     """Seconds added to this process's wall clock (ITERATIONS_CLOCK_SKEW, e.g. ``-600``): the
     timestamps the runtime writes are informational, and tests skew them to prove it."""
-    text = os.environ.get(SKEW_ENV)
+    text = settings.CLOCK_SKEW.raw()
     if not text:
         return 0.0
     try:
@@ -186,8 +188,8 @@ def clock_skew() -> float:
 
 # --- S3 faults ---------------------------------------------------------------------------------
 
-S3_ENV = "ITERATIONS_S3_FAULTS"
-S3_LOG_ENV = "ITERATIONS_S3_FAULTS_LOG"
+S3_ENV = settings.S3_FAULTS.name
+S3_LOG_ENV = settings.S3_FAULTS_LOG.name
 S3_KINDS = ("500", "503", "throttle", "timeout")
 
 
@@ -218,7 +220,7 @@ def _parse_s3(text: str) -> dict[str, object] | None:
     return conf
 
 
-_S3 = _parse_s3(os.environ.get(S3_ENV, ""))
+_S3 = _parse_s3(settings.S3_FAULTS.raw() or "")
 
 
 def configure_s3(text: str) -> None:
@@ -246,7 +248,7 @@ def install_s3_faults(client, endpoint_url: str | None = None) -> None:
     }
 
     def record(kind: str, operation: str) -> None:
-        path = os.environ.get(S3_LOG_ENV)
+        path = settings.S3_FAULTS_LOG.get()
         if path:
             with open(path, "a") as f:  # one short line per fault: appends do not interleave
                 f.write(f"{os.getpid()} {kind} {operation}\n")

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import atexit
 import gc
-import os
 import threading
 
-COLLECT_AT_EXIT_ENV = "ITERATIONS_COLLECT_AT_EXIT"
+from include.process.settings import COLLECT_AT_EXIT
+
+COLLECT_AT_EXIT_ENV = COLLECT_AT_EXIT.name
 
 _registered = False
 _lock = threading.Lock()
@@ -32,7 +33,7 @@ _lock = threading.Lock()
 def skip_exit_collection() -> bool:
     """Register, once per process, the freeze of the heap at exit; whether it is registered."""
     global _registered
-    if os.environ.get(COLLECT_AT_EXIT_ENV, "").strip().lower() in ("1", "true", "yes"):
+    if COLLECT_AT_EXIT.get():
         return False
     with _lock:
         if not _registered:

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 
+from include.process.settings import LOCAL_DIR as LOCAL_DIR_SETTING
+
 #: the checkout the project runs from (./run.sh installs it editable: its packages stay here)
-PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: where the embedded defaults live: demo input, the local checkpoint store, outputs, the demo's
 #: Airflow home, the embedded Spark Connect server's state
-LOCAL_DIR = os.environ.get("ITERATIONS_LOCAL_DIR") or os.path.join(PROJECT_ROOT, ".local")
+LOCAL_DIR = LOCAL_DIR_SETTING.get() or os.path.join(PROJECT_ROOT, ".local")
 
 __all__ = ["LOCAL_DIR", "PROJECT_ROOT"]

@@ -475,6 +475,6 @@ def pinned_input_changes(store, log_id: str, spec, store_options: Mapping[str, A
     return input_changes(pinned, store_options, full=True)
 
 
-__all__ = ["CHECKED", "FILES_PIN_FORMAT", "arrival", "check_arrivals", "check_input", "check_pinned", "check_pinned_files", "check_still_there",
+__all__ = ["CHECKED", "FILES_PIN_FORMAT", "arrival", "check_arrivals", "check_input", "check_still_there",
            "describe", "file_sha256", "forget_hashes", "input_changes", "input_file_location", "list_input_files", "location_uri",
            "newest_for", "pin_input", "pinned_files", "pinned_input_changes", "published_sizes"]

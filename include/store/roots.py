@@ -28,10 +28,11 @@ from typing import Iterable, Mapping
 
 from include.errors import ConfigError, OutputError
 from include.process.paths import LOCAL_DIR
+from include.process.settings import ALLOWED_ROOTS, CHECKPOINT_ROOTS
 from include.store.location import Location, LocationError
 
-ROOTS_ENV = "ITERATIONS_ALLOWED_ROOTS"
-CHECKPOINT_ROOTS_ENV = "ITERATIONS_CHECKPOINT_ROOTS"
+ROOTS_ENV = ALLOWED_ROOTS.name
+CHECKPOINT_ROOTS_ENV = CHECKPOINT_ROOTS.name
 #: the params whose defaults give a DAG its roots
 LOCATION_PARAMS = ("input_path", "output_path", "checkpoint_root")
 #: where the DAGs' own directories are, under the project's local directory
@@ -99,12 +100,12 @@ def _parse_root(text: str) -> _Root:
 
 def deployment_roots() -> list[str]:
     """The deployment's ``ITERATIONS_ALLOWED_ROOTS``."""
-    return [r.strip() for r in os.environ.get(ROOTS_ENV, "").split(",") if r.strip()]
+    return ALLOWED_ROOTS.get()
 
 
 def deployment_checkpoint_roots() -> list[str]:
     """The deployment's ``ITERATIONS_CHECKPOINT_ROOTS``: places where no output may go."""
-    return [r.strip() for r in os.environ.get(CHECKPOINT_ROOTS_ENV, "").split(",") if r.strip()]
+    return CHECKPOINT_ROOTS.get()
 
 
 class AllowedRoots:

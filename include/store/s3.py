@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 import time
@@ -12,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from include.errors import ConfigError, InputChanged, ObjectNotFound, PermanentStoreError, StoreError, TransientStoreError
+from include.process.settings import TRUST_CONDITIONAL_WRITES
 from include.store.base import ObjectInfo, ObjectStore, RetryPolicy, check_key
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ _PERMANENT_HINTS = {
     "403": "access denied (HTTP 403): check the credentials",
 }
 
-TRUST_CONDITIONAL_WRITES_ENV = "ITERATIONS_TRUST_CONDITIONAL_WRITES"
+TRUST_CONDITIONAL_WRITES_ENV = TRUST_CONDITIONAL_WRITES.name
 PROBE_PREFIX = "_iterations/probe/"
 
 
@@ -75,15 +75,11 @@ _PROBES_LOCK = threading.Lock()
 def conditional_writes_trusted_by_environment() -> bool:
     """True when the deployment sets ITERATIONS_TRUST_CONDITIONAL_WRITES=1 (or true/yes):
     every store is taken to honour If-None-Match and never probed."""
-    value = os.environ.get(TRUST_CONDITIONAL_WRITES_ENV, "").strip().lower()
-    if value in ("", "0", "false", "no"):
-        return False
-    if value in ("1", "true", "yes"):
-        return True
-    raise ConfigError(
-        f"{TRUST_CONDITIONAL_WRITES_ENV} must be 1 (skip the conditional-write probe) or 0/unset "
-        f"(probe), got {value!r}"
-    )
+    try:
+        return TRUST_CONDITIONAL_WRITES.get()
+    except ConfigError:
+        raise ConfigError(f"{TRUST_CONDITIONAL_WRITES_ENV} must be 1 (skip the conditional-write probe) or 0/unset "
+                          f"(probe), got {TRUST_CONDITIONAL_WRITES.raw()!r}") from None
 
 
 #: a multipart upload's part (one in memory at a time; S3's minimum is 5 MiB)

@@ -17,7 +17,16 @@ from airflow.sdk import DAG, Param, TaskGroup
 from airflow.sdk.definitions.param import ParamsDict
 
 from include.checkpoints import JOB_ID_REGEX
-from include.process import LOCAL_DIR, PROJECT_ROOT  # noqa: F401 (LOCAL_DIR: for the DAG files)
+from include.process import (  # noqa: F401 (LOCAL_DIR: for the DAG files)
+    COMMIT_IN_HEAD,
+    EPOCHS_PER_BATCH,
+    INPUT_POLL_SECONDS,
+    LOCAL_DIR,
+    PROJECT_ROOT,
+    RETRIES,
+    RETRY_DELAY_SECONDS,
+    SPARK_MODE,
+)
 
 #: a location default in the DAG's own directory (include.store.dag_directory,
 #: ``<ITERATIONS_LOCAL_DIR>/dags/<dag_id>``): ``iteration_dag`` puts the DAG's id in; the
@@ -30,7 +39,7 @@ JOB_ID_PATTERN = JOB_ID_REGEX  # the job_id params' pattern: include.checkpoints
 
 # The expectation types and kwargs include.checks accepts (EXPECTATION_TYPES, EXPECTATION_KWARGS),
 # written out so that parsing a DAG file does not import the checks module; a unit test keeps
-# them equal (tests/unit/test_checks.py).
+# them equal (tests/unit/checks/test_validation.py).
 EXPECTATION_TYPES = [
     "expect_column_max_to_be_between", "expect_column_mean_to_be_between", "expect_column_median_to_be_between",
     "expect_column_min_to_be_between", "expect_column_pair_values_a_to_be_greater_than_b",
@@ -247,7 +256,7 @@ def iteration_dag(
     params: Mapping[str, Param],
     epochs_per_batch: int,
     body_param_names: tuple[str, ...] | None = None,
-    spark_mode: str = os.environ.get("ITERATIONS_SPARK_MODE", "connect"),
+    spark_mode: str = SPARK_MODE.get(),
     spark_conn_id: str | None = None,
     aws_conn_id: str | None = "aws_default",
     schedule: Any = None,
@@ -336,7 +345,7 @@ def iteration_dag(
         params = {**declared, **params}
         body_param_names = tuple(declared)
     # an override for trying things out and for tests: smaller batches, same DAG files
-    epochs_per_batch = int(os.environ.get("ITERATIONS_EPOCHS_PER_BATCH") or epochs_per_batch)
+    epochs_per_batch = EPOCHS_PER_BATCH.get() or epochs_per_batch
     if epochs_per_batch < 1:
         raise ValueError(f"epochs_per_batch must be >= 1, got {epochs_per_batch}")
     if isinstance(attempt_retries, bool) or not isinstance(attempt_retries, int) or attempt_retries < 0:
@@ -368,14 +377,11 @@ def iteration_dag(
             description="Set by the DAG's author: the OpenLineage jobs (namespace, job name pattern) besides this "
                         "DAG's own that a run's conf may name as its parent (its openlineage entry).")}
     # overrides for tests (the fault sweep): seconds between a failed task's tries, and how many
-    retry_delay = float(os.environ.get("ITERATIONS_RETRY_DELAY_SECONDS") or 10.0)
-    retries = int(os.environ.get("ITERATIONS_RETRIES") or retries)
+    retry_delay = RETRY_DELAY_SECONDS.get()
+    retries = RETRIES.get() if RETRIES.is_set() else retries
     # the deployment's override (benchmarks, tests): ITERATIONS_COMMIT_IN_HEAD=1 or 0
-    flag = (os.environ.get("ITERATIONS_COMMIT_IN_HEAD") or "").strip().lower()
-    if flag:
-        if flag not in ("1", "0", "true", "false"):
-            raise ValueError(f"ITERATIONS_COMMIT_IN_HEAD must be 1 or 0, got {flag!r}")
-        commit_in_head = flag in ("1", "true")
+    if COMMIT_IN_HEAD.is_set():
+        commit_in_head = COMMIT_IN_HEAD.get()
     with DAG(
         dag_id=dag_id,
         schedule=schedule,
@@ -405,7 +411,7 @@ def iteration_dag(
                 if wait_for_input:
                     first = InputSensor(task_id="wait_input", index=i, timeout=input_timeout,
                                         end_batch_without_input=end_batch_without_input,
-                                        poll_interval=float(os.environ.get("ITERATIONS_INPUT_POLL_SECONDS") or 5.0),
+                                        poll_interval=INPUT_POLL_SECONDS.get(),
                                         **after_previous, **common)
                     first >> head
             if previous is not None:

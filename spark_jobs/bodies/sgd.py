@@ -124,7 +124,8 @@ class IncrementalSGD(IterationBody):
                 raise InputDataError(f"sgd: column(s) {missing} not in the input files; columns: {points.columns}")
             w = {f: model.get(f, 0.0) for f in features}
             b = model.get(INTERCEPT, 0.0)
-            residual = sum((F.col(f).cast("double") * F.lit(w[f]) for f in features), F.lit(b)) - F.col(params.target).cast("double")
+            predicted = sum((F.col(f).cast("double") * F.lit(w[f]) for f in features), F.lit(b))
+            residual = predicted - F.col(params.target).cast("double")
             # one pass: the gradient sums and the rows per file
             sums = (points.select(F.col(SPLIT_COLUMN), residual.alias("r"),
                                   *[(residual * F.col(f).cast("double")).alias(f"g_{i}") for i, f in enumerate(features)])

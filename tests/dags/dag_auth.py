@@ -11,16 +11,17 @@ server's PYTHONPATH holds the checkout); nothing in the project knows about it."
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
 
-GRANTS_ENV = "ITERATIONS_TEST_DAG_GRANTS"
+from include.process.settings import TEST_DAG_GRANTS
+
+GRANTS_ENV = TEST_DAG_GRANTS.name
 
 
 def grants() -> dict[str, set[str]]:
-    raw = json.loads(os.environ.get(GRANTS_ENV) or "{}")
+    raw = json.loads(TEST_DAG_GRANTS.get() or "{}")
     return {str(user): set(dags) for user, dags in raw.items()}
 
 

@@ -70,7 +70,7 @@ def test_reports_an_aborted_attempt(tmp_path):
 def test_reports_an_attempt_another_run_superseded(tmp_path):
     """Two runs of one batch: the other run committed epoch 2 and its GC removed this attempt's
     files, so partitions 1 and 2 will never report."""
-    from tests.unit.test_checkpoint_log import write_attempt
+    from tests.unit.checkpoints.test_checkpoint_log import write_attempt
 
     log = CheckpointLog(LocalStore(tmp_path), "job")
     for e in range(3):
@@ -85,7 +85,7 @@ def test_reports_an_attempt_another_run_superseded(tmp_path):
 
 
 def test_waits_while_only_earlier_epochs_are_committed(tmp_path):
-    from tests.unit.test_checkpoint_log import write_attempt
+    from tests.unit.checkpoints.test_checkpoint_log import write_attempt
 
     log = CheckpointLog(LocalStore(tmp_path), "job")
     for e in range(2):
@@ -120,7 +120,7 @@ def test_sensor_fails_without_retry_for_a_superseded_attempt(tmp_path):
     from include.contract.config import JobConfig
     from include.epoch.job import IterationJob
     from iterations.sensors.alignment import AlignmentSensor
-    from tests.unit.test_checkpoint_log import write_attempt
+    from tests.unit.checkpoints.test_checkpoint_log import write_attempt
 
     job = IterationJob(JobConfig(job_id="job", body="pagerank", input=str(tmp_path / "in"),
                                  checkpoint_root=str(tmp_path / "ckpt")))

@@ -330,7 +330,7 @@ def test_the_asset_scheduled_dag_of_the_docs(tmp_path, capsys):
     from include.publication.outputs import output_uri, publish_dataset
     from include.store import LocalStore
     from tests.docs import block
-    from tests.unit.test_outputs import staged, stamp
+    from tests.unit.publication.test_outputs import staged, stamp
 
     page = block("docs/airflow.md", "import datetime as dt\n\nfrom airflow.sdk import DAG, task\n\n"
                                     "from iterations.assets import output_asset")

@@ -111,7 +111,8 @@ def test_the_view_of_a_finished_pagerank_run_in_the_airflow_ui(api_server, view_
 
     # the DAG run's own tab: the same job, the run's batch highlighted
     browser.get(f"{api_server.url}/dags/iterate_pagerank/runs/b2")
-    wait.until(EC.element_to_be_clickable((By.XPATH, "//*[(self::a or self::button) and normalize-space()='Iterations']"))).click()
+    menu = "//*[(self::a or self::button) and normalize-space()='Iterations']"
+    wait.until(EC.element_to_be_clickable((By.XPATH, menu))).click()
     frame = wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='/iterations/runs/iterate_pagerank/b2']")))
     browser.switch_to.frame(frame)
     wait.until(EC.presence_of_element_located((By.ID, "metric-chart")))
@@ -205,7 +206,8 @@ def test_the_view_shows_how_a_real_dag_job_recovered(api_server, airflow_env, br
     wait = WebDriverWait(browser, 90)
     _sign_in(browser, wait, api_server)
     browser.get(f"{api_server.url}/dags/iterate_pagerank/runs/{urllib.parse.quote(finished, safe='')}")
-    wait.until(EC.element_to_be_clickable((By.XPATH, "//*[(self::a or self::button) and normalize-space()='Iterations']"))).click()
+    menu = "//*[(self::a or self::button) and normalize-space()='Iterations']"
+    wait.until(EC.element_to_be_clickable((By.XPATH, menu))).click()
     frame = wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "iframe[src*='/iterations/runs/iterate_pagerank/']")))
     browser.switch_to.frame(frame)
     wait.until(EC.presence_of_element_located((By.ID, "metric-chart")))

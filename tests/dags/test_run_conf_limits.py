@@ -57,7 +57,7 @@ def test_a_run_conf_cannot_run_code_through_the_checks_param(local):
     ok, log, tries = dags_test(env, "iterate_pagerank", conf)
     assert not ok and not marker.exists(), "the shell command never ran"
     # the param's JSON schema refuses it as the run is created (the operators' own refusal, for
-    # checks that reach them otherwise, is tested in tests/unit/test_checks.py)
+    # checks that reach them otherwise, is tested in tests/unit/checks/test_validation.py)
     assert "Invalid input for param checks" in log and "condition_parser" in log and not tries, log[-3000:]
 
 

@@ -1,6 +1,7 @@
 """Fuzz every DAG's params from their JSON schema (hypothesis-jsonschema), with hostile values
 mixed in: path traversal (``../``), other buckets, other schemes, shell metacharacters,
-``--conf`` strings, control characters, Hadoop glob and list syntax, URI escapes. What the operators accept must be harmless: every path
+``--conf`` strings, control characters, Hadoop glob and list syntax, URI escapes. What the operators accept must be
+harmless: every path
 under an allowed root (checked here independently of include.store), the job id a plain name,
 and the spark-submit arguments one list element per value. The rest is refused with a
 ConfigError/ValueError (or AirflowFailException) naming the value.

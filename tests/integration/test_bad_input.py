@@ -112,7 +112,8 @@ def test_store_that_cannot_be_reached(spark, tmp_path):
     cfg = pagerank_config(tmp_path, edges, checkpoint_root="s3://some-bucket/root")
     options = {"endpoint_url": f"http://127.0.0.1:{free_port()}", "retry": RetryPolicy(3, 0.01, 0.01),
                "connect_timeout": 0.5}
-    with pytest.raises(TransientStoreError, match=r"s3://some-bucket/root/.* at http://127.0.0.1:\d+ still failing after 3 attempts"):
+    with pytest.raises(TransientStoreError,
+                       match=r"s3://some-bucket/root/.* at http://127.0.0.1:\d+ still failing after 3 attempts"):
         IterationRunner(cfg, spark, store_options=options).run()
 
 
@@ -120,7 +121,8 @@ def test_store_that_cannot_be_reached(spark, tmp_path):
 def test_store_without_bucket(spark, tmp_path, moto_endpoint):
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(5, 0.5))
     cfg = pagerank_config(tmp_path, edges, checkpoint_root="s3://missing-bucket-x/root")
-    with pytest.raises(PermanentStoreError, match=r"s3://missing-bucket-x/root/.* failed with NoSuchBucket \(the bucket does not exist\)"):
+    with pytest.raises(PermanentStoreError,
+                       match=r"s3://missing-bucket-x/root/.* failed with NoSuchBucket \(the bucket does not exist\)"):
         IterationRunner(cfg, spark, store_options={"endpoint_url": moto_endpoint}).run()
 
 

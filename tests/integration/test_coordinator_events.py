@@ -1,7 +1,8 @@
 """Coordinator events exactly once (ports of CoordinatorEventsExactlyOnceITCase and of the
 stream-operator-recipient variants), on Spark through the library runner.
 
-The job (tests/coordinator_events.py): two coordinators send 0..n-1 from their own threads at different speeds, one to partition 0, one
+The job (tests/coordinator_events.py): two coordinators send 0..n-1 from their own threads at different speeds, one
+to partition 0, one
 to partition 1, with different snapshot delays. The receiving body appends every event of its
 inbox to its variable (the receiving side's state). Failures are injected at seeded random
 points: inside an epoch, between a coordinator snapshot and the commit, inside the commit (the

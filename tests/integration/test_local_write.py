@@ -168,7 +168,8 @@ for name, rows in (("grown", 200_000), ("small", 2_000), ("few", 600)):
         out[f"{name}-{on_driver}"] = {"sha256": [[f.sha256 for f in r.files] for r in reports],
                                       "tasks": sorted({f.key.rsplit("-", 1)[1].split(".")[0] for r in reports for f in r.files}),
                                       "kept_in_spark": kept["ranks"][1] is not None,
-                                      "kept_local": "LocalRelation" in kept["ranks"][0]._jdf.queryExecution().analyzed().toString(),
+                                      "kept_local": "LocalRelation"
+                                      in kept["ranks"][0]._jdf.queryExecution().analyzed().toString(),
                                       "kept_rows": kept["ranks"][0].count(),
                                       "held": persistent() - before}
         release_kept(kept["ranks"][1])

@@ -111,7 +111,7 @@ def test_refused_epoch_retired_epoch_and_the_reports(view_stores):
 def test_a_damaged_manifest_is_listed_once_as_damaged_with_why(tmp_path):
     """Issue 64: a manifest the log refuses was listed as kept and as retired at once, with no
     word of the damage. It is neither: its epoch is ``damaged``, with the log's reason."""
-    from tests.unit.test_checkpoint_log import write_attempt
+    from tests.unit.checkpoints.test_checkpoint_log import write_attempt
 
     store = LocalStore(tmp_path / "store")
     log = CheckpointLog(store, "pr-damaged")

@@ -3,7 +3,7 @@ exactly the files its log's first plan pinned; an input rewritten in place betwe
 the same size and modification time, is refused before any Spark work, naming the file; with
 ``on_input_change=restart`` a new generation computes, from epoch 0, what a failure-free run on
 the new input computes. (The DAG's param: tests/dags/test_dags_run.py; S3 and the published
-versions: tests/unit/test_arrivals.py.)"""
+versions: tests/unit/publication/test_pinned_inputs.py.)"""
 
 from __future__ import annotations
 

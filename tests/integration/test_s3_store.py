@@ -132,7 +132,7 @@ def test_checkpoint_commit_survives_a_lost_reply(moto_endpoint, bucket):
 
     from include.checkpoints.checkpoint_log import CheckpointLog
     from include.errors import CheckpointSuperseded
-    from tests.unit.test_checkpoint_log import write_attempt
+    from tests.unit.checkpoints.test_checkpoint_log import write_attempt
 
     store = make(moto_endpoint, bucket)
     log = CheckpointLog(store, "job-s3")

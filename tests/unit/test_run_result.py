@@ -8,7 +8,8 @@ from spark_jobs.runner import RunResult
 
 
 def test_the_repr_is_one_short_line():
-    decisions = [AlignmentDecision(epoch=e, attempt_id=f"a{e}", terminated=e == 49, feedback_count=10, reason="converged" if e == 49 else None,
+    decisions = [AlignmentDecision(epoch=e, attempt_id=f"a{e}", terminated=e == 49, feedback_count=10,
+                                   reason="converged" if e == 49 else None,
                                    metrics={"l1_delta": 0.1}) for e in range(50)]
     result = RunResult("pr", HeadStatus.TERMINATED, 50, epochs_computed=list(range(3, 50)), epochs_adopted=[2],
                        restored_from=1, decisions=decisions, published={"ranks": "/out/ranks"},

@@ -40,6 +40,8 @@ from typing import Any
 
 from airflow.sdk import BaseHook
 
+from include.process import PATH
+
 SPARK_MODES = ("connect", "submit")
 _SESSION_NAMESPACE = uuid.UUID("5b0f6c1e-7d0a-4f5e-9c55-2f1d8a3c9e41")
 
@@ -276,7 +278,7 @@ class SparkEpochHook(BaseHook):
         args = submit_args(plan, checkpoint_root, store_options)
         env: dict[str, str] = {}
         if shutil.which("spark-submit") is None:  # not on PATH: the one pyspark installed next to Python
-            env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+            env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), PATH.get()])
         for key, var in (("access_key_id", "AWS_ACCESS_KEY_ID"), ("secret_access_key", "AWS_SECRET_ACCESS_KEY"),
                          ("session_token", "AWS_SESSION_TOKEN")):
             if store_options.get(key):

@@ -12,8 +12,8 @@ from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.definitions.param import ParamsDict
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-JOB_FIELDS = ("job_id", "checkpoint_root", "output_path", "output_format", "max_epochs", "tolerance", "num_partitions", "retain_last",
-              "retain_batches", "retain_history", "on_damaged_checkpoint")
+JOB_FIELDS = ("job_id", "checkpoint_root", "output_path", "output_format", "max_epochs", "tolerance", "num_partitions",
+              "retain_last", "retain_batches", "retain_history", "on_damaged_checkpoint")
 
 
 def batch_id_of(context: Mapping[str, Any]) -> str:

@@ -14,11 +14,12 @@ from airflow.providers.common.compat.sdk import XCom
 from airflow.providers.standard.operators.trigger_dagrun import XCOM_RUN_ID, TriggerDagRunLink, TriggerDagRunOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from include.process import DAGS_TEST_HANDOFF
 from iterations.operators.base import IterationOperator
 
 #: Set by a continuation that runs the next batches itself under ``airflow dags test``: the file
 #: in which the batch it started leaves the conf of the batch after it.
-HANDOFF_ENV = "ITERATIONS_DAGS_TEST_HANDOFF"
+HANDOFF_ENV = DAGS_TEST_HANDOFF.name
 
 
 def run_by_dags_test(context: Mapping[str, Any]) -> bool:
@@ -112,7 +113,7 @@ class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
         """``airflow dags test``: run the job's next batches here. A batch this task started
         hands the conf of the one after it back (``HANDOFF_ENV``) instead of starting it, so the
         batches run one after the other, never nested."""
-        handoff = os.environ.get(HANDOFF_ENV)
+        handoff = DAGS_TEST_HANDOFF.get()
         if handoff:  # this batch was started by a continuation task: it starts the next one
             with open(handoff, "w") as f:
                 json.dump({"conf": conf, "epoch": epoch}, f)

@@ -35,7 +35,8 @@ class StopRequestOperator(IterationOperator):
         missing = [k for k in ("job_id", "checkpoint_root", "mode") if not settings.get(k)]
         if missing:
             raise ConfigError(f"missing setting(s) {missing} for a stop request")
-        root = AllowedRoots.for_dag(self.allowed_roots, across_dags=self.across_dags).check("checkpoint_root", settings["checkpoint_root"])
+        roots = AllowedRoots.for_dag(self.allowed_roots, across_dags=self.across_dags)
+        root = roots.check("checkpoint_root", settings["checkpoint_root"])
         # an existing store only: a request never creates directories elsewhere
         store = open_store(root, create=False, **IterationStoreHook(self.aws_conn_id).store_options(root))
         newest = Lineage.of_job(store, settings["job_id"]).newest()

@@ -35,7 +35,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 
 from include.checkpoints import JobLayout, check_job_id
 from include.errors import ConfigError, IterationError, ObjectNotFound, StoreError
-from include.process import LOCAL_DIR
+from include.process import LOCAL_DIR, VIEW_AWS_CONN_ID
 from include.runs import JobNotFound, check_report, job_not_found, job_overview, list_jobs
 from include.store import LOCATION_PARAMS, AllowedRoots, ReadOnlyStore, dag_directory, dag_roots
 from iterations.hooks.iteration_store import IterationStoreHook
@@ -43,7 +43,7 @@ from iterations.operators.base import batch_id_of_run
 from iterations.views import page
 from iterations.views.access import JobAccess
 
-AWS_CONN_ENV = "ITERATIONS_VIEW_AWS_CONN_ID"
+AWS_CONN_ENV = VIEW_AWS_CONN_ID.name
 
 app = FastAPI(
     title="Iterations view",
@@ -150,7 +150,7 @@ def open_root(root: str | None, access: JobAccess | None = None,
         raise ViewError(403, str(e)) from None
     if not root.startswith(("s3://", "s3a://")) and not os.path.isdir(root):
         raise ViewError(404, f"no checkpoint store at root {root!r}: the directory does not exist")
-    hook = IterationStoreHook(aws_conn_id=os.environ.get(AWS_CONN_ENV, "aws_default"))
+    hook = IterationStoreHook(aws_conn_id=VIEW_AWS_CONN_ID.get())
     try:
         return root, hook.get_store(root)
     except (ConfigError, StoreError) as e:

@@ -13,7 +13,7 @@ from include.checkpoints.head_state import HeadStatus
 from include.errors import CheckpointError, ConfigError
 from include.runs.schedule import Schedule, batch_date
 from include.store import LocalStore
-from tests.unit.test_checkpoint_log import write_attempt
+from tests.unit.checkpoints.test_checkpoint_log import write_attempt
 
 D1, D2, D3 = "20260101T000000Z", "20260102T000000Z", "20260103T000000Z"
 
@@ -99,7 +99,8 @@ def test_an_older_generation_never_publishes_over_a_newer_one(sched):
     newer = sched.attach(D1, "run-2", recompute=True)
     assert newer.job_id == "daily.20260101T000000Z.r1"
     assert sched.generations_of(D1) == [first.job_id, newer.job_id]
-    with pytest.raises(CheckpointError, match="generation daily.20260101T000000Z of batch .* was superseded by daily.20260101T000000Z.r1"):
+    with pytest.raises(CheckpointError,
+                       match="generation daily.20260101T000000Z of batch .* was superseded by daily.20260101T000000Z.r1"):
         sched.check_may_publish(first)
     with pytest.raises(CheckpointError, match="superseded"):
         sched.complete(first)

@@ -29,7 +29,7 @@ from include.publication.outputs import published, published_increments
 from include.runs.boundary import EpochRun
 from include.store import sha256_hex
 
-BODY = "tests.unit.test_core_protocol:Staged"
+BODY = "tests.unit.runs.test_boundary:Staged"
 EPOCHS = 6  # max_epochs: epochs 0..5, the last one decides termination
 
 
