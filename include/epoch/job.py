@@ -33,7 +33,7 @@ from include.publication.publish import Publication, PublicationHistory
 from include.store import ObjectStore, open_store
 
 if TYPE_CHECKING:  # a run holds the lease (include.runs.boundary.start_run); the job only keeps it
-    from include.runs.ownership import Lease
+    from include.runs.leases import Lease
 
 log = logging.getLogger("iterations")
 

@@ -11,6 +11,7 @@ __all__, __getattr__, __dir__ = lazy_surface(__name__, {
     "job_opening": ["OpenedJob", "open_job"],
     "overview": ["check_report", "job_overview", "list_jobs"],
     "overview_model": ["EpochView", "JobNotFound", "JobOverview", "job_not_found"],
-    "ownership": ["Holder", "JobBusy", "JobLease", "LEASE_TTL_S", "LeaseLost", "check_claim", "read_owner"],
+    "leases": ["LEASE_TTL_S", "Holder", "JobLease"],
+    "ownership": ["JobBusy", "LeaseLost", "check_claim", "read_owner"],
     "schedule": ["Schedule", "batch_date"],
 })

@@ -45,7 +45,8 @@ from include.process.failpoints import failpoint
 from include.publication.output_owners import check_output_location
 from include.publication.outputs import check_output_path_outside_stores
 from include.runs.generations import seed
-from include.runs.ownership import Holder, JobLease, JobOwner, check_claim, claim
+from include.runs.leases import Holder, JobLease
+from include.runs.ownership import JobOwner, check_claim, claim
 from include.store import STORE_MARKER, ObjectStore
 from include.store.borders import check_input_borders, check_store_borders
 

@@ -36,7 +36,8 @@ from include.checkpoints.job_records import now_iso
 from include.checkpoints.layout import check_job_id
 from include.checkpoints.manifest import DatasetRef, Manifest
 from include.errors import CheckpointCorrupted, CheckpointError, ConfigError, ObjectNotFound
-from include.runs.ownership import Holder, JobLease, JobOwner, OwnershipError, owner_key, read_owner
+from include.runs.leases import Holder, JobLease
+from include.runs.ownership import JobOwner, OwnershipError, owner_key, read_owner
 from include.store import ObjectStore
 from include.store.borders import check_store_borders
 from include.store.transfer import copy_verified

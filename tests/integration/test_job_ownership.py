@@ -9,7 +9,8 @@ import pytest
 
 from include.checkpoints.checkpoint_log import CheckpointLog
 from include.errors import OutputError
-from include.runs.ownership import Holder, JobBusy, JobLease, OwnershipError, read_owner
+from include.runs.leases import Holder, JobLease
+from include.runs.ownership import JobBusy, OwnershipError, read_owner
 from include.store import LocalStore
 from spark_jobs.runner import IterationRunner
 from tests.helpers import graph_with_dangling, pagerank_config, write_edges

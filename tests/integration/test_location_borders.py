@@ -16,7 +16,8 @@ from include.checkpoints.checkpoint_log import CheckpointLog
 from include.checkpoints.manifest import Manifest
 from include.errors import CheckpointCorrupted, ConfigError
 from include.publication.output_owners import OUTPUT_OWNER, OutputOwned
-from include.runs.ownership import Holder, JobBusy, JobLease
+from include.runs.leases import Holder, JobLease
+from include.runs.ownership import JobBusy
 from include.store import LocalStore, LocationError, open_store
 from spark_jobs.runner import IterationRunner
 from tests.helpers import graph_with_dangling, pagerank_config, read_published, write_edges

@@ -16,8 +16,9 @@ from include.checkpoints.checkpoint_log import CheckpointLog
 from include.errors import CheckpointCorrupted, CheckpointError, ConfigError
 from include.publication.outputs import published
 from include.runs.generations import Lineage, attach, job_options, retire
+from include.runs.leases import Holder, JobLease
 from include.runs.overview import job_overview
-from include.runs.ownership import Holder, JobBusy, JobLease, JobOwner, OwnershipError, claim, owner_key, read_owner
+from include.runs.ownership import JobBusy, JobOwner, OwnershipError, claim, owner_key, read_owner
 from include.store import open_store
 from spark_jobs.runner import IterationRunner
 from tests.conftest import ROOT

@@ -345,7 +345,7 @@ def test_a_job_on_an_endpoint_that_ignores_if_none_match_refuses_to_run(ignoring
     from include.contract.config import JobConfig
     from include.epoch.job import IterationJob
     from include.runs.boundary import start_run
-    from include.runs.ownership import Holder
+    from include.runs.leases import Holder
 
     endpoint = url_of(ignoring_endpoint)
     cfg = JobConfig(job_id="pr", body="pagerank", input=str(tmp_path / "edges.csv"),

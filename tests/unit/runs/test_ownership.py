@@ -13,10 +13,9 @@ import time
 import pytest
 
 from include.errors import CheckpointCorrupted
+from include.runs.leases import Holder, JobLease
 from include.runs.ownership import (
-    Holder,
     JobBusy,
-    JobLease,
     JobOwner,
     LeaseLost,
     OwnershipError,
