@@ -72,7 +72,7 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
         run of any generation at a time); default this job. ``output_owner``: who this job
         publishes as (include.publication.output_owners); default this job of its store, outside
         Airflow. ``arrivals``: what the asset events that started this run say arrived
-        (include.publication.pinned_inputs.arrival), recorded with the input's version when it is pinned."""
+        (include.publication.arrivals.arrival), recorded with the input's version when it is pinned."""
         if warm_start is not None and warm_start.kind != "final":
             raise CheckpointError(
                 f"a job warm-starts from a final checkpoint; checkpoint {warm_start.checkpoint_id} "

@@ -7,9 +7,9 @@ __all__, __getattr__, __dir__ = lazy_surface(__name__, {
     "openlineage": ["job_lineage"],
     "output_owners": ["OutputOwner"],
     "outputs": ["output_of_uri", "output_uri", "publish_dataset", "publish_delta", "published"],
+    "arrivals": ["CHECKED", "arrival", "check_arrivals", "describe", "location_uri"],
     "pinned_inputs": [
-        "CHECKED", "arrival", "check_arrivals", "check_input", "check_still_there", "describe",
-        "forget_hashes", "input_file_location", "location_uri", "pin_input", "pinned_files",
+        "check_input", "check_still_there", "forget_hashes", "input_file_location", "pin_input", "pinned_files",
         "published_sizes"
     ],
 })

@@ -34,7 +34,7 @@ from include.checkpoints.layout import check_job_id, report_foreign
 from include.checkpoints.manifest import Manifest
 from include.checkpoints.record_schemas import SCHEDULED_DATE, SCHEDULED_GENERATION, RecordKind
 from include.errors import CheckpointError, ConfigError, ObjectNotFound
-from include.publication.pinned_inputs import MAX_ARRIVALS
+from include.publication.arrivals import MAX_ARRIVALS
 from include.runs.generations import Lineage
 from include.runs.ownership import JobOwner
 from include.store import ObjectStore
@@ -142,7 +142,7 @@ class Schedule:
         first call writes anything: it takes the date's lease (``lineage(date).base``), so that
         a recompute or a rewind waits for, or is refused by, a run that holds the batch.
         ``arrived``: what the asset events that started the run say arrived
-        (include.publication.pinned_inputs.arrival), recorded in a new generation's record."""
+        (include.publication.arrivals.arrival), recorded in a new generation's record."""
         arrived = [dict(a) for a in arrived][-MAX_ARRIVALS:]
         lineage = self.lineage(date)
         known = lineage.run_generation(run)

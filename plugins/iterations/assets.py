@@ -61,7 +61,7 @@ def unique_events(triggering_asset_events: Mapping[Any, Sequence[Any]] | None) -
 
 
 def triggering_arrivals(context: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """What the asset events that started this DAG run say arrived (include.publication.pinned_inputs.arrival:
+    """What the asset events that started this DAG run say arrived (include.publication.arrivals.arrival:
     the extra's known fields, shape-checked), oldest first; empty for a run no asset started."""
     from include.publication import arrival
 
@@ -107,7 +107,7 @@ def describe_publications(triggering_asset_events: Mapping[Any, Sequence[Any]] |
     replaced it since). An event that is not an output's (another producer's) is named and
     left out; logged as it goes. An event's ``extra`` is untrusted (anyone who may post an asset
     event writes it): only the fields a finish writes, of the right shape, are read
-    (``include.publication.pinned_inputs.arrival``); ``ignored`` names the other keys, whose values are never
+    (``include.publication.arrivals.arrival``); ``ignored`` names the other keys, whose values are never
     copied, and a field of the wrong shape is None."""
     import logging
 

@@ -1,6 +1,6 @@
 """What a DAG scheduled on outputs' Assets reads of the asset events that started it
 (iterations.assets.describe_publications): an event's ``extra`` is untrusted, so only the fields a
-finish writes, checked by shape, are taken (include.publication.pinned_inputs.arrival), never any other value."""
+finish writes, checked by shape, are taken (include.publication.arrivals.arrival), never any other value."""
 
 from __future__ import annotations
 

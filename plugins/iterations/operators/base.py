@@ -430,7 +430,7 @@ class IterationOperator(BaseOperator):
 
     def arrivals(self, context: Mapping[str, Any], config=None, store_options=None) -> list[dict[str, Any]]:
         """What the asset events that started this DAG run say arrived (iterations.assets),
-        their claims checked against the run's input (include.publication.pinned_inputs.check_arrivals) when
+        their claims checked against the run's input (include.publication.arrivals.check_arrivals) when
         ``config`` is given, logged once per task; empty for a run no asset event started."""
         from include.publication import CHECKED, check_arrivals, describe
         from iterations.assets import triggering_arrivals

@@ -15,11 +15,10 @@ import pytest
 from include.checkpoints.record_schemas import DamagedRecord
 from include.contract.config import InputSpec
 from include.errors import ConfigError, InputChanged, InputDataError
+from include.publication.arrivals import arrival, describe
 from include.publication.pinned_inputs import (
-    arrival,
     check_input,
     check_still_there,
-    describe,
     input_changes,
     pin_input,
     pinned_input_changes,
@@ -262,7 +261,7 @@ def test_the_event_that_started_a_run_and_a_newer_version(tmp_path, graph_dir, c
 def test_an_events_claims_are_checked_against_the_inputs_manifest(graph_dir):
     """A forged event's well-shaped fields are claims: only an event of the run's input naming
     its current version is shown and recorded as what arrived, with the manifest's figures."""
-    from include.publication.pinned_inputs import CHECKED, check_arrivals
+    from include.publication.arrivals import CHECKED, check_arrivals
     from include.store import Location
 
     publish_edges(graph_dir, CYCLE, job="up", checkpoint=2)
