@@ -106,8 +106,8 @@ EPOCHS_PER_BATCH = _declare("ITERATIONS_EPOCHS_PER_BATCH", "int", None, "deploye
                             "Overrides the epochs per batch of every iteration DAG.")
 INPUT_POLL_SECONDS = _declare("ITERATIONS_INPUT_POLL_SECONDS", "float", 5.0, "deployer",
                               "Seconds between two looks for new input of the wait_input sensor.")
-COMMIT_IN_HEAD = _declare("ITERATIONS_COMMIT_IN_HEAD", "switch", None, "deployer",
-                          "Overrides iteration_dag(commit_in_head=...) of every iteration DAG.")
+COMMIT_IN_HEAD = _declare("ITERATIONS_COMMIT_IN_HEAD", "text", None, "deployer",
+                          "1 or 0 (true, false): overrides iteration_dag(commit_in_head=...) of every iteration DAG.")
 COLLECT_AT_EXIT = _declare("ITERATIONS_COLLECT_AT_EXIT", "flag", False, "caller",
                            "Keep Python's garbage collection at interpreter exit (debugging).")
 

@@ -380,8 +380,11 @@ def iteration_dag(
     retry_delay = RETRY_DELAY_SECONDS.get()
     retries = RETRIES.get() if RETRIES.is_set() else retries
     # the deployment's override (benchmarks, tests): ITERATIONS_COMMIT_IN_HEAD=1 or 0
-    if COMMIT_IN_HEAD.is_set():
-        commit_in_head = COMMIT_IN_HEAD.get()
+    flag = (COMMIT_IN_HEAD.get() or "").lower()
+    if flag:
+        if flag not in ("1", "0", "true", "false"):
+            raise ValueError(f"{COMMIT_IN_HEAD.name} must be 1 or 0, got {flag!r}")
+        commit_in_head = flag in ("1", "true")
     with DAG(
         dag_id=dag_id,
         schedule=schedule,
