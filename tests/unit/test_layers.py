@@ -132,3 +132,16 @@ def test_a_bodys_metadata_and_the_airflow_side_load_without_pyspark():
                           timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "loaded: []" in done.stdout
+
+
+def test_the_map_in_the_docs_is_the_contracts():
+    """docs/how-it-works.md's map of the core lists the layers of the map contract, in order."""
+    import re
+
+    text = open(os.path.join(ROOT, "docs", "how-it-works.md")).read()
+    documented = re.findall(r"^\| \d+ \| `include\.(\w+)` \|", text, re.M)
+    layers = contract("map").split("layers =")[1].split("ignore_imports")[0].split()
+    assert documented + ["errors"] == layers
+    packages = sorted(d for d in os.listdir(os.path.join(ROOT, "include"))
+                      if os.path.isfile(os.path.join(ROOT, "include", d, "__init__.py")))
+    assert sorted(documented) == packages
