@@ -1,7 +1,7 @@
 """Library API: run a batch of epochs of a body from plain Python on one warm Spark session,
 with full checkpointing, resuming from the latest committed checkpoint when there is one.
 
-    from include.contract.config import JobConfig
+    from include import JobConfig
     from spark_jobs.runner import IterationRunner
 
     result = IterationRunner(JobConfig(job_id="pr", body="pagerank", input="edges.csv",

@@ -43,7 +43,7 @@ class Setting:
     def raw(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The variable's text, stripped; None when it is unset or empty."""
         value = (os.environ if environ is None else environ).get(self.name)
-        return value.strip() or None if value is not None else None
+        return None if value is None else (value.strip() or None)
 
     def is_set(self, environ: Mapping[str, str] | None = None) -> bool:
         return self.raw(environ) is not None

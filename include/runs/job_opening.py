@@ -54,10 +54,9 @@ def open_job(config: JobConfig, store: ObjectStore, *, owner: JobOwner, hold: Ca
         lineage = schedule.lineage(batch_date)
         generation = schedule.attach(batch_date, run, recompute=recompute, rewind_to=rewind_to, owner=owner,
                                      hold=lambda: hold(lineage.base), arrived=arrivals)
-        chosen = generation
         extra = {"warm_start": schedule.warm_start_manifest(generation), "rewound_from": generation.rewound_from,
                  "publication_family": lineage.family(generation.job_id),
-                 "may_publish": lambda: schedule.check_may_publish(chosen), "lease_id": lineage.base}
+                 "may_publish": lambda: schedule.check_may_publish(generation), "lease_id": lineage.base}
         log_id = generation.job_id
     else:
         log_id, lineage = generations.attach(

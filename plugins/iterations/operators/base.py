@@ -387,14 +387,13 @@ class IterationOperator(BaseOperator):
 
         return alive
 
-    def hold(self, context: Mapping[str, Any], store, lease_id: str):
-        """A callable that takes job ``lease_id``'s lease for this DAG run, waiting for (then
-        refused by) another live run as ``start`` does: given to include.runs.generations.attach and
-        include.runs.schedule.Schedule.attach, which call it before they write (a rewind, a
-        recompute, the run's binding to a generation)."""
+    def hold(self, context: Mapping[str, Any], store):
+        """A callable that takes a job's lease (by its id) for this DAG run, waiting for (then
+        refused by) another live run as ``start`` does: given to include.runs.open_job, which
+        calls it before it writes (a rewind, a recompute, the run's binding to a generation)."""
         from include.runs import JobLease
 
-        def hold():
+        def hold(lease_id: str) -> None:
             JobLease(store, lease_id).acquire(self.holder(context), wait=self.lease_wait,
                                               alive=self.alive(context))
 
@@ -471,7 +470,7 @@ class IterationOperator(BaseOperator):
         if not self.scheduled:
             with permanent_errors():  # a job of another owner: refused before its lease is touched
                 check_claim(store, config.job_id, owner, take_over=take_over)
-        opened = open_job(config, store, owner=owner, hold=lambda lease_id: self.hold(context, store, lease_id)(),
+        opened = open_job(config, store, owner=owner, hold=self.hold(context, store),
                           run=batch_id_of(context), rewind_to=settings.get("rewind_to"),
                           on_input_change=settings.get("on_input_change"), store_options=options,
                           batch_date=self.batch_date(context) if self.scheduled else None,
