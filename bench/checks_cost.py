@@ -55,13 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     for epoch in range(args.epochs + 1):  # epoch 0 warms the session and caches the graph
         for mode in ("off", "on") if epoch % 2 else ("on", "off"):
             job = jobs[mode]
-            plan = job.plan_epoch()
+            plan = job.attempts.plan_epoch()
             t0 = time.perf_counter()
             executor.run(plan, job.store)
             t1 = time.perf_counter()
-            job.commit(plan)
+            job.committer.commit(plan)
             t2 = time.perf_counter()
-            validation = job.last_check_report.seconds if job.last_check_report else 0.0
+            validation = job.committer.last_check_report.seconds if job.committer.last_check_report else 0.0
             if epoch == 0:
                 if mode == "on":
                     t_import = validation

@@ -181,7 +181,7 @@ class IterationRunner:
                                   self.holder)
 
     def verify_epoch(self, epoch: int, *, scratch_dir: str | None = None):
-        """The determinism audit (docs/writing-a-body.md; include.epoch.restore.Restore.verify_epoch)
+        """The determinism audit (docs/writing-a-body.md; include.epoch.restore.Restorer.verify_epoch)
         on this process's warm session: an ``include.epoch.restore.EpochVerification``."""
         def execute(plan, scratch) -> None:
             try:
@@ -189,7 +189,7 @@ class IterationRunner:
             finally:
                 self.executor.release()  # nothing of the scratch attempt is kept for a later epoch
 
-        return self.job.verify_epoch(epoch, execute, scratch_dir=scratch_dir)
+        return self.job.restorer.verify_epoch(epoch, execute, scratch_dir=scratch_dir)
 
     def _execute(self, plan: EpochPlan) -> list:
         """Run the attempt on this process's warm session: the reports its tail wrote."""
@@ -205,14 +205,14 @@ class IterationRunner:
             self.job.lease.renew_every(LEASE_TTL_S / 3)  # other hosts cannot see this process live
             return self._run(run, max_epochs_in_batch)
         except BaseException:
-            self.job.reset_coordinators()  # a failure resets the coordinators to the checkpoint
+            self.job.coordination.reset()  # a failure resets the coordinators to the checkpoint
             raise
         finally:
             run.end()
 
     def _await_input(self, state) -> bool:
         deadline = time.monotonic() + self.wait_for_input
-        while not self.job.input_available(state):
+        while not self.job.coordination.input_available(state):
             if time.monotonic() >= deadline:
                 return False
             time.sleep(self.poll_interval)

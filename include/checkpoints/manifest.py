@@ -70,7 +70,7 @@ class Manifest:
     lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle({}))
     # coordinator name -> its snapshot taken when this checkpoint was triggered (include.epoch.coordinators)
     coordinators: dict[str, Any] = field(default_factory=dict)
-    # how the checkpoint's epoch was computed, for people (include.epoch.commit.Commit._history): who
+    # how the checkpoint's epoch was computed, for people (include.epoch.commit.Committer._history): who
     # ran it, its phases' seconds, the epoch's other attempts; never read by the runtime
     history: dict[str, Any] = field(default_factory=dict)
 

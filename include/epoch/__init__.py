@@ -3,8 +3,12 @@
 from include.process.surface import lazy_surface
 
 __all__, __getattr__, __dir__ = lazy_surface(__name__, {
-    "commit": ["DataCheckFailed"],
+    "attempts": ["Attempts"],
+    "commit": ["Committer", "DataCheckFailed"],
+    "coordination": ["Coordination"],
     "job": ["IterationJob"],
     "plan": ["Check", "DEFAULT_CHECKS", "EpochPlan"],
+    "restore": ["Restorer"],
     "splits": ["FileSplitEnumerator"],
+    "stopping": ["Stopping"],
 })

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from include.checkpoints.head_state import EpochReport, HeadStatus, JobHeadState
 from include.checkpoints.lifecycle import StopMode
@@ -16,29 +16,49 @@ from include.epoch.plan import EpochPlan, head_partitions
 from include.errors import CheckpointError, CheckpointSuperseded
 from include.process.failpoints import failpoint
 
+if TYPE_CHECKING:
+    from include.epoch.coordination import Coordination
+    from include.epoch.job import IterationJob
+    from include.epoch.restore import Restorer
+    from include.publication.publish import Publisher
+
 log = logging.getLogger("iterations")
 
 
 class Attempts:
-    """The attempts part of ``include.epoch.job.IterationJob`` (a mixin over its ``config``,
-    ``store`` and ``log``)."""
+    """A job's attempts (``IterationJob.attempts``): planning an epoch or the finish from the
+    state its ``restorer`` finds (once its ``publisher`` has settled that checkpoint's outputs,
+    with the events its ``coordination`` triggers), recording the attempt, adopting a complete
+    earlier one, and what each attempt reported or left missing."""
+
+    def __init__(self, job: IterationJob, restorer: Restorer, coordination: Coordination, publisher: Publisher):
+        self.job = job
+        self.config = job.config
+        self.log = job.log
+        self.store = job.store
+        self.restorer = restorer
+        self.coordination = coordination
+        self.publisher = publisher
+        self._expectations_checked = False
 
     def check_expectations(self) -> None:
         """ConfigError, before any Spark work, if the body is unknown, its parameters bad, or the
         job's data checks name a column no checkpoint of its body can have
         (include.checks.check_columns; once per job object)."""
-        meta = self.body_meta  # an unknown body or bad parameters: ConfigError
-        if self._expectations_checked or not self.check_settings.enabled:
+        meta = self.job.body_meta  # an unknown body or bad parameters: ConfigError
+        settings = self.job.check_settings
+        if self._expectations_checked or not settings.enabled:
             return
-        check_columns(merge([*meta.get("expectations", []), *self.check_settings.expectations]), meta)
+        check_columns(merge([*meta.get("expectations", []), *settings.expectations]), meta)
         self._expectations_checked = True
 
     def _base_plan(self, kind: str, checkpoint_id: int, latest: Manifest | None, batch_id: str | None) -> EpochPlan:
+        job = self.job
         self.check_expectations()
-        self.check_input()  # the pinned input, unchanged: refused before any Spark work
-        meta = self.body_meta
-        P = self.num_partitions
-        source = latest if latest is not None else self.warm_start
+        job.check_input()  # the pinned input, unchanged: refused before any Spark work
+        meta = job.body_meta
+        P = job.num_partitions
+        source = latest if latest is not None else job.warm_start
         if source is not None:
             if source.body.get("name") != meta["name"]:
                 raise CheckpointError(
@@ -64,7 +84,7 @@ class Attempts:
             batch_id=batch_id,
             parent_id=None if latest is None else latest.checkpoint_id,
             body=meta,
-            input=self.input_spec().to_dict(),
+            input=job.input_spec().to_dict(),
             num_partitions=P,
             store=self.store.spec(),
             restore=None if source is None else {k: v.to_dict() for k, v in source.variables.items()},
@@ -73,7 +93,7 @@ class Attempts:
             tolerance=self.config.tolerance,
             warm_start=None if latest is not None or source is None
             else {"job_id": source.job_id, "checkpoint_id": source.checkpoint_id},
-            profile=self.check_settings.enabled,
+            profile=job.check_settings.enabled,
             parent_metrics=dict(latest.decision.metrics) if latest is not None and latest.decision else None,
         )
 
@@ -84,17 +104,17 @@ class Attempts:
         A complete earlier attempt with the same plan (every partition reported; for example
         its process died after the Spark job, before the commit) is adopted, not recomputed.
         """
-        state = state or self.state()
+        state = state or self.restorer.state()
         if state.status is not HeadStatus.RUNNING:
             raise CheckpointError(
                 f"job {self.config.job_id} is {state.status.value} at checkpoint "
                 f"{state.latest.checkpoint_id if state.latest else None}: no epoch left to plan"
             )
-        self.settle(state)
+        self.publisher.settle(state)
         epoch = state.next_epoch
         failpoint("head.before_plan", job=self.config.job_id, epoch=epoch)
         base = self._base_plan("epoch", epoch, state.latest, batch_id)
-        events, snapshots = self._trigger_coordinators(state.latest, epoch)
+        events, snapshots = self.coordination.trigger(state.latest, epoch)
         base = dataclasses.replace(base, events=events, coordinators=snapshots, run=dict(run) if run else None)
         plan = self._adoptable(base) or self._record(base)
         failpoint("head.after_plan", job=self.config.job_id, epoch=epoch)
@@ -104,7 +124,7 @@ class Attempts:
                     drain: bool = False, run: Mapping[str, Any] | None = None) -> EpochPlan:
         """Plan the finish step: once an epoch decided termination, or, with ``drain``, now
         (the input ends at the latest checkpoint: a drain request)."""
-        state = state or self.state()
+        state = state or self.restorer.state()
         drainable = drain and state.status is HeadStatus.RUNNING and state.latest is not None
         if not drainable and (state.status is not HeadStatus.TERMINATING or state.latest is None):
             raise CheckpointError(
@@ -112,7 +132,7 @@ class Attempts:
                 f"{'' if state.latest else ' with no checkpoint'}: finish runs once termination is "
                 "decided (or a drain is requested after at least one epoch) and before the job is terminated"
             )
-        self.settle(state)
+        self.publisher.settle(state)
         failpoint("finish.before_plan", job=self.config.job_id)
         base = self._base_plan("final", state.latest.checkpoint_id + 1, state.latest, batch_id)
         # the coordinators stay as the latest checkpoint left them
@@ -158,12 +178,38 @@ class Attempts:
         return self.live_attempts(checkpoint_id)[1]
 
     def _complete(self, plan: EpochPlan) -> bool:
-        if self._missing_outputs(plan):
+        if self.missing_outputs(plan):
             return False
         return plan.kind == "final" or not plan.aligner().missing(self.log.reports(plan.checkpoint_id, plan.attempt_id))
 
     def reports(self, plan: EpochPlan) -> list[EpochReport]:
+        """What ``plan``'s partitions reported so far (its tail's records)."""
         return self.log.reports(plan.checkpoint_id, plan.attempt_id)
+
+    def output_reports(self, plan: EpochPlan) -> list[EpochReport]:
+        """What ``plan``'s attempt staged of its outputs, one report per output and partition."""
+        prefix = f"{self.log.layout.attempt(plan.checkpoint_id, plan.attempt_id)}/_outputs/"
+        return [EpochReport.from_json(self.store.get(o.key)) for o in self.store.list(prefix) if o.key.endswith(".json")]
+
+    @staticmethod
+    def output_names(plan: EpochPlan) -> list[str]:
+        """The outputs ``plan`` writes: the body's per-epoch ones, or for the finish its final ones."""
+        return list(plan.body.get("outputs" if plan.kind == "final" else "epoch_outputs", []))
+
+    def missing_outputs(self, plan: EpochPlan, output_reports: Sequence[EpochReport] | None = None) -> list[str]:
+        """``<output>/<partition>`` of every output partition ``plan``'s attempt has not staged."""
+        names = self.output_names(plan)
+        if not names:
+            return []
+        if output_reports is None:
+            output_reports = self.output_reports(plan)
+        got = {(r.head, r.partition) for r in output_reports}
+        return [
+            f"{name}/{p}"
+            for name in names
+            for p in range(plan.num_partitions)
+            if (name, p) not in got
+        ]
 
     def raise_if_superseded(self, checkpoint_id: int, attempt_id: str) -> bool:
         """CheckpointSuperseded if another attempt committed checkpoint ``checkpoint_id``; True
@@ -180,4 +226,5 @@ class Attempts:
         )
 
     def abort(self, plan: EpochPlan, reason: str = "") -> bool:
+        """Abort ``plan``'s attempt (nothing of it is ever read); the record keeps who ran it."""
         return self.log.abort(plan.checkpoint_id, plan.attempt_id, reason, run=plan.run, batch_id=plan.batch_id)

@@ -7,16 +7,21 @@ import dataclasses
 import json
 import logging
 import time
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from include.checkpoints.head_state import AlignmentDecision, EpochReport, HeadStatus, JobHeadState
 from include.checkpoints.lifecycle import Lifecycle, StopMode
 from include.checkpoints.manifest import DatasetRef, Manifest
 from include.checks import CheckReport, merge, profile_row, runtime_expectations, schema_string, validate
 from include.epoch.coordinators import end_of_input
-from include.epoch.plan import EpochPlan
+from include.epoch.plan import DEFAULT_CHECKS, Check, EpochPlan
 from include.errors import CheckpointError, InputChanged, IterationError
 from include.process.failpoints import failpoint
+
+if TYPE_CHECKING:
+    from include.epoch.attempts import Attempts
+    from include.epoch.coordination import Coordination
+    from include.epoch.job import IterationJob
 
 log = logging.getLogger("iterations")
 
@@ -30,13 +35,26 @@ class DataCheckFailed(IterationError):
         self.report = report
 
 
-class Commit:
-    """The commit part of ``include.epoch.job.IterationJob`` (a mixin over its ``config``,
-    ``store`` and ``log``)."""
+class Committer:
+    """A job's alignment, checks between rounds and commits (``IterationJob.committer``): an
+    attempt its ``attempts`` recorded becomes checkpoint state only here, in one
+    create-if-absent write, after the Python ``checks`` and the job's data checks; its
+    ``coordination`` releases the epoch's held events once the checkpoint is committed."""
+
+    def __init__(self, job: IterationJob, attempts: Attempts, coordination: Coordination,
+                 checks: Sequence[Check] = DEFAULT_CHECKS):
+        self.job = job
+        self.config = job.config
+        self.log = job.log
+        self.store = job.store
+        self.attempts = attempts
+        self.coordination = coordination
+        self.checks = tuple(checks)
+        self.last_check_report: CheckReport | None = None  # of the latest check() in this process
 
     def align(self, plan: EpochPlan, reports: Sequence[EpochReport] | None = None) -> AlignmentDecision:
         """Global alignment; AlignmentIncomplete while a partition has not reported."""
-        reports = self.reports(plan) if reports is None else reports
+        reports = self.attempts.reports(plan) if reports is None else reports
         failpoint("align.before_decide", job=self.config.job_id, epoch=plan.epoch)
         return plan.aligner().align(plan.epoch, plan.attempt_id, list(reports))
 
@@ -47,14 +65,14 @@ class Commit:
         DataCheckFailed with a readable summary. The data checks' results are kept in the
         store either way (``last_check_report.locations``)."""
         try:
-            self.check_input()  # what the attempt read is still the pinned input (InputChanged otherwise)
+            self.job.check_input()  # what the attempt read is still the pinned input (InputChanged otherwise)
             for check in self.checks if plan.kind == "epoch" else ():
                 check(plan, decision, reports)
             report = self.data_checks(plan, decision, reports, output_reports)
             if report is not None and not report.success:
                 raise DataCheckFailed(report.summary(), report)
         except (DataCheckFailed, InputChanged) as e:
-            self.abort(plan, reason=str(e)[:2000])  # Attempts.abort: the record keeps who ran it
+            self.attempts.abort(plan, reason=str(e)[:2000])
             raise
 
     def data_checks(self, plan: EpochPlan, decision: AlignmentDecision | None, reports: Sequence[EpochReport],
@@ -62,11 +80,11 @@ class Commit:
         """Validate the attempt's profile with its suite (include.checks); keep the results
         (JSON and Great Expectations' Data Docs page) under ``checks/<epoch>/<attempt>/``."""
         self.last_check_report = None
-        if not self.check_settings.enabled:
+        if not self.job.check_settings.enabled:
             return None
         datasets: dict[str, list[EpochReport]] = {}
         if output_reports is None:
-            output_reports = self._output_reports(plan)
+            output_reports = self.attempts.output_reports(plan)
         for r in list(reports) + list(output_reports):
             datasets.setdefault(r.head, []).append(r)
         profile = profile_row(epoch=plan.checkpoint_id, kind=plan.kind, decision=decision, datasets=datasets)
@@ -83,7 +101,7 @@ class Commit:
             *runtime_expectations(plan.heads if plan.kind == "epoch" else {},
                                   decision.metrics if decision is not None else (), restored),
             *plan.body.get("expectations", []),
-            *self.check_settings.expectations,
+            *self.job.check_settings.expectations,
         ])
         report, gx_json, html = validate(specs, profile, parameters, job_id=plan.job_id,
                                          checkpoint_id=plan.checkpoint_id, attempt_id=plan.attempt_id, kind=plan.kind)
@@ -116,12 +134,12 @@ class Commit:
         if done is not None:
             return done
         started = time.time()
-        reports = list(self.reports(plan) if reports is None else reports)
+        reports = list(self.attempts.reports(plan) if reports is None else reports)
         decision = decision or self.align(plan, reports)
         if end_of_input(plan.coordinators) and not decision.terminated:
             decision = dataclasses.replace(decision, terminated=True, reason="end of input")
-        output_reports = self._output_reports(plan)
-        missing = self._missing_outputs(plan, output_reports)
+        output_reports = self.attempts.output_reports(plan)
+        missing = self.attempts.missing_outputs(plan, output_reports)
         if missing:
             raise CheckpointError(f"epoch {plan.epoch} attempt {plan.attempt_id} of job {plan.job_id} "
                                   f"has not written its epoch outputs {missing}")
@@ -129,10 +147,10 @@ class Commit:
         try:
             self.check(plan, decision, reports, output_reports)
         except (DataCheckFailed, InputChanged):
-            self.reset_coordinators()  # the checkpoint is aborted: held events dropped
+            self.coordination.reset()  # the checkpoint is aborted: held events dropped
             raise
         checks = time.monotonic() - checking
-        coords = self._committing_coordinators(plan)
+        coords = self.coordination.committing(plan)
         coords.holders["alignment"].coordinator.decide_with(decision)
         coords.reports(plan.epoch, [(r.partition, {"head": r.head, "records": r.feedback_count, "metrics": r.metrics})
                                     for r in reports], plan.events or {})
@@ -144,13 +162,13 @@ class Commit:
                 head_state=JobHeadState.from_dict(plan.head_state).after(decision, reports),
                 decision=decision,
                 variables=_datasets(reports, plan.heads, plan.head_partitions()),
-                outputs=_datasets(output_reports, self._output_names(plan), plan.num_partitions),
+                outputs=_datasets(output_reports, self.attempts.output_names(plan), plan.num_partitions),
                 lifecycle=Lifecycle.at_epoch(plan.body, terminating=decision.terminated),
                 coordinators=plan.coordinators or {},
                 history=self._history(plan, started, checks),
             )
         except BaseException:
-            self.reset_coordinators()
+            self.coordination.reset()
             raise
         failpoint("commit.after_write", job=plan.job_id, epoch=plan.epoch)
         coords.committed(manifest.checkpoint_id)  # the valves open: held events go to the next inbox
@@ -158,8 +176,8 @@ class Commit:
         return manifest
 
     def _commit_manifest(self, plan: EpochPlan, **content: Any) -> Manifest:
-        if self.lease is not None:
-            self.lease.check()  # fenced: another run took the job over
+        if self.job.lease is not None:
+            self.job.lease.check()  # fenced: another run took the job over
         # fenced too: a retry took over, or a rewind rejected its epoch (decided once, with abort)
         self.log.claim_commit(plan.checkpoint_id, plan.attempt_id)
         manifest = Manifest(
@@ -214,31 +232,9 @@ class Commit:
     def _already_committed(self, plan: EpochPlan) -> Manifest | None:
         """A retry of a commit that landed (its reply was lost, its reports since collected)
         gets the committed manifest; an attempt that lost the race is told it was superseded."""
-        if self.raise_if_superseded(plan.checkpoint_id, plan.attempt_id):
+        if self.attempts.raise_if_superseded(plan.checkpoint_id, plan.attempt_id):
             return self.log.load(plan.checkpoint_id, verify="none")
         return None
-
-    def _output_reports(self, plan: EpochPlan) -> list[EpochReport]:
-        prefix = f"{self.log.layout.attempt(plan.checkpoint_id, plan.attempt_id)}/_outputs/"
-        return [EpochReport.from_json(self.store.get(o.key)) for o in self.store.list(prefix) if o.key.endswith(".json")]
-
-    @staticmethod
-    def _output_names(plan: EpochPlan) -> list[str]:
-        return list(plan.body.get("outputs" if plan.kind == "final" else "epoch_outputs", []))
-
-    def _missing_outputs(self, plan: EpochPlan, output_reports: Sequence[EpochReport] | None = None) -> list[str]:
-        names = self._output_names(plan)
-        if not names:
-            return []
-        if output_reports is None:
-            output_reports = self._output_reports(plan)
-        got = {(r.head, r.partition) for r in output_reports}
-        return [
-            f"{name}/{p}"
-            for name in names
-            for p in range(plan.num_partitions)
-            if (name, p) not in got
-        ]
 
     def commit_finish(self, plan: EpochPlan) -> Manifest:
         """The final checkpoint: the last variables plus the outputs, status TERMINATED, every
@@ -248,8 +244,8 @@ class Commit:
         done = self._already_committed(plan)
         if done is not None:
             return done
-        output_reports = self._output_reports(plan)
-        missing = self._missing_outputs(plan, output_reports)
+        output_reports = self.attempts.output_reports(plan)
+        missing = self.attempts.missing_outputs(plan, output_reports)
         if missing:
             raise CheckpointError(
                 f"finish attempt {plan.attempt_id} of job {plan.job_id} has not written outputs {missing}"

@@ -17,19 +17,19 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from include.checkpoints.checkpoint_log import CheckpointLog
 from include.checkpoints.manifest import JobState, Manifest
-from include.checks import CheckReport, CheckSettings
+from include.checks import CheckSettings
 from include.contract.body import body_reference, resolve_body
 from include.contract.config import JobConfig
 from include.epoch.attempts import Attempts
-from include.epoch.commit import Commit, DataCheckFailed
+from include.epoch.commit import Committer, DataCheckFailed
 from include.epoch.coordination import Coordination
-from include.epoch.coordinators import Coordinator, Coordinators
+from include.epoch.coordinators import Coordinator
 from include.epoch.plan import DEFAULT_CHECKS, Check, EpochPlan
-from include.epoch.restore import Restore
+from include.epoch.restore import Restorer
 from include.epoch.stopping import Stopping
 from include.errors import CheckpointError
 from include.publication.output_owners import OutputOwner
-from include.publication.publish import Publication, PublicationHistory
+from include.publication.publish import Publisher
 from include.store import ObjectStore, open_store
 
 if TYPE_CHECKING:  # a run holds the lease (include.runs.boundary.start_run); the job only keeps it
@@ -38,10 +38,17 @@ if TYPE_CHECKING:  # a run holds the lease (include.runs.boundary.start_run); th
 log = logging.getLogger("iterations")
 
 
-class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stopping):
-    """One job's checkpoint log seen through the phases of an epoch: restore (include.epoch.restore),
-    plan (include.epoch.attempts), coordinators (include.epoch.coordination), align, check and commit
-    (include.epoch.commit), publication (include.publication.publish), stop requests (include.epoch.stopping)."""
+class IterationJob:
+    """One job's checkpoint log seen through the phases of an epoch, each an object of its own
+    over what the job holds (its config, store, log, input, lease):
+
+    - ``restorer`` (include.epoch.restore.Restorer): the state at the latest checkpoint;
+    - ``coordination`` (include.epoch.coordination.Coordination): the coordinators;
+    - ``attempts`` (include.epoch.attempts.Attempts): plan an epoch or the finish, record it;
+    - ``committer`` (include.epoch.commit.Committer): align, check and commit;
+    - ``publisher`` (include.publication.publish.Publisher): publish what a checkpoint staged;
+    - ``stopping`` (include.epoch.stopping.Stopping): stop requests and savepoints.
+    """
 
     def __init__(
         self,
@@ -85,14 +92,8 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
         self.store_options = dict(store_options or {})
         self.store = store or open_store(config.checkpoint_root, **self.store_options)
         self.log = CheckpointLog(self.store, config.job_id)
-        self.checks = tuple(checks)
         self.check_settings = CheckSettings.parse(config.checks)
-        self.last_check_report: CheckReport | None = None  # of the latest check() in this process
         self._body_meta: dict[str, Any] | None = None
-        self._expectations_checked = False
-        self._extra_coordinators = dict(coordinators or {})
-        self._coords: Coordinators | None = None
-        self._coords_valid = False  # False: restore from the store before the next use
         # this run's hold on the job (include.runs.ownership; include.runs.boundary.start_run): checked
         # before every commit and publication; None: not leased (a test driving phases by hand)
         self.lease: Lease | None = None
@@ -103,7 +104,12 @@ class IterationJob(Restore, Attempts, Coordination, Commit, Publication, Stoppin
         self.arrivals = [dict(a) for a in arrivals]
         self._input: Any = None  # input_spec(), once
         self._partitions: int | None = None  # num_partitions, once
-        self.publication_history = PublicationHistory(self.log, [CheckpointLog(self.store, j) for j in publication_family])
+        self.coordination = Coordination(self, coordinators)
+        self.restorer = Restorer(self, self.coordination)
+        self.publisher = Publisher(self, publication_family)
+        self.attempts = Attempts(self, self.restorer, self.coordination, self.publisher)
+        self.committer = Committer(self, self.attempts, self.coordination, checks)
+        self.stopping = Stopping(self.log)
 
     @property
     def body_meta(self) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from include.checkpoints.checkpoint_log import CheckpointLog
 from include.checkpoints.head_state import EpochReport, HeadStatus
@@ -15,12 +15,25 @@ from include.checkpoints.manifest import JobState, Manifest
 from include.epoch.plan import EpochPlan
 from include.errors import CheckpointCorrupted, CheckpointError, ConfigError, ObjectNotFound
 
+if TYPE_CHECKING:
+    from include.epoch.coordination import Coordination
+    from include.epoch.job import IterationJob
+
 log = logging.getLogger("iterations")
 
 
-class Restore:
-    """The restore part of ``include.epoch.job.IterationJob`` (a mixin over its ``config``,
-    ``store`` and ``log``)."""
+class Restorer:
+    """A job's state at its latest checkpoint (``IterationJob.restorer``): restored and
+    verified, or refused, or, when the job asks for it, rewound to an intact checkpoint (its
+    ``coordination`` then forgets what it held); and the determinism audit, which recomputes a
+    committed epoch from the one before."""
+
+    def __init__(self, job: IterationJob, coordination: Coordination):
+        self.job = job
+        self.config = job.config
+        self.log = job.log
+        self.store = job.store
+        self.coordination = coordination
 
     def state(self, *, verify: str = "sizes") -> JobState:
         """The job's state at its latest checkpoint, verified (``sizes`` by default: every object
@@ -64,7 +77,7 @@ class Restore:
             rejected = self.log.retention.rewind(cid, reason)
             log.warning("job %s: falling back to checkpoint %d (epoch %d): %s; checkpoints %s rejected, "
                         "their epochs are computed again", self.config.job_id, cid, manifest.epoch, reason, rejected)
-            self.reset_coordinators()
+            self.coordination.reset()
             return manifest
         raise CheckpointCorrupted(
             f"job {self.config.job_id}: {reason}; and no kept checkpoint before it is intact "
@@ -92,7 +105,7 @@ class Restore:
         if committed.kind != "epoch":
             raise ConfigError(f"--verify-epoch {epoch}: checkpoint {epoch} of job {self.config.job_id} is its "
                               f"{committed.kind} checkpoint; verify an epoch up to {epoch - 1}")
-        if committed.parent_id is None and self.warm_start is not None:
+        if committed.parent_id is None and self.job.warm_start is not None:
             raise ConfigError(f"--verify-epoch {epoch}: epoch 0 of job {self.config.job_id} warm-started from "
                               "another job's checkpoint; verify a later epoch")
         if list(scratch.list("")):
@@ -114,9 +127,9 @@ class Restore:
             CheckpointLog(scratch, self.config.job_id).seed(parent)
         # nothing is published from the scratch copy: no output location
         config = dataclasses.replace(self.config, output_path=None)
-        job = IterationJob(config, scratch, store_options=self.store_options, warm_start=self.warm_start,
+        job = IterationJob(config, scratch, store_options=self.job.store_options, warm_start=self.job.warm_start,
                            **job_options)
-        plan = job.plan_epoch(committed.batch_id, run={"runner": "verification"})
+        plan = job.attempts.plan_epoch(committed.batch_id, run={"runner": "verification"})
         if plan.epoch != epoch:
             raise CheckpointError(f"the scratch copy of job {self.config.job_id} planned epoch {plan.epoch}, not {epoch}")
         self._check_same_settings(plan, committed)
@@ -212,7 +225,7 @@ def differing_partitions(committed: Manifest, reports: Sequence[EpochReport]) ->
 
 @dataclass
 class EpochVerification:
-    """What a determinism audit (``Restore.verify_epoch``) found."""
+    """What a determinism audit (``Restorer.verify_epoch``) found."""
 
     job_id: str
     epoch: int

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from include.checkpoints.head_state import HeadStatus
 from include.checkpoints.lifecycle import StopMode
 from include.checkpoints.manifest import JobState
 
+if TYPE_CHECKING:
+    from include.checkpoints.checkpoint_log import CheckpointLog
+
 log = logging.getLogger("iterations")
 
 
 class Stopping:
-    """The stopping part of ``include.epoch.job.IterationJob`` (a mixin over its ``config``,
-    ``store`` and ``log``)."""
+    """A job's stop requests and savepoints (``IterationJob.stopping``), kept in its
+    checkpoint log ``log``."""
+
+    def __init__(self, log: CheckpointLog):
+        self.log = log
 
     def request_stop(self, mode: StopMode | str, *, requested_by: str = "") -> dict[str, Any]:
         """Ask the job, running or not, to stop at its next epoch boundary (see ``StopMode``)."""
@@ -35,10 +41,10 @@ class Stopping:
         cid = state.latest.checkpoint_id if state.latest else None
         if state.status is HeadStatus.TERMINATING:  # every epoch done: only the finish is left
             log.info("job %s suspended at checkpoint %s, TERMINATING: its epochs are done and its finish (the final "
-                     "checkpoint and the outputs' publication) runs when it resumes (%s)", self.config.job_id, cid,
+                     "checkpoint and the outputs' publication) runs when it resumes (%s)", self.log.job_id, cid,
                      reason)
         else:
-            log.info("job %s suspended at checkpoint %s (epoch %d is next when it resumes; %s)", self.config.job_id,
+            log.info("job %s suspended at checkpoint %s (epoch %d is next when it resumes; %s)", self.log.job_id,
                      cid, state.next_epoch, reason)
         return state.latest.checkpoint_id if state.latest else None
 
@@ -49,4 +55,4 @@ class Stopping:
         if state.latest is None or state.status not in (HeadStatus.RUNNING, HeadStatus.TERMINATING):
             return None
         cid = state.latest.checkpoint_id
-        return cid if self.store.exists(self.log.layout.savepoint(cid)) else None
+        return cid if self.log.store.exists(self.log.layout.savepoint(cid)) else None

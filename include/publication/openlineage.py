@@ -32,7 +32,7 @@ def dataset_name(location: str) -> tuple[str, str]:
 def job_lineage(job, *, epoch: int | None = None, checkpoint_id: int | None = None,
                 published: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
     """What a task of ``job`` read and published: ``{"job": {...}, "inputs": [...], "outputs":
-    [...]}``. ``published``: ``IterationJob.publications`` records (or per-epoch ones: name, uri,
+    [...]}``. ``published``: ``Publisher.publications`` records (or per-epoch ones: name, uri,
     extra with version), each an output dataset with its version."""
     config = job.config
     base = getattr(getattr(job, "output_owner", None), "job_id", None) or config.job_id

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from include.checkpoints.checkpoint_log import CheckpointLog
 from include.checkpoints.lifecycle import Lifecycle, OperatorState
@@ -23,12 +23,25 @@ from include.publication.outputs import (
 from include.publication.outputs import published as current_publication
 from include.store import open_store
 
+if TYPE_CHECKING:
+    from include.epoch.job import IterationJob
+
 log = logging.getLogger("iterations")
 
 
-class Publication:
-    """The publication part of ``include.epoch.job.IterationJob`` (a mixin over its ``config``,
-    ``store`` and ``log``)."""
+class Publisher:
+    """Phase two of a job's two-phase commit of outputs (``IterationJob.publisher``): what its
+    committed checkpoints staged, published once under its ``output_path``, claimed as its
+    own there first (include.publication.output_owners); ``family``: the jobs (in its store)
+    whose published versions this one's replace and may delete."""
+
+    def __init__(self, job: IterationJob, family: Sequence[str] = ()):
+        self.job = job
+        self.config = job.config
+        self.log = job.log
+        self.store = job.store
+        self.history = PublicationHistory(job.log, [CheckpointLog(job.store, j) for j in family])
+        self._output_claimed = False  # once per process: the output location is this job's
 
     def settle(self, state: JobState) -> dict[str, str]:
         """Nothing is planned on a checkpoint whose outputs are not published: publish what a
@@ -59,11 +72,12 @@ class Publication:
         done = self.log.publications.of(manifest.checkpoint_id)
         if all(name in done for name in manifest.outputs):
             return {name: done[name]["location"] for name in sorted(manifest.outputs)}
-        if self.lease is not None:
-            self.lease.check()  # a run that lost the job publishes nothing
-        out = open_store(self.config.output_path, **self.store_options)
-        if not getattr(self, "_output_claimed", False):  # once per process: the location is this job's
-            claim_output(out, self.output_owner, take_over=self.take_over)
+        job = self.job
+        if job.lease is not None:
+            job.lease.check()  # a run that lost the job publishes nothing
+        out = open_store(self.config.output_path, **job.store_options)
+        if not self._output_claimed:
+            claim_output(out, job.output_owner, take_over=job.take_over)
             self._output_claimed = True
         stamp = {"job_id": manifest.job_id, "checkpoint_id": manifest.checkpoint_id, "attempt_id": manifest.attempt_id}
         published = {}
@@ -76,9 +90,9 @@ class Publication:
                 check_not_in_store(out, name)
                 where = out.url(name)
                 mode = "overwrite" if manifest.kind == "final" else "append"
-                publish_delta(self.store, where, ds, stamp, store_options=self.store_options, mode=mode)
+                publish_delta(self.store, where, ds, stamp, store_options=job.store_options, mode=mode)
             elif manifest.kind == "final":
-                publish_dataset(self.store, out, name, ds, stamp, history=self.publication_history)
+                publish_dataset(self.store, out, name, ds, stamp, history=self.history)
                 where = out.location(name)
             else:
                 publish_increment(self.store, out, name, ds, stamp)
@@ -129,7 +143,7 @@ class Publication:
             replaces = None
             if fmt == "parquet":
                 try:
-                    current = current_publication(self.config.output_path, name, **self.store_options).manifest
+                    current = current_publication(self.config.output_path, name, **self.job.store_options).manifest
                 except (IterationError, OSError) as e:  # a reader's problem, not the announcement's
                     log.warning("output %s: its manifest could not be read (%s)",
                                 output_uri(self.config.output_path, name), e)

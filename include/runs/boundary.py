@@ -91,7 +91,7 @@ def start_run(job: IterationJob, holder: Holder, *, dag_id: str | None = None, t
     Every refusal comes before the first write. ``validate`` False: a step that plans nothing
     (a commit: its attempt's plan was validated) skips loading the body's metadata."""
     if validate:
-        job.check_expectations()  # the body, its parameters and the data checks, refused before anything is written
+        job.attempts.check_expectations()  # the body, its parameters and the data checks, refused before anything is written
     job.store.check_conditional_writes()
     if validate:  # the borders, once per planning step (a commit's step was planned by one that checked them)
         check_borders(job.config, job.store, job.store_options, job.output_owner, take_over=take_over)
@@ -103,7 +103,7 @@ def start_run(job: IterationJob, holder: Holder, *, dag_id: str | None = None, t
     mark_store(job.store)
     claim(job.store, job.config.job_id, owner, take_over=take_over, claimed_by=holder.describe())
     seed(job)  # a generation that recomputes a job from an epoch starts from a copy of its checkpoint
-    state = job.state()
+    state = job.restorer.state()
     if validate and state.status is not HeadStatus.TERMINATED:
         job.check_input(full=True)  # every pinned file's content checked (once per process), before any Spark work
     return state
@@ -151,7 +151,7 @@ def resolve_attempt(job: IterationJob, epoch: int, attempt_id: str) -> tuple[Epo
     if another attempt committed the checkpoint or the attempt was aborted."""
     recorded = job.log.read_plan(epoch, attempt_id)
     plan = EpochPlan.from_dict(recorded) if recorded is not None else None
-    if job.raise_if_superseded(epoch, attempt_id):
+    if job.attempts.raise_if_superseded(epoch, attempt_id):
         return plan, job.log.load(epoch, verify="none")
     reason = job.log.abort_reason(epoch, attempt_id)
     if reason is not None:
@@ -204,9 +204,9 @@ def attempt_failed(job: IterationJob, plan: EpochPlan, error: BaseException,
     """Abort a failed attempt (its files deleted now, not left to GC; it is never adopted) and
     return the error to raise: for a damaged restored checkpoint, the refusal that names the
     way out; otherwise ``error`` itself."""
-    job.abort(plan, reason=(reason or f"{type(error).__name__}: {error}")[:500])
+    job.attempts.abort(plan, reason=(reason or f"{type(error).__name__}: {error}")[:500])
     if isinstance(error, CheckpointCorrupted):
-        return job.refuse_damaged(error)
+        return job.restorer.refuse_damaged(error)
     return error
 
 
@@ -218,9 +218,9 @@ def align_attempt(job: IterationJob, plan: EpochPlan,
     committed the epoch meanwhile (its GC took this attempt's files: the reports will never all
     be there)."""
     try:
-        return job.align(plan, reports)
+        return job.committer.align(plan, reports)
     except AlignmentIncomplete:
-        job.raise_if_superseded(plan.checkpoint_id, plan.attempt_id)
+        job.attempts.raise_if_superseded(plan.checkpoint_id, plan.attempt_id)
         raise
 
 
@@ -229,7 +229,7 @@ def align_if_complete(job: IterationJob, plan: EpochPlan, reports: Sequence[Epoc
     """(the attempt's decision, []) once every partition of every head has reported (over
     ``reports``, or those in the store), else (None, the missing (head, partition)s): the one
     check the run task (``commit_in_head``) and the alignment sensor make before aligning."""
-    reports = job.reports(plan) if reports is None else reports
+    reports = job.attempts.reports(plan) if reports is None else reports
     missing = plan.aligner().missing(reports)
     if missing:
         return None, missing
@@ -240,8 +240,8 @@ def commit_epoch(job: IterationJob, plan: EpochPlan, decision: AlignmentDecision
                  reports: Sequence[EpochReport] | None = None) -> tuple[Manifest, dict[str, str]]:
     """Check, commit (single winner; a retry of a commit that landed gets its manifest), then
     publish the epoch's outputs: (the manifest as committed, output name -> where published)."""
-    manifest = job.commit(plan, decision, reports)
-    return manifest, job.notify_checkpoint_complete(manifest)
+    manifest = job.committer.commit(plan, decision, reports)
+    return manifest, job.publisher.notify_checkpoint_complete(manifest)
 
 
 def aligned_line(decision: AlignmentDecision) -> str:
@@ -331,30 +331,30 @@ class EpochRun:
         """What comes next (``next_step``) over the pending stop request (read once per
         boundary: ``requested``); ``asked``: this run's own stop (its ``stop`` param)."""
         state = self._state()
-        self.requested = self.job.stop_requested(state) if state.status is HeadStatus.RUNNING else None
+        self.requested = self.job.stopping.stop_requested(state) if state.status is HeadStatus.RUNNING else None
         return next_step(state, self.requested, asked=asked)
 
     def suspend(self, reason: str = "suspend requested") -> int | None:
         """Suspend at the latest checkpoint (a savepoint) unless it is already; its id."""
         state = self._state()
-        if self.job.suspended_at(state) is None:
-            return self.job.suspend(state, reason=reason)
+        if self.job.stopping.suspended_at(state) is None:
+            return self.job.stopping.suspend(state, reason=reason)
         self.job.log.control.clear_stop_request()  # suspended there already: the request is met
         return state.latest.checkpoint_id if state.latest else None
 
     def settle(self) -> dict[str, str]:
         """Publish what a crash between the latest commit and its publication left."""
-        published = self.job.settle(self._state())
+        published = self.job.publisher.settle(self._state())
         self.published.update(published)
         return published
 
     # -- an epoch -----------------------------------------------------------------------------
     def plan(self) -> EpochPlan:
-        """Plan the next epoch (``IterationJob.plan_epoch``: a complete earlier attempt is
+        """Plan the next epoch (``Attempts.plan_epoch``: a complete earlier attempt is
         adopted) after fencing what an earlier run left unfinished of it."""
         state = self._state()
         self._fence(state.next_epoch)
-        return self.job.plan_epoch(self.batch_id, state, run=self.run_info)
+        return self.job.attempts.plan_epoch(self.batch_id, state, run=self.run_info)
 
     def run(self, plan: EpochPlan) -> Sequence[EpochReport] | None:
         """Run the attempt's Spark job unless it was adopted complete: the reports its run
@@ -376,7 +376,7 @@ class EpochRun:
                 self._interrupt(plan)
             self.failed_plan = plan
             if plan.kind == "epoch":
-                missing = plan.aligner().missing(self.job.reports(plan))
+                missing = plan.aligner().missing(self.job.attempts.reports(plan))
                 self.failed_partitions = sorted({p for _h, p in missing})
             error = attempt_failed(self.job, plan, e, self._cancelled)
             if error is e:
@@ -398,7 +398,7 @@ class EpochRun:
         self._cancelled = f"cancelled: {reason}"  # the attempt's failure, once interrupted, is this cancel
         if self._interrupt is not None:
             self._interrupt(plan)
-        self.job.abort(plan, reason=self._cancelled[:500])
+        self.job.attempts.abort(plan, reason=self._cancelled[:500])
         log.warning("checkpoint %d: attempt %s cancelled (%s)", plan.checkpoint_id, plan.attempt_id, reason)
         return plan
 
@@ -419,7 +419,7 @@ class EpochRun:
 
     def committed(self, plan: EpochPlan | None, manifest: Manifest) -> EpochOutcome:
         """An attempt found committed (an earlier try's reply was lost): publish what is left."""
-        return self._committed(plan, manifest, self.job.notify_checkpoint_complete(manifest))
+        return self._committed(plan, manifest, self.job.publisher.notify_checkpoint_complete(manifest))
 
     def plan_and_run(self, retries: int = 0, planned: Callable[[EpochPlan], None] | None = None,
                      ) -> tuple[EpochPlan, Sequence[EpochReport] | None]:
@@ -445,7 +445,7 @@ class EpochRun:
                             plan.attempt_id, ", ".join(map(str, failed)), type(e).__name__, _last_line(e), retries,
                             "retry" if retries == 1 else "retries")
                 for p in failed:
-                    self.job.partition_failed(failed_plan, p)
+                    self.job.coordination.partition_failed(failed_plan, p)
 
     def epoch(self, retries: int = 0) -> EpochOutcome:
         """plan -> run -> align -> commit, the reports handed from one phase to the next;
@@ -457,16 +457,16 @@ class EpochRun:
     # -- the end of the job -------------------------------------------------------------------
     def finish(self, *, drain: bool = False) -> Manifest:
         """The final checkpoint: after the epoch that decided termination, or (``drain``) at the
-        latest checkpoint. Plans (``IterationJob.plan_finish``, which first publishes what a crash
+        latest checkpoint. Plans (``Attempts.plan_finish``, which first publishes what a crash
         left of the latest checkpoint's outputs), runs and commits it."""
-        return self.finish_with(lambda plan: self.job.commit_finish(plan), drain=drain)
+        return self.finish_with(lambda plan: self.job.committer.commit_finish(plan), drain=drain)
 
     def finish_with(self, commit: Callable[[EpochPlan], Manifest], *, drain: bool = False) -> Manifest:
         """``finish``, its commit made by ``commit(plan)`` (a task wraps it to keep the checks'
         report)."""
         state = self._state()
         self._fence(state.latest.checkpoint_id + 1 if state.latest is not None else 0)
-        plan = self.job.plan_finish(self.batch_id, state, drain=drain, run=self.run_info)
+        plan = self.job.attempts.plan_finish(self.batch_id, state, drain=drain, run=self.run_info)
         self.run(plan)
         final = commit(plan)
         self.state = state_of(final)
@@ -481,7 +481,7 @@ class EpochRun:
         if state.status is HeadStatus.TERMINATED:
             if may_publish is not None:
                 may_publish()
-            published = self.job.publish(state.latest)
+            published = self.job.publisher.publish(state.latest)
             self.published.update(published)
         if self.batch_id is not None and state.latest is not None:
             self.job.log.batches.record_final(self.batch_id, state.latest.checkpoint_id)
@@ -506,11 +506,11 @@ class EpochRun:
         if checkpoint_id in self._fenced:
             return
         self._fenced.add(checkpoint_id)
-        for plan in self.job.unfinished_attempts(checkpoint_id):
+        for plan in self.job.attempts.unfinished_attempts(checkpoint_id):
             if self._interrupt is not None:
                 self._interrupt(plan)
             why = f"{ABANDONED} (killed, lost or timed out); superseded by a new attempt of {describe_run(self.run_info)}"
-            if self.job.abort(plan, reason=why):
+            if self.job.attempts.abort(plan, reason=why):
                 log.warning("checkpoint %d: aborted attempt %s left unfinished by an earlier run or try",
                             checkpoint_id, plan.attempt_id)
 

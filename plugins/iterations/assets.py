@@ -81,7 +81,7 @@ def _events_of(asset: Asset) -> Sequence[Any]:
 
 def announce(context: Mapping[str, Any], alias: AssetAlias, publications: Iterable[Mapping[str, Any]],
              log: Any, events_of=_events_of) -> list[str]:
-    """Add an asset event (through ``alias``) for each of ``publications`` (``IterationJob.publications``)
+    """Add an asset event (through ``alias``) for each of ``publications`` (``Publisher.publications``)
     that Airflow has no event of yet; the URIs announced."""
     announced = []
     for p in publications:

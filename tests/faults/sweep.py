@@ -366,19 +366,19 @@ def zombie(spark, work: Path, seed: int) -> Outcome:
         out.runs += 1
         for kind in ("epoch", "final"):
             slow, retry = IterationJob(cfg), IterationJob(cfg)
-            plan_of = (lambda j: j.plan_epoch()) if kind == "epoch" else (lambda j: j.plan_finish())
+            plan_of = (lambda j: j.attempts.plan_epoch()) if kind == "epoch" else (lambda j: j.attempts.plan_finish())
             zplan = plan_of(slow)  # recorded; its Spark job is "still running"
             rplan = plan_of(retry)
             assert rplan.attempt_id != zplan.attempt_id
             if fenced:
-                retry.abort(zplan, reason="fenced by its retry")
+                retry.attempts.abort(zplan, reason="fenced by its retry")
             executor.run(rplan, retry.store)
-            (retry.commit(rplan) if kind == "epoch" else retry.commit_finish(rplan))
+            (retry.committer.commit(rplan) if kind == "epoch" else retry.committer.commit_finish(rplan))
             out.runs += 1
             executor.run(zplan, slow.store)  # the zombie's job ends now, after the commit
             out.faults += 1
             try:
-                (slow.commit(zplan) if kind == "epoch" else slow.commit_finish(zplan))
+                (slow.committer.commit(zplan) if kind == "epoch" else slow.committer.commit_finish(zplan))
             except CheckpointSuperseded as e:
                 if "superseded" not in str(e):
                     raise AssertionError(f"unclear refusal: {e}")
@@ -386,9 +386,9 @@ def zombie(spark, work: Path, seed: int) -> Outcome:
             if kind == "epoch":  # the epochs after k, by hand (a runner would go on to finish)
                 job = IterationJob(cfg)
                 for _ in range(k + 1, PAGERANK_EPOCHS):
-                    plan = job.plan_epoch()
+                    plan = job.attempts.plan_epoch()
                     executor.run(plan, job.store)
-                    job.commit(plan)
+                    job.committer.commit(plan)
         result = IterationRunner(cfg, spark).run()  # publishes (the zombie never can: it has no checkpoint)
         out.runs += 1
     if result.status is not HeadStatus.TERMINATED:
@@ -553,7 +553,7 @@ def chain_gap(spark, work: Path, seed: int) -> Outcome:
         IterationRunner(cfg, spark).run(max_epochs_in_batch=k + 1)
     out.runs += 1
     job = IterationJob(cfg)
-    stale = job.plan_epoch()  # planned on checkpoint k ...
+    stale = job.attempts.plan_epoch()  # planned on checkpoint k ...
     IterationRunner(cfg, spark).run(max_epochs_in_batch=1)  # ... which is no longer the latest
     out.runs += 1
     try:

@@ -95,7 +95,7 @@ def test_damaged_checkpoint_is_refused(spark, tmp_path):
     cfg = pagerank_config(tmp_path, edges, max_epochs=5, tolerance=0.0)
     IterationRunner(cfg, spark).run(max_epochs_in_batch=2)
     job = IterationJob(cfg)
-    latest = job.state().latest
+    latest = job.restorer.state().latest
     victim = latest.variables["ranks"].partitions[0][0].key
     data = bytearray(job.store.get(victim))
     data[len(data) // 2] ^= 0xFF  # flip bits, same size

@@ -159,7 +159,7 @@ def test_checks_off_means_no_profile_and_no_report(spark, edges, tmp_path):
     job = IterationJob(cfg)
     assert not list(job.store.list(f"{job.log.layout.root}/checks/"))
     fresh = IterationJob(JobConfig(**{**cfg.__dict__, "job_id": "off-plan"}))
-    assert fresh.plan_epoch().profile is False, "the tail is told not to profile"
+    assert fresh.attempts.plan_epoch().profile is False, "the tail is told not to profile"
 
 
 def test_a_bad_expectation_is_a_config_error_naming_it(spark, edges, tmp_path):

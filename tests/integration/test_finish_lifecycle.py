@@ -83,7 +83,7 @@ def assert_published_once(cfg, final_id):
     staged = [o.key for o in job.store.list(job.log.layout.attempts()) if "/outputs/centroid_history/" in o.key]
     assert staged == [], "published epoch outputs are released from staging"
     final = job.log.load(final_id)
-    lifecycle = job.lifecycle(final)
+    lifecycle = job.publisher.lifecycle(final)
     assert all(lifecycle.states[f"sink:{n}"] is OperatorState.PUBLISHED for n in ("centroids", "assignments"))
     assert lifecycle.states["head:centroids"] is OperatorState.FULLY_FINISHED
 
@@ -222,7 +222,7 @@ def test_suspend_then_resume_equals_an_uninterrupted_run(spark, edges, tmp_path)
 
     def suspend_while_running(plan, decision, reports):
         if plan.epoch == 2:
-            job.request_stop("suspend", requested_by="test")
+            job.stopping.request_stop("suspend", requested_by="test")
 
     first = IterationRunner(cfg, spark, checks=DEFAULT_CHECKS + (suspend_while_running,)).run()
     assert first.status is HeadStatus.SUSPENDED and first.suspended_at == 2
@@ -240,7 +240,7 @@ def test_suspend_then_resume_equals_an_uninterrupted_run(spark, edges, tmp_path)
 def test_suspend_before_a_run_starts_no_epoch(spark, edges, tmp_path):
     cfg = pagerank_config(tmp_path, edges, max_epochs=8, tolerance=0.0)
     IterationRunner(cfg, spark).run(max_epochs_in_batch=2)
-    IterationJob(cfg).request_stop("suspend")
+    IterationJob(cfg).stopping.request_stop("suspend")
     result = IterationRunner(cfg, spark).run()
     assert result.status is HeadStatus.SUSPENDED and result.epochs_computed == [] and result.suspended_at == 1
 
@@ -253,7 +253,7 @@ def test_drain_finishes_and_publishes_now(spark, edges, tmp_path):
 
     def drain_while_running(plan, decision, reports):
         if plan.epoch == 2:
-            job.request_stop("drain")
+            job.stopping.request_stop("drain")
 
     result = IterationRunner(cfg, spark, checks=DEFAULT_CHECKS + (drain_while_running,)).run()
     assert result.status is HeadStatus.TERMINATED and result.epochs_computed == [0, 1, 2]

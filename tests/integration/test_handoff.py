@@ -65,12 +65,12 @@ def test_only_the_checkpoint_the_executor_wrote_is_taken_from_memory(spark, tmp_
     job, x, y = IterationJob(cfg), EpochExecutor(spark, handoff=True), EpochExecutor(spark, handoff=True)
 
     def epoch(executor, commit=True):
-        plan = job.plan_epoch()
+        plan = job.attempts.plan_epoch()
         executor.run(plan, job.store)
         if commit:
-            job.commit(plan)
+            job.committer.commit(plan)
         else:
-            job.abort(plan, "test: not committed")
+            job.attempts.abort(plan, "test: not committed")
 
     epoch(x)  # checkpoint 0, written by x
     epoch(y)  # y kept nothing: reads checkpoint 0 back
@@ -94,16 +94,16 @@ def test_a_failed_attempt_keeps_nothing(spark, tmp_path, edges, caplog, tail):
     job = IterationJob(cfg)
     executor = EpochExecutor(spark, handoff=True, driver_tail_bytes=-1 if tail == "spark" else None)
     for _ in range(2):
-        plan = job.plan_epoch()
+        plan = job.attempts.plan_epoch()
         executor.run(plan, job.store)
-        job.commit(plan)
+        job.committer.commit(plan)
     kept = persistent_rdds(spark) - before  # the input's cached frames and epoch 1's kept variables
     failpoints.configure("epoch.before_write@epoch=2=raise")
     try:
-        plan = job.plan_epoch()
+        plan = job.attempts.plan_epoch()
         with pytest.raises(failpoints.FailpointError):
             executor.run(plan, job.store)
-        job.abort(plan, "test: failed")
+        job.attempts.abort(plan, "test: failed")
     finally:
         failpoints.configure("")
     left = persistent_rdds(spark) - before
@@ -112,9 +112,9 @@ def test_a_failed_attempt_keeps_nothing(spark, tmp_path, edges, caplog, tail):
         assert left < kept and len(left) == len(kept) - 1, "the variables kept from epoch 1 are freed after the failure"
     else:
         assert left == kept, "a local frame holds no blocks in Spark"
-    plan = job.plan_epoch()
+    plan = job.attempts.plan_epoch()
     executor.run(plan, job.store)  # the retry starts from the store
-    job.commit(plan)
+    job.committer.commit(plan)
     assert variables_lines(caplog, "pr-fail")[-3:] == [
         f"job pr-fail epoch 1: variables {KEPT}",
         f"job pr-fail epoch 2: variables {KEPT}", f"job pr-fail epoch 2: variables {READ}"]
@@ -134,12 +134,12 @@ def test_kept_variables_lost_with_an_executor_are_read_back_in_the_same_attempt(
     # blocks in Spark to lose: the tail runs in Spark, however small the ranks
     job, executor = IterationJob(cfg), EpochExecutor(spark, handoff=True, driver_tail_bytes=-1)
     for epoch in range(4):
-        plan = job.plan_epoch()
+        plan = job.attempts.plan_epoch()
         if epoch == 2:  # the blocks of epoch 1's kept ranks disappear, the executor's record of them stays
             (_keys, _schema, (_records, checkpointed)), = executor._kept["pr-lost"].values()
             release_kept(checkpointed)
         reports = executor.run(plan, job.store)
-        assert job.commit(plan).attempt_id == plan.attempt_id, f"epoch {epoch}"
+        assert job.committer.commit(plan).attempt_id == plan.attempt_id, f"epoch {epoch}"
         assert sorted(r.partition for r in reports) == list(range(cfg.num_partitions))
     executor.release()
     lines = variables_lines(caplog, "pr-lost")
@@ -163,13 +163,13 @@ def test_other_failures_of_an_epoch_on_kept_variables_are_not_retried(spark, tmp
     cfg = pagerank_config(tmp_path, edges, job_id="pr-other", max_epochs=10, tolerance=0.0)
     job, executor = IterationJob(cfg), EpochExecutor(spark, handoff=True)
     for _ in range(2):
-        plan = job.plan_epoch()
+        plan = job.attempts.plan_epoch()
         executor.run(plan, job.store)
-        job.commit(plan)
+        job.committer.commit(plan)
     failpoints.configure("epoch.before_write@epoch=2=raise")
     try:
         with pytest.raises(failpoints.FailpointError):
-            executor.run(job.plan_epoch(), job.store)
+            executor.run(job.attempts.plan_epoch(), job.store)
     finally:
         failpoints.configure("")
         executor.release()

@@ -142,7 +142,7 @@ def test_an_attempt_in_flight_is_running_with_its_inbox(view_stores, tmp_path):
     config = JobConfig(job_id=REFUSED_JOB, body="tests.faulty_bodies:FaultyPageRank", input=edges,
                        checkpoint_root=root, tolerance=0.0, max_epochs=10, retain_last=2, num_partitions=3,
                        body_params=refused)
-    plan = IterationJob(config).plan_epoch("r2")  # recorded, its Spark job not started
+    plan = IterationJob(config).attempts.plan_epoch("r2")  # recorded, its Spark job not started
     view = job_overview(LocalStore(root), REFUSED_JOB)
     running = view.epochs[plan.epoch]
     assert running.status == "running"
@@ -219,7 +219,7 @@ def test_every_attempt_of_an_epoch_stays_in_its_history_with_why_and_who(spark, 
     IterationRunner(config, spark).run(batch_id="b1", max_epochs_in_batch=1)
     airflow_run = {"dag_id": "iterate_pagerank", "run_id": "manual__2026-11-29T00:00:00+00:00",
                    "task_id": "epoch_1.run", "try_number": 1}
-    orphan = IterationJob(config).plan_epoch("manual__2026-11-29T00_00_00_00_00", run=airflow_run)  # its task died
+    orphan = IterationJob(config).attempts.plan_epoch("manual__2026-11-29T00_00_00_00_00", run=airflow_run)  # its task died
     failpoints.configure("epoch.before_write@epoch=1=raise")
     try:
         with pytest.raises(Exception, match="epoch.before_write"):

@@ -87,7 +87,7 @@ def test_warm_start_from_yesterdays_ranks_on_a_changed_graph(spark, tmp_path):
     # (so it takes more; run no further than that)
     cold = IterationRunner(pagerank_config(tmp_path, edges, job_id="cold.d2", tolerance=1e-10,
                                            max_epochs=len(warm.decisions)), spark).run()
-    plan0 = IterationJob(pagerank_config(tmp_path, edges, job_id="daily.d3"), warm_start=first.final).plan_epoch()
+    plan0 = IterationJob(pagerank_config(tmp_path, edges, job_id="daily.d3"), warm_start=first.final).attempts.plan_epoch()
     assert plan0.epoch == 0 and plan0.parent_id is None
     assert plan0.warm_start == {"job_id": "daily.d1", "checkpoint_id": first.checkpoint_id}
     assert plan0.restore_datasets()["ranks"] == first.final.variables["ranks"]

@@ -40,30 +40,30 @@ def test_epoch_phases_in_separate_processes(spark, tmp_path):
     edges = write_edges(tmp_path / "edges.csv", graph)
     cfg = pagerank_config(tmp_path, edges, max_epochs=3, tolerance=0.0, num_partitions=2)
 
-    plan = IterationJob(cfg).plan_epoch()
+    plan = IterationJob(cfg).attempts.plan_epoch()
     with pytest.raises(AlignmentIncomplete, match="no report yet from ranks/0, ranks/1"):
-        IterationJob(cfg).align(plan)
+        IterationJob(cfg).committer.align(plan)
 
     done = spark_submit(plan, cfg)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"attempt {plan.attempt_id}: 2 partition reports" in done.stdout + done.stderr
 
     job = IterationJob(cfg)  # a new process would build exactly this from the same config
-    decision = job.align(plan)
+    decision = job.committer.align(plan)
     assert decision.epoch == 0 and decision.feedback_count == 5 and not decision.terminated
-    manifest = job.commit(plan, decision)
-    assert manifest.checkpoint_id == 0 and job.commit(plan, decision).attempt_id == plan.attempt_id
+    manifest = job.committer.commit(plan, decision)
+    assert manifest.checkpoint_id == 0 and job.committer.commit(plan, decision).attempt_id == plan.attempt_id
 
     # epoch 1, planned twice: both run (their Spark jobs on this process's session, as a second
     # spark-submit would run them: the same EpochExecutor), one commits
-    rival = IterationJob(cfg).plan_epoch()
-    other = IterationJob(cfg).plan_epoch()
+    rival = IterationJob(cfg).attempts.plan_epoch()
+    other = IterationJob(cfg).attempts.plan_epoch()
     assert rival.epoch == other.epoch == 1 and rival.attempt_id != other.attempt_id
     for p in (rival, other):
         assert len(EpochExecutor(spark).run(p, job.store)) == 2
-    job.commit(rival)
+    job.committer.commit(rival)
     with pytest.raises(CheckpointSuperseded, match=f"committed by {rival.attempt_id}; attempt {other.attempt_id} is superseded"):
-        job.commit(other)
+        job.committer.commit(other)
 
     result = IterationRunner(cfg, spark).run()
     assert result.status is HeadStatus.TERMINATED and result.epochs_computed == [2]

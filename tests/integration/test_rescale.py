@@ -31,9 +31,9 @@ def test_resume_with_other_partition_count(spark, tmp_path, edges, uninterrupted
 
     rescaled = pagerank_config(tmp_path, edges, num_partitions=new_partitions, max_epochs=4, tolerance=0.0)
     job = IterationJob(rescaled)
-    latest = job.state().latest
+    latest = job.restorer.state().latest
     assert latest.num_partitions == 4
-    plan = job.plan_epoch()
+    plan = job.attempts.plan_epoch()
     moved = plan.head_state["heads"]["ranks"]
     in_flight = [p["in_flight"] for p in moved["partitions"]]
     assert len(in_flight) == new_partitions
@@ -44,7 +44,7 @@ def test_resume_with_other_partition_count(spark, tmp_path, edges, uninterrupted
     counts = dict(replayed.groupBy(F.spark_partition_id().alias("p")).count().collect())
     assert [counts.get(i, 0) for i in range(new_partitions)] == in_flight, \
         "each partition's head state counts exactly the records it replays"
-    job.abort(plan, "test only looked at the plan")
+    job.attempts.abort(plan, "test only looked at the plan")
 
     result = IterationRunner(rescaled, spark).run()
     assert result.restored_from == 1 and result.epochs_computed == [2, 3]

@@ -38,10 +38,10 @@ def config(tmp_path, edges, **kw):
 
 
 def run_epoch(job: IterationJob, executor: EpochExecutor):
-    plan = job.plan_epoch()
+    plan = job.attempts.plan_epoch()
     if not plan.adopted:
         executor.run(plan, job.store)
-    return plan, job.commit(plan)
+    return plan, job.committer.commit(plan)
 
 
 def finish(spark, cfg):
@@ -51,12 +51,12 @@ def finish(spark, cfg):
 def test_restore_before_epoch0_finishes(spark, tmp_path, edges, reference):
     cfg = config(tmp_path, edges)
     crashed = IterationJob(cfg)
-    crashed.plan_epoch()  # the attempt is recorded, then the process dies before its tail ran
+    crashed.attempts.plan_epoch()  # the attempt is recorded, then the process dies before its tail ran
 
     job = IterationJob(cfg)
-    state = job.state()
+    state = job.restorer.state()
     assert state.latest is None and state.status is HeadStatus.RUNNING and state.next_epoch == 0
-    plan = job.plan_epoch()
+    plan = job.attempts.plan_epoch()
     assert not plan.adopted and plan.restore is None, "nothing is replayed"
     head = plan.head_state["heads"]["ranks"]
     assert head["feedback_counts"] == {}
@@ -71,16 +71,16 @@ def test_restore_after_epoch0_finished_and_not_aligned(spark, tmp_path, edges, r
     restore re-reports epoch 0's alignment from the reports, without recomputing it."""
     cfg = config(tmp_path, edges)
     crashed = IterationJob(cfg)
-    plan = crashed.plan_epoch()
+    plan = crashed.attempts.plan_epoch()
     EpochExecutor(spark).run(plan, crashed.store)
 
     job = IterationJob(cfg)
-    assert job.state().latest is None
-    again = job.plan_epoch()
+    assert job.restorer.state().latest is None
+    again = job.attempts.plan_epoch()
     assert again.adopted and again.attempt_id == plan.attempt_id
-    reports = job.reports(again)
+    reports = job.attempts.reports(again)
     assert {r.epoch for r in reports} == {0} and len(reports) == cfg.num_partitions
-    decision = job.align(again)
+    decision = job.committer.align(again)
     assert decision.epoch == 0 and not decision.terminated
 
     result = IterationRunner(cfg, spark).run()
@@ -93,7 +93,7 @@ def test_restore_after_epoch1_aligned(spark, tmp_path, edges, reference):
     first = IterationRunner(cfg, spark).run(max_epochs_in_batch=2)
     assert first.checkpoint_id == 1 and first.status is HeadStatus.RUNNING
 
-    state = IterationJob(cfg).state(verify="full")
+    state = IterationJob(cfg).restorer.state(verify="full")
     hs = state.latest.head_state
     nodes = len(reference)
     assert hs.status is HeadStatus.RUNNING
@@ -115,7 +115,7 @@ def test_feedback_records_in_flight_then_a_checkpoint_just_before_termination(sp
     cfg = config(tmp_path, edges)
     IterationRunner(cfg, spark).run(max_epochs_in_batch=MAX_EPOCHS - 1)
     job = IterationJob(cfg)
-    state = job.state()
+    state = job.restorer.state()
     assert state.status is HeadStatus.RUNNING and state.latest.epoch == MAX_EPOCHS - 2
     assert not state.latest.decision.terminated
     latest = state.latest
@@ -146,7 +146,7 @@ def test_checkpoint_after_termination_started(spark, tmp_path, edges, reference)
         plan, manifest = run_epoch(job, executor)
     assert manifest.decision.terminated
     # The process dies after committing the terminating epoch, before the finish step.
-    state = IterationJob(cfg).state()
+    state = IterationJob(cfg).restorer.state()
     assert state.status is HeadStatus.TERMINATING
 
     result = IterationRunner(cfg, spark).run()
@@ -160,13 +160,13 @@ def test_aborted_checkpoint_leaves_no_trace(spark, tmp_path, edges, reference):
     cfg = config(tmp_path, edges)
     job, executor = IterationJob(cfg), EpochExecutor(spark)
     run_epoch(job, executor)
-    plan = job.plan_epoch()
+    plan = job.attempts.plan_epoch()
     executor.run(plan, job.store)
-    assert job.abort(plan, "test abort")
+    assert job.attempts.abort(plan, "test abort")
     assert job.store.list(job.log.layout.attempt(plan.epoch, plan.attempt_id) + "/") == []
-    assert job.state().latest.checkpoint_id == 0
+    assert job.restorer.state().latest.checkpoint_id == 0
 
-    again = job.plan_epoch()
+    again = job.attempts.plan_epoch()
     assert not again.adopted and again.attempt_id != plan.attempt_id
     result = IterationRunner(cfg, spark).run()
     assert result.epochs_computed == list(range(1, MAX_EPOCHS)), "an incomplete attempt is never adopted"

@@ -69,7 +69,7 @@ def test_pagerank_on_s3(spark, tmp_path, moto_endpoint, bucket):
     assert table_rows == ours
 
     job = IterationJob(cfg, store_options=options)
-    final = job.state().latest
+    final = job.restorer.state().latest
     job.log.load(final.checkpoint_id, verify="full")
     victim = final.outputs["ranks"].files[0].key
     s3.put_object(Bucket=bucket, Key=f"checkpoints/{victim}", Body=b"garbage")

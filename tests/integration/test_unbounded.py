@@ -103,7 +103,7 @@ def test_an_unbounded_job_runs_hundreds_of_epochs_in_bounded_store_and_memory(sp
     assert py_mb[-1] - py_mb[1] < 2.0, f"the driver's Python memory grew: {py_mb}: {grown()}"
     assert heap_mb[-1] - heap_mb[1] < 32.0, f"the JVM's heap grew: {heap_mb}"
 
-    job.request_stop("drain")
+    job.stopping.request_stop("drain")
     done = IterationRunner(cfg, spark).run(batch_id="drain")
     assert done.status is HeadStatus.TERMINATED and done.epochs_computed == []
     assert done.final.lifecycle.stop is StopMode.DRAIN

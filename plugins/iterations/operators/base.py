@@ -302,7 +302,7 @@ class IterationOperator(BaseOperator):
         return result
 
     def note_checks(self, job) -> None:
-        report = job.last_check_report
+        report = job.committer.last_check_report
         where = (report.locations.get("html") or report.locations.get("json")) if report else None
         self.data_checks_url = _link_url(where) if where else ""
         # the runtime has logged the report's summary (the "iterations" logger reaches the task log)
@@ -327,12 +327,12 @@ class IterationOperator(BaseOperator):
         if start is None:
             raise RuntimeError(f"{head_task_id} has not run in batch {batch}: run it first")
         epoch = start + index
-        state = job.state(verify="none")
+        state = job.restorer.state(verify="none")
         if state.latest is not None and epoch <= state.latest.epoch:
             return {"status": "restored", "epoch": epoch}
         if state.status is not HeadStatus.RUNNING:
             raise AirflowSkipException(f"job {job.config.job_id} is {state.status.value}: epoch {epoch} is not needed")
-        complete, unfinished = job.live_attempts(epoch)
+        complete, unfinished = job.attempts.live_attempts(epoch)
         if not complete and not unfinished:
             raise RuntimeError(f"no attempt of epoch {epoch} is recorded: run {head_task_id} first")
         return {"status": "run", "epoch": epoch, "attempt_id": (complete or unfinished)[0].attempt_id}

@@ -78,10 +78,10 @@ class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
         if not self.settings(context).get("continuation", True):
             raise AirflowSkipException("continuation is off for this run: trigger the DAG again to go on")
         job, _ = self.iteration_job(context)
-        state = job.state(verify="none")
+        state = job.restorer.state(verify="none")
         if state.status is not HeadStatus.RUNNING:
             raise AirflowSkipException(f"job {job.config.job_id} is {state.status.value}: nothing to continue")
-        if job.suspended_at(state) is not None:
+        if job.stopping.suspended_at(state) is not None:
             raise AirflowSkipException(f"job {job.config.job_id} is suspended at checkpoint "
                                        f"{state.latest.checkpoint_id}: trigger the DAG again to resume")
         conf = dict(context["params"])

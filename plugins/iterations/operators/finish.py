@@ -96,7 +96,7 @@ class FinishOperator(SparkAttemptOperator):
                 self.log.info("job %s: draining at checkpoint %d (%s)", job.config.job_id,
                               run.state.latest.checkpoint_id, why)
             final = run.finish_with(lambda plan: self.checked(
-                job, lambda: job.commit_finish(plan), "the final checkpoint",
+                job, lambda: job.committer.commit_finish(plan), "the final checkpoint",
                 "Fix the input (or the checks), then clear the finish task to compute the outputs again."),
                 drain=step is Step.DRAIN)
             self.log.info("final checkpoint %d committed", final.checkpoint_id)
@@ -117,7 +117,7 @@ class FinishOperator(SparkAttemptOperator):
                 schedule.complete(generation)
                 result.update(batch_date=generation.date, generation=generation.job_id,
                               started_from=generation.started_from)
-        elif job.suspended_at(state) is not None:
+        elif job.stopping.suspended_at(state) is not None:
             result["status"] = HeadStatus.SUSPENDED.value
             self.log.info("job %s is suspended at checkpoint %d: trigger the DAG again (same job_id) to resume "
                           "at epoch %d", job.config.job_id, state.latest.checkpoint_id, state.next_epoch)
@@ -135,7 +135,7 @@ class FinishOperator(SparkAttemptOperator):
 
         if not published:
             return []
-        publications = job.publications(manifest, names=list(published))
+        publications = job.publisher.publications(manifest, names=list(published))
         self.record_lineage(job, epoch=manifest.decision.epoch if manifest.decision else None,
                             checkpoint_id=manifest.checkpoint_id,
                             published=publications)

@@ -106,7 +106,7 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
 
     def verify(self, context: Mapping[str, Any], epoch: Any) -> dict[str, Any]:
         """The run's ``verify_epoch`` param: the determinism audit of the job's epoch ``epoch``
-        (include.epoch.restore.Restore.verify_epoch) on this DAG's Spark, in a scratch store in this
+        (include.epoch.restore.Restorer.verify_epoch) on this DAG's Spark, in a scratch store in this
         worker's temporary directory (the Spark executors must see it: the embedded and native
         deployments' do); the job's store and outputs are only read. Every later task of the run
         is skipped; the task fails naming each partition that differs."""
@@ -134,7 +134,7 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
         def execute(plan, scratch) -> None:
             hook.run_attempt(plan, scratch, {}, scratch.location())
 
-        verification = job.verify_epoch(epoch, execute)
+        verification = job.restorer.verify_epoch(epoch, execute)
         if not verification.identical:  # the later tasks end upstream_failed: the run fails
             raise AirflowFailException(verification.describe())
         self.log.info("%s", verification.describe())
@@ -157,7 +157,7 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
         commit task, if a report is missing."""
         from include.runs import aligned_line
 
-        reports = run.job.reports(plan) if reports is None else reports  # read once: align, then commit
+        reports = run.job.attempts.reports(plan) if reports is None else reports  # read once: align, then commit
         decision, missing = run.align_if_complete(plan, reports)
         if decision is None:
             self.log.info("epoch %d: %d partition report(s) missing when the Spark job ended (%s): the "

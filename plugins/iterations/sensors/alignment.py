@@ -86,7 +86,7 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
         from include.errors import CheckpointSuperseded
 
         try:
-            job.raise_if_superseded(epoch, attempt_id)
+            job.attempts.raise_if_superseded(epoch, attempt_id)
         except CheckpointSuperseded as e:
             raise AirflowFailException(f"{e}. This run lost the epoch to another run of the same job.") from e
 

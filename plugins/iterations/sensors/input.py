@@ -41,12 +41,12 @@ class InputSensor(IterationOperator, BaseSensorOperator):
         from iterations.triggers.input import InputTrigger
 
         job, _options = self.iteration_job(context)
-        state = job.state(verify="none")
+        state = job.restorer.state(verify="none")
         start = self.batch_start(job, batch_id_of(context), state.next_epoch)
         epoch = start + self.index
         if state.status is not HeadStatus.RUNNING or epoch < state.next_epoch:
             return {"status": "not needed", "epoch": epoch}
-        if job.input_available(state):
+        if job.coordination.input_available(state):
             self.log.info("job %s: input for epoch %d is there", job.config.job_id, epoch)
             return {"status": "available", "epoch": epoch}
         if self.end_batch_without_input:

@@ -10,7 +10,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 class InputTrigger(BaseTrigger):
     """Polls, from the triggerer, the job's input coordinators restored from its latest
-    checkpoint (``IterationJob.input_available``): new files under the input prefix, splits not
+    checkpoint (``Coordination.input_available``): new files under the input prefix, splits not
     yet assigned, or the end-of-input marker."""
 
     def __init__(self, *, config: dict[str, Any], aws_conn_id: str | None = "aws_default",
@@ -32,7 +32,8 @@ class InputTrigger(BaseTrigger):
         config = JobConfig.from_dict(self.config)
         hook = IterationStoreHook(self.aws_conn_id)
         options = hook.store_options(config.checkpoint_root) or hook.store_options(config.input.path)
-        return IterationJob(config, store_options=options).input_available()
+        job = IterationJob(config, store_options=options)
+        return job.coordination.input_available(job.restorer.state(verify="none"))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         while True:

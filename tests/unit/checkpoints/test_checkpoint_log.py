@@ -259,7 +259,7 @@ def test_rewind_needs_a_kept_checkpoint(log):
 
 
 def commit_as_the_runtime_does(log: CheckpointLog, m: Manifest) -> None:
-    """IterationJob._commit_manifest: the attempt's fate claimed for the commit, then the
+    """Committer._commit_manifest: the attempt's fate claimed for the commit, then the
     single-winner manifest write."""
     log.claim_commit(m.checkpoint_id, m.attempt_id)
     log.commit(m)
@@ -371,13 +371,13 @@ def test_a_stray_file_named_like_an_epoch_directory_is_reported_and_stepped_arou
         job.store.put(stray, b"not the store's")
     assert not job.log.has_started(), "a stray key is not an attempt"
 
-    first = job.plan_epoch()
-    assert job.abort(first, "its retry took over") is True
+    first = job.attempts.plan_epoch()
+    assert job.attempts.abort(first, "its retry took over") is True
     assert job.log.abort_reason(0, first.attempt_id) == "its retry took over"
-    plan = job.plan_epoch()
+    plan = job.attempts.plan_epoch()
     assert plan.attempt_id != first.attempt_id
     write_tail(job, plan)
-    assert job.commit(plan).checkpoint_id == 0
+    assert job.committer.commit(plan).checkpoint_id == 0
     committed = job.log.load(0, verify="full")
     assert committed.attempt_id == plan.attempt_id
     assert [(a["attempt_id"], a["reason"]) for a in committed.history["attempts"]] == \

@@ -187,10 +187,10 @@ def test_a_jobs_plan_uses_its_logs_count(tmp_path, small_partitions):
     size = os.path.getsize(edges)
     base = dict(job_id="pr", body="pagerank", input=str(edges), checkpoint_root=str(tmp_path / "store"))
     assert JobConfig(**base).num_partitions is None
-    plan = IterationJob(JobConfig(**base)).plan_epoch()
+    plan = IterationJob(JobConfig(**base)).attempts.plan_epoch()
     assert plan.num_partitions == -(-size // 1024) > 4
     assert len(plan.head_state["heads"]["ranks"]["partitions"]) == plan.num_partitions
-    assert IterationJob(JobConfig(**base, num_partitions=2)).plan_epoch().num_partitions == 2
+    assert IterationJob(JobConfig(**base, num_partitions=2)).attempts.plan_epoch().num_partitions == 2
 
 
 def test_a_drivers_heap_for_a_job(tmp_path, monkeypatch):

@@ -9,9 +9,9 @@ import pytest
 from include.checkpoints.checkpoint_log import CheckpointLog
 from include.checkpoints.head_state import FileRef
 from include.checkpoints.manifest import DatasetRef
-from include.epoch.job import PublicationHistory
 from include.errors import CheckpointCorrupted, OutputError
 from include.publication.outputs import PUBLISHED, publish_dataset, published
+from include.publication.publish import PublicationHistory
 from include.store import STORE_MARKER, LocalStore, sha256_hex
 
 

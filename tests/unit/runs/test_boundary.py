@@ -177,7 +177,7 @@ def test_coordinator_events_exactly_once_in_order_while_checkpoints_fail(tmp_pat
     job, numbers = new_job()
     failed, held_at_failure = [], []
     for _ in range(EPOCHS + len(FAILURES)):
-        plan = job.plan_epoch()
+        plan = job.attempts.plan_epoch()
         numbers.pump()  # sent while the epoch runs: held
         if not plan.adopted:
             fake_tail(job, plan)
@@ -187,16 +187,16 @@ def test_coordinator_events_exactly_once_in_order_while_checkpoints_fail(tmp_pat
         failpoints.configure({"fails before the manifest write": "commit.before_write=raise",
                               "fails after the manifest write": "commit.after_write=raise"}.get(how, ""))
         try:
-            manifest = job.commit(plan)
+            manifest = job.committer.commit(plan)
         except (TransientStoreError, DataCheckFailed, FailpointError):
             failed.append((plan.epoch, how))
-            held_at_failure.append(sum(len(h.valve.blocked()) for h in job.coordinators.holders.values()))
+            held_at_failure.append(sum(len(h.valve.blocked()) for h in job.coordination.coordinators.holders.values()))
             if restart:
                 job, numbers = new_job()
             continue
         finally:
             failpoints.configure("")
-        job.notify_checkpoint_complete(manifest)
+        job.publisher.notify_checkpoint_complete(manifest)
         if manifest.decision.terminated:
             break
     assert failed == sorted(FAILURES.items()), "every checkpoint failure happened, once"
@@ -217,7 +217,7 @@ def test_outputs_wait_for_the_first_checkpoint_completed_after_finish(tmp_path):
     finish attempt (not run again), commits the final checkpoint, and only then publishes, once."""
     cfg = config(tmp_path)
     run = EpochRun(IterationJob(cfg), execute=lambda plan: fake_tail(run.job, plan))
-    run.state = run.job.state()
+    run.state = run.job.restorer.state()
     while run.state.status is HeadStatus.RUNNING:
         run.epoch()
     failpoints.configure("finish.before_final_checkpoint=raise")
@@ -234,7 +234,7 @@ def test_outputs_wait_for_the_first_checkpoint_completed_after_finish(tmp_path):
     assert not os.path.exists(os.path.join(cfg.output_path, "result")), "nothing of the finish is visible"
 
     again = EpochRun(job, execute=lambda plan: pytest.fail("the finish attempt is adopted, not run again"))
-    again.state = job.state()
+    again.state = job.restorer.state()
     final = again.finish()
     assert final.kind == "final" and final.attempt_id == finish_attempt
     with pytest.raises(OutputError):
@@ -252,7 +252,7 @@ def test_finish_completes_the_pending_publication_of_the_checkpoint_before_it(tm
     first, once, and every epoch's increment is there once."""
     cfg = config(tmp_path)
     run = EpochRun(IterationJob(cfg), execute=lambda plan: fake_tail(run.job, plan))
-    run.state = run.job.state()
+    run.state = run.job.restorer.state()
     last = EPOCHS - 1
     failpoints.configure(f"publish.before_output@checkpoint={last}=raise")
     try:
@@ -262,13 +262,13 @@ def test_finish_completes_the_pending_publication_of_the_checkpoint_before_it(tm
     finally:
         failpoints.configure("")
     job = IterationJob(cfg)
-    state = job.state()
+    state = job.restorer.state()
     assert state.latest.epoch == last and state.status is HeadStatus.TERMINATING
     assert set(job.log.publications.of(last)) == set(), "its publication is pending"
 
-    plan = job.plan_finish()
+    plan = job.attempts.plan_finish()
     assert set(job.log.publications.of(last)) == {"history"}, "published before the finish runs"
     fake_tail(job, plan)
-    job.publish(job.commit_finish(plan))
+    job.publisher.publish(job.committer.commit_finish(plan))
     increments = published_increments(cfg.output_path, "history")
     assert increments.checkpoints == tuple(("core", e) for e in range(EPOCHS)), "each epoch's once, none dropped"
