@@ -12,9 +12,8 @@ from include.epoch.coordinators import (
     CoordinatorError,
     CoordinatorHolder,
     Coordinators,
-    Event,
-    Valve,
 )
+from include.epoch.valve import Event, Valve
 
 
 def ev(partition: int, seq: int) -> Event:
