@@ -4,7 +4,7 @@ name is asked for.
 
 Lazy so that importing one module of the core (``include.errors``, a store) does not import every
 package beside it, and so that packages that use each other's modules never meet half-initialised
-at import time. ``from include.epoch import EpochRun`` imports ``include.runs.boundary`` then.
+at import time. ``from include.runs import EpochRun`` imports ``include.runs.epoch_run`` then.
 """
 
 from __future__ import annotations

@@ -4,9 +4,10 @@ from include.process.surface import lazy_surface
 
 __all__, __getattr__, __dir__ = lazy_surface(__name__, {
     "boundary": [
-        "EpochRun", "Step", "align_attempt", "align_if_complete", "aligned_line", "awaiting_reports",
+        "Step", "align_attempt", "align_if_complete", "aligned_line", "awaiting_reports",
         "check_borders", "epoch_line", "metrics_text", "owner_of", "resolve_attempt", "warm_up_checks"
     ],
+    "epoch_run": ["EpochOutcome", "EpochRun"],
     "generations": ["Lineage", "check_rewind_to", "open_newest", "retire"],
     "job_opening": ["OpenedJob", "open_job"],
     "overview": ["check_report", "job_overview", "list_jobs"],

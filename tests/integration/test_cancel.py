@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from include.runs.boundary import EpochRun
+from include.runs.epoch_run import EpochRun
 from spark_jobs.runner import IterationRunner
 from tests.helpers import graph_with_dangling, pagerank_config, ranks_of, write_edges
 

@@ -401,7 +401,7 @@ class IterationOperator(BaseOperator):
 
     def start(self, context: Mapping[str, Any], run, *, validate: bool = True):
         """Before this task writes: the store probed, the job claimed for this DAG (its owner),
-        the lease held for this DAG run (include.runs.boundary.EpochRun.start); the job's state."""
+        the lease held for this DAG run (include.runs.epoch_run.EpochRun.start); the job's state."""
         return run.start(self.holder(context), dag_id=self.dag_id,
                          take_over=bool(self.settings(context).get("take_over")),
                          lease_wait=self.lease_wait, alive=self.alive(context), validate=validate)
@@ -491,7 +491,7 @@ class SparkAttemptOperator(IterationOperator):
         self.spark_conn_id = spark_conn_id
 
     def epoch_run(self, context: Mapping[str, Any]):
-        """This task's part of the run through the epoch protocol (include.runs.boundary.EpochRun):
+        """This task's part of the run through the epoch protocol (include.runs.epoch_run.EpochRun):
         its attempts run as Spark jobs through the hook (an error of ours raised in a Spark task
         surfaces as itself); what an earlier try left running is interrupted by its tag."""
         from include.runs import EpochRun
@@ -520,7 +520,7 @@ class SparkAttemptOperator(IterationOperator):
         """The task is being stopped (killed, marked failed or success from the UI, timed out):
         the attempt it runs is cancelled - its Spark work interrupted (connect: by the attempt's
         tag; submit: its spark-submit and driver killed) and the attempt aborted
-        (include.runs.boundary.EpochRun.cancel). The next run or try plans a new attempt."""
+        (include.runs.epoch_run.EpochRun.cancel). The next run or try plans a new attempt."""
         run = getattr(self, "_epoch_run", None)
         if run is None:
             return

@@ -26,7 +26,7 @@ from include.errors import OutputError, TransientStoreError
 from include.process import failpoints
 from include.process.failpoints import FailpointError
 from include.publication.outputs import published, published_increments
-from include.runs.boundary import EpochRun
+from include.runs.epoch_run import EpochRun
 from include.store import sha256_hex
 
 BODY = "tests.unit.runs.test_boundary:Staged"
