@@ -1,46 +1,20 @@
-"""What every operator of an iteration DAG shares: the job built from the DAG run's params
-(``IterationOperator``), the run's batch id, the lease holder, permanent errors (no retries),
-and running a recorded attempt as a Spark job (``SparkAttemptOperator``)."""
+"""What every operator of an iteration DAG shares (``IterationOperator``): the job built from the
+DAG run's params, its locations admitted, the lease holder, the data checks' link. What a task
+takes from its context and how it fails for good: iterations.operators.task_context; running a
+recorded attempt as a Spark job: iterations.operators.spark_attempt."""
 
 from __future__ import annotations
 
-import contextlib
-import re
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.definitions.param import ParamsDict
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from iterations.operators.task_context import batch_id_of, permanent_errors, run_of
+
 JOB_FIELDS = ("job_id", "checkpoint_root", "output_path", "output_format", "max_epochs", "tolerance", "num_partitions",
               "retain_last", "retain_batches", "retain_history", "on_damaged_checkpoint")
-
-
-def batch_id_of(context: Mapping[str, Any]) -> str:
-    """The DAG run is the batch; its id, made safe for object keys. ``airflow tasks test`` makes
-    a new temporary run for every task: there the batch is named by the logical date, so the
-    tasks of one date run by hand, one after the other, form one batch."""
-    run_id = str(context["run_id"])
-    if run_id.startswith("__airflow_temporary_run_") and context.get("logical_date") is not None:
-        run_id = f"tasks-test-{context['logical_date']:%Y%m%dT%H%M%S}"
-    return batch_id_of_run(run_id)
-
-
-def run_of(context: Mapping[str, Any]) -> dict[str, Any]:
-    """Who runs an attempt, as its plan records it for the job's history (the Iterations view
-    shows it and links the run): the DAG, the run's id as Airflow has it, the task and its try."""
-    ti = context.get("ti")
-    run = {"dag_id": getattr(context.get("dag"), "dag_id", None) or getattr(ti, "dag_id", None),
-           "run_id": str(context["run_id"]), "task_id": getattr(ti, "task_id", None),
-           "try_number": getattr(ti, "try_number", None)}
-    if isinstance(getattr(ti, "map_index", None), int) and ti.map_index >= 0:
-        run["map_index"] = ti.map_index
-    return run
-
-
-def batch_id_of_run(run_id: str) -> str:
-    """The batch id of DAG run ``run_id``: its id made safe for object keys."""
-    return re.sub(r"[^A-Za-z0-9_.\-]", "_", run_id).strip("._-")[:120] or "batch"
 
 
 class DataChecksLink(BaseOperatorLink):
@@ -78,25 +52,6 @@ def own_params(params: ParamsDict, dag: Any) -> ParamsDict:
 
 def _link_url(location: str) -> str:
     return location if "://" in location else "file://" + location
-
-
-@contextlib.contextmanager
-def permanent_errors() -> Iterator[None]:
-    """A task that fails for a reason a retry cannot change (bad params or input, a job that is
-    another's or busy, a damaged or superseded checkpoint) fails at once, without its retries:
-    Airflow's AirflowFailException with the error's own message."""
-    from include.errors import (
-        CheckpointCorrupted,
-        CheckpointSuperseded,
-        ConfigError,
-        InputDataError,
-    )
-    from include.runs import JobBusy, LeaseLost
-
-    try:
-        yield
-    except (ConfigError, InputDataError, JobBusy, LeaseLost, CheckpointCorrupted, CheckpointSuperseded) as e:
-        raise AirflowFailException(f"{type(e).__name__}: {e}") from e
 
 
 class IterationOperator(BaseOperator):
@@ -480,52 +435,3 @@ class IterationOperator(BaseOperator):
         job = opened.job
         self.record_lineage(job)
         return job, options
-
-
-class SparkAttemptOperator(IterationOperator):
-    """Base of the operators that run a recorded attempt as a Spark job."""
-
-    def __init__(self, *, spark_mode: str = "connect", spark_conn_id: str | None = None, **kwargs: Any):
-        super().__init__(**kwargs)
-        self.spark_mode = spark_mode
-        self.spark_conn_id = spark_conn_id
-
-    def epoch_run(self, context: Mapping[str, Any]):
-        """This task's part of the run through the epoch protocol (include.runs.epoch_run.EpochRun):
-        its attempts run as Spark jobs through the hook (an error of ours raised in a Spark task
-        surfaces as itself); what an earlier try left running is interrupted by its tag."""
-        from include.runs import EpochRun
-        from iterations.hooks.spark_epoch import SparkEpochHook
-
-        job, options = self.iteration_job(context)
-        hook = SparkEpochHook(self.spark_mode, self.spark_conn_id)
-
-        def execute(plan) -> None:
-            try:
-                hook.run_attempt(plan, job.store, dict(options), job.config.checkpoint_root)
-            except Exception as failure:
-                from spark_jobs.epoch import raise_executor_error
-
-                try:
-                    raise_executor_error(failure)
-                except Exception as ours:  # an error of ours raised in a Spark task, as itself
-                    if ours is not failure:
-                        raise ours from failure
-                raise
-
-        self._epoch_run = EpochRun(job, execute, batch_id_of(context), interrupt=hook.interrupt, run=run_of(context))
-        return self._epoch_run
-
-    def on_kill(self) -> None:
-        """The task is being stopped (killed, marked failed or success from the UI, timed out):
-        the attempt it runs is cancelled - its Spark work interrupted (connect: by the attempt's
-        tag; submit: its spark-submit and driver killed) and the attempt aborted
-        (include.runs.epoch_run.EpochRun.cancel). The next run or try plans a new attempt."""
-        run = getattr(self, "_epoch_run", None)
-        if run is None:
-            return
-        try:
-            run.cancel(f"task {self.task_id} was stopped")
-        except Exception as e:  # the process is going away: say why the attempt may still run
-            self.log.error("could not cancel the running attempt (%s: %s): the next run or try fences it",
-                           type(e).__name__, e)

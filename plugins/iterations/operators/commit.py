@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping, Sequence
 
-from iterations.operators.base import DataChecksLink, IterationOperator, permanent_errors
+from iterations.operators.base import DataChecksLink, IterationOperator
+from iterations.operators.task_context import permanent_errors
 
 
 class EpochCommitting(IterationOperator):

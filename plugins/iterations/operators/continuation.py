@@ -66,7 +66,7 @@ class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
                          **kwargs)
 
     def execute(self, context: Mapping[str, Any]) -> None:
-        from iterations.operators.base import permanent_errors
+        from iterations.operators.task_context import permanent_errors
 
         context["ti"].xcom_push(key=XCOM_RUN_ID, value="")  # no run triggered (yet): ContinuationLink
         with permanent_errors():

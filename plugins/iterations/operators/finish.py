@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from iterations.operators.base import DataChecksLink, SparkAttemptOperator, permanent_errors
+from iterations.operators.base import DataChecksLink
+from iterations.operators.spark_attempt import SparkAttemptOperator
+from iterations.operators.task_context import permanent_errors
 
 
 class FinishOperator(SparkAttemptOperator):

@@ -7,8 +7,10 @@ from typing import Any, Mapping
 
 from airflow.sdk.exceptions import AirflowSkipException
 
-from iterations.operators.base import DataChecksLink, SparkAttemptOperator, permanent_errors
+from iterations.operators.base import DataChecksLink
 from iterations.operators.commit import EpochCommitting
+from iterations.operators.spark_attempt import SparkAttemptOperator
+from iterations.operators.task_context import permanent_errors
 
 
 class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):

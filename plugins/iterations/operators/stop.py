@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from iterations.operators.base import IterationOperator, permanent_errors
+from iterations.operators.base import IterationOperator
+from iterations.operators.task_context import permanent_errors
 
 
 class StopRequestOperator(IterationOperator):

@@ -24,7 +24,7 @@ class AlignmentSensor(IterationOperator, BaseSensorOperator):
         self.poll_interval = poll_interval
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        from iterations.operators.base import permanent_errors
+        from iterations.operators.task_context import permanent_errors
 
         with permanent_errors():
             return self._align(context)

@@ -30,14 +30,14 @@ class InputSensor(IterationOperator, BaseSensorOperator):
         self.end_batch_without_input = end_batch_without_input
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
-        from iterations.operators.base import permanent_errors
+        from iterations.operators.task_context import permanent_errors
 
         with permanent_errors():
             return self._wait(context)
 
     def _wait(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.checkpoints import HeadStatus
-        from iterations.operators.base import batch_id_of
+        from iterations.operators.task_context import batch_id_of
         from iterations.triggers.input import InputTrigger
 
         job, _options = self.iteration_job(context)

@@ -39,7 +39,7 @@ from include.process import LOCAL_DIR, VIEW_AWS_CONN_ID
 from include.runs import JobNotFound, check_report, job_not_found, job_overview, list_jobs
 from include.store import LOCATION_PARAMS, AllowedRoots, ReadOnlyStore, dag_directory, dag_roots
 from iterations.hooks.iteration_store import IterationStoreHook
-from iterations.operators.base import batch_id_of_run
+from iterations.operators.task_context import batch_id_of_run
 from iterations.views import page
 from iterations.views.access import JobAccess
 
