@@ -12,10 +12,7 @@ else. Committing is not its business.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import logging
-import re
 import sys
 import threading
 import time
@@ -27,6 +24,8 @@ from include.epoch import EpochPlan
 from include.errors import CheckpointError, InputDataError
 from include.process import failpoint
 from include.store import ObjectStore, open_store
+from spark_jobs.executor_errors import first_line, lost_kept_block, raise_executor_error
+from spark_jobs.handover import SessionHandover
 from spark_jobs.session import is_classic, ship_body
 
 log = logging.getLogger("iterations")
@@ -76,6 +75,7 @@ class EpochExecutor:
         self._kept: dict[str, dict[str, tuple[frozenset[str], str, Any]]] = {}
         self._lock = threading.Lock()
         self._shipped: set[str] = set()  # the body references whose package this session has
+        self.handover = SessionHandover(spark)
 
     def _load(self, body: IterationBody, plan: EpochPlan, params: Any) -> tuple[dict, str]:
         """The body's static data, and where it came from: "kept from an earlier epoch" of this
@@ -83,20 +83,20 @@ class EpochExecutor:
         the shared session) or "loaded"."""
         from spark_jobs.storeio import input_version, read_input
 
-        key = self._static_key(plan)
+        key = SessionHandover.static_key(plan)
         if key in self._data:
             return self._data[key][0], "kept from an earlier epoch"
         version = None
         if self.shared and body.static_input:
             version = input_version(plan.input_spec(), **self.store_options)
-        data = self._static_named(plan, key, version) if self.shared else None
+        data = self.handover.static_named(plan, key, version) if self.shared else None
         how = "taken over from the Spark Connect session"
         if data is None:
             raw = read_input(self.spark, plan.input_spec(), plan.num_partitions, **self.store_options) \
                 if body.static_input else None
             data, how = body.load(raw, params), "loaded"
             if self.shared:
-                self._name_static(plan, key, version, data)
+                self.handover.name_static(plan, key, version, data)
         self._data[key] = (data, [df for df in data.values() if hasattr(df, "unpersist")])
         return data, how
 
@@ -105,7 +105,7 @@ class EpochExecutor:
             for df in frames:
                 df.unpersist()
             if self.shared:  # uncached: the next process loads it again, and caches it
-                self._unname_static(key)
+                self.handover.unname_static(key)
         self._data.clear()
         with self._lock:
             jobs = list(self._kept)
@@ -120,191 +120,14 @@ class EpochExecutor:
                 self._kept[job_id] = dict(keep)
         if self.shared:
             for head in set(old) - set(keep or {}):
-                self._unname(job_id, head)
+                self.handover.unname_kept(job_id, head)
             for head, (keys, schema, (_records, checkpointed)) in (keep or {}).items():
-                self._name(job_id, head, keys, schema, checkpointed)
+                self.handover.name_kept(job_id, head, keys, schema, checkpointed)
         if old:
             from spark_jobs.storeio import release_kept
 
             for _keys, _schema, (_records, checkpointed) in old.values():
                 release_kept(checkpointed)
-
-    # --- kept variables named in a shared Spark Connect session ------------------------------
-    # A local checkpoint of a Spark Connect session is a relation the server holds for the
-    # session, by id, until a client releases it or the session ends. A process that kept one
-    # names it in the session's configuration (a key per job and head: the relation's id and
-    # the digest of the object keys the tail wrote with it); the next process on the session
-    # takes it over when its plan restores exactly those objects (the committed checkpoint), and
-    # frees a named relation its plan does not restore (an aborted attempt's). Best effort: a
-    # relation or a session that is gone means reading the checkpoint.
-
-    @staticmethod
-    def _conf_key(job_id: str, head: str) -> str:
-        digest = hashlib.sha256(json.dumps([job_id, head]).encode()).hexdigest()[:32]
-        return f"iterations.kept.{digest}"
-
-    @staticmethod
-    def _keys_digest(keys: frozenset[str]) -> str:
-        return hashlib.sha256("\n".join(sorted(keys)).encode()).hexdigest()
-
-    def _name(self, job_id: str, head: str, keys: frozenset[str], schema: str, checkpointed) -> None:
-        relation = getattr(getattr(checkpointed, "_plan", None), "_relation_id", None)
-        if relation is None:  # a local frame (rows the driver held): nothing on the server
-            self._unname(job_id, head)
-            return
-        value = json.dumps({"job": job_id, "head": head, "keys": self._keys_digest(keys), "schema": schema,
-                            "relation": relation})
-        try:
-            self.spark.conf.set(self._conf_key(job_id, head), value)
-        except Exception as e:  # the session is gone: nothing to hand on
-            log.info("job %s: could not name the kept %r in the session (%s)", job_id, head, type(e).__name__)
-
-    def _conf_json(self, conf_key: str) -> Any:
-        """The JSON value the session's configuration holds under ``conf_key``: None when it
-        holds none or the session cannot be read; ValueError when it is not JSON."""
-        try:
-            text = self.spark.conf.get(conf_key, None)
-        except Exception:
-            return None
-        return json.loads(text) if text else None
-
-    def _unname(self, job_id: str, head: str) -> None:
-        try:
-            self.spark.conf.unset(self._conf_key(job_id, head))
-        except Exception:
-            pass
-
-    def _named(self, plan: EpochPlan, head: str, ds, keys: frozenset[str]) -> Any | None:
-        """Take over the relation an earlier process named for this job and head, if it holds
-        exactly the objects ``keys`` of ``ds`` (the checkpoint the plan restores): the records,
-        or None."""
-        key = self._conf_key(plan.job_id, head)
-        try:
-            named = self._conf_json(key)
-            if named is None:
-                return None
-            relation = str(named["relation"])
-            matches = (named.get("job") == plan.job_id and named.get("head") == head and named.get("schema") == ds.schema
-                       and named.get("keys") == self._keys_digest(keys))
-        except (ValueError, KeyError, TypeError):
-            self._unname(plan.job_id, head)
-            return None
-        from pyspark.sql.connect.dataframe import DataFrame
-        from pyspark.sql.connect.plan import CachedRemoteRelation
-
-        frame = DataFrame(CachedRemoteRelation(relation, self.spark), self.spark)
-        if not matches:  # kept by an attempt that never committed: freed (when ``frame`` goes)
-            log.info("job %s %s %d: the %r kept in the session is not checkpoint %s's: freed", plan.job_id,
-                     plan.kind, plan.checkpoint_id, head, plan.parent_id)
-            self._unname(plan.job_id, head)
-            return None
-        try:
-            from pyspark.sql.types import StructType
-
-            from spark_jobs.storeio import sized_for_joins
-
-            columns = [f.name for f in StructType.fromJson(json.loads(ds.schema)).fields]
-            records = sized_for_joins(frame.select(*columns), ds.size)
-            records.schema  # one round trip: the server still holds the relation
-        except Exception as e:
-            log.info("job %s %s %d: the %r kept in the session is gone (%s)", plan.job_id, plan.kind,
-                     plan.checkpoint_id, head, _first_line(e))
-            self._unname(plan.job_id, head)
-            return None
-        with self._lock:
-            self._kept.setdefault(plan.job_id, {})[head] = (keys, ds.schema, (records, frame))
-        log.info("job %s %s %d: %r taken over from the Spark Connect session (kept by the attempt that wrote "
-                 "checkpoint %s)", plan.job_id, plan.kind, plan.checkpoint_id, head, plan.parent_id)
-        return records
-
-    # --- static data named in a shared Spark Connect session --------------------------------
-    # What a body's ``load`` returned, for the next process on the session: each DataFrame as a
-    # temporary view of the session (its plan, so Spark's cache of it still serves it), the
-    # other values as JSON, under a key per body, params and input, with the input's version
-    # (its files' names, sizes and times) when it was loaded. The next process takes them over
-    # instead of loading again when the input is still that version; anything else (another
-    # version, a value that is not plain JSON, a view gone) means loading.
-
-    @staticmethod
-    def _static_key(plan: EpochPlan) -> str:
-        return json.dumps([plan.body["name"], plan.body.get("params"), plan.input], sort_keys=True, default=str)
-
-    @staticmethod
-    def _static_conf_key(key: str) -> str:
-        return f"iterations.static.{hashlib.sha256(key.encode()).hexdigest()[:32]}"
-
-    def _name_static(self, plan: EpochPlan, key: str, version: str | None, data: Mapping[str, Any]) -> None:
-        from pyspark.sql.connect.dataframe import DataFrame
-
-        conf_key = self._static_conf_key(key)
-        digest = conf_key.rsplit(".", 1)[1]
-        frames, values = {}, {}
-        for i, (name, value) in enumerate(sorted(data.items(), key=lambda item: str(item[0]))):
-            if not isinstance(name, str):
-                return
-            if isinstance(value, DataFrame):
-                frames[name] = f"iterations_static_{digest}_{i}"
-            elif handed_on(value):
-                values[name] = value
-            else:
-                log.info("job %s: the static data of body %r is not handed on to the next process: %r is a %s, "
-                         "not a DataFrame or a JSON value (a number, a string, a boolean, None, or lists or dicts "
-                         "of them)", plan.job_id, plan.body["name"], name, type(value).__name__)
-                return
-        try:
-            for name, view in frames.items():
-                data[name].createOrReplaceTempView(view)
-            self.spark.conf.set(conf_key, json.dumps(
-                {"key": key, "version": version, "frames": frames, "values": values}, sort_keys=True))
-        except Exception as e:  # the session is gone: nothing to hand on
-            log.info("job %s: could not name the static data in the session (%s)", plan.job_id, type(e).__name__)
-
-    def _static_named(self, plan: EpochPlan, key: str, version: str | None) -> dict[str, Any] | None:
-        """The static data an earlier process named for ``key`` and this version of the input,
-        or None."""
-        try:
-            named = self._conf_json(self._static_conf_key(key))
-            if named is None:
-                return None
-            frames, values = dict(named["frames"]), dict(named["values"])
-            valid = named["key"] == key and all(
-                isinstance(n, str) and isinstance(v, str) and _STATIC_VIEW.fullmatch(v) for n, v in frames.items()) \
-                and all(isinstance(n, str) and handed_on(v) for n, v in values.items())
-        except (ValueError, KeyError, TypeError):
-            valid = False
-        if not valid:
-            self._unname_static(key)
-            return None
-        if named.get("version") != version:
-            log.info("job %s %s %d: the input changed since the static data in the session was loaded: loading it "
-                     "again", plan.job_id, plan.kind, plan.checkpoint_id)
-            self._unname_static(key)
-            return None
-        try:
-            data: dict[str, Any] = {name: self.spark.table(view) for name, view in frames.items()}
-            for df in data.values():
-                df.schema  # one round trip each: the session still holds the view
-        except Exception as e:
-            log.info("job %s %s %d: the static data named in the session is gone (%s): loading it again",
-                     plan.job_id, plan.kind, plan.checkpoint_id, _first_line(e))
-            self._unname_static(key)
-            return None
-        return {**data, **values}
-
-    def _unname_static(self, key: str) -> None:
-        conf_key = self._static_conf_key(key)
-        try:
-            named = self._conf_json(conf_key)
-        except ValueError:  # not JSON: no view to drop
-            named = None
-        frames = named.get("frames") if isinstance(named, dict) else None
-        try:
-            self.spark.conf.unset(conf_key)
-            for view in frames.values() if isinstance(frames, dict) else ():
-                if isinstance(view, str) and _STATIC_VIEW.fullmatch(view):  # only ours
-                    self.spark.catalog.dropTempView(view)
-        except Exception:  # the session is gone: so is what it named
-            pass
 
     @staticmethod
     def _release(kept: dict[str, Any] | None) -> None:
@@ -316,6 +139,17 @@ class EpochExecutor:
         for _records, checkpointed in kept.values():
             release_kept(checkpointed)
         kept.clear()
+
+    def _take_over(self, plan: EpochPlan, head: str, ds, keys: frozenset[str]) -> Any | None:
+        """The records another process kept in the shared session for ``head`` (the objects
+        ``keys`` of ``ds``), now kept by this executor; or None."""
+        taken = self.handover.take_over_kept(plan, head, ds, keys)
+        if taken is None:
+            return None
+        records, frame = taken
+        with self._lock:
+            self._kept.setdefault(plan.job_id, {})[head] = (keys, ds.schema, (records, frame))
+        return records
 
     def _kept_for(self, plan: EpochPlan, ds, keys: frozenset[str]) -> Any | None:
         with self._lock:
@@ -349,7 +183,7 @@ class EpochExecutor:
             if self.handoff and len(ds.partitions) == plan.partitions_of(name) and keys:
                 kept = self._kept_for(plan, ds, keys)
                 if kept is None and self.shared:
-                    kept = self._named(plan, name, ds, keys)
+                    kept = self._take_over(plan, name, ds, keys)
             if kept is not None:
                 variables[name] = kept
                 continue
@@ -387,7 +221,7 @@ class EpochExecutor:
                 # yet; the tail's second pass writes every partition's report again.
                 log.warning("job %s epoch %d attempt %s: variables kept in Spark were lost with an executor "
                             "(%s); the epoch runs again from the variables in checkpoint %s", plan.job_id, plan.epoch,
-                            plan.attempt_id, _first_line(e), plan.parent_id)
+                            plan.attempt_id, first_line(e), plan.parent_id)
                 self._release(kept)
                 self._drop_kept(plan.job_id)
                 restored, again = self._variables(plan, store)
@@ -516,62 +350,6 @@ class EpochExecutor:
         except Exception as e:
             raise_executor_error(e)
             raise
-
-
-_STATIC_VIEW = re.compile(r"iterations_static_[0-9a-f]{32}_\d+")
-
-
-def handed_on(value: Any, depth: int = 0) -> bool:
-    """Whether a value of a body's static data (what ``load`` returned, not a DataFrame) is
-    handed on to the next process of a Spark Connect session: JSON that comes back from JSON as
-    itself (a finite number, a string, a boolean, None, and lists of them or dicts of them by
-    string keys, a few levels deep). A tuple, a numpy number, any other object: not."""
-    if value is None or isinstance(value, (bool, str)) or type(value) is int:
-        return True
-    if type(value) is float:
-        return value == value and value not in (float("inf"), float("-inf"))
-    if depth >= 8:
-        return False
-    if type(value) is list:
-        return all(handed_on(v, depth + 1) for v in value)
-    if type(value) is dict:
-        return all(isinstance(k, str) and handed_on(v, depth + 1) for k, v in value.items())
-    return False
-
-
-def lost_kept_block(error: BaseException) -> bool:
-    """Whether a Spark job failed because a block of a local checkpoint is gone (its executor
-    was lost, or the frame released): Spark's CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND, on a classic
-    session (Py4J) or through Spark Connect; or because the Spark Connect session no longer
-    holds the kept relation (DATAFRAME_NOT_FOUND: released by another client of the session)."""
-    text = str(error)
-    return any(s in text for s in ("CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND", "DATAFRAME_NOT_FOUND")) \
-        or re.search(r"Checkpoint block rdd_\d+_\d+ not found", text) is not None
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    match = re.search(r"\[(CHECKPOINT_RDD_BLOCK_ID_NOT_FOUND|CONNECT_INVALID_PLAN\.DATAFRAME_NOT_FOUND)\][^\n]*", text)
-    return (match.group(0) if match else text.splitlines()[0] if text else type(error).__name__)[:300]
-
-
-_EXECUTOR_ERROR = re.compile(r"include\.errors\.(\w+): (.+)")
-
-
-def raise_executor_error(error: Exception) -> None:
-    """An error of ours raised inside a Spark task reaches the driver as a PythonException with
-    a traceback; raise it again as itself so the caller sees the plain message and type."""
-    from include import errors
-
-    if isinstance(error, errors.IterationError):
-        return
-    matches = _EXECUTOR_ERROR.findall(str(error))
-    if not matches:
-        return
-    name, message = matches[-1]
-    cls = getattr(errors, name, None)
-    if isinstance(cls, type) and issubclass(cls, errors.IterationError):
-        raise (errors.StoreError(message) if cls is errors.ObjectNotFound else cls(message)) from error
 
 
 def main(argv: list[str] | None = None) -> int:

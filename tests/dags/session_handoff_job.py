@@ -62,7 +62,7 @@ def main(url: str, edges: str, root: str) -> None:
         def execute(plan, runner=runner, shared=shared, job_id=job_id):
             ended.append(runner._executor)
             runner._executor = executor = EpochExecutor(spark, runner.store_options, handoff=shared, shared=shared)
-            key = executor._conf_key(job_id, "ranks")
+            key = executor.handover.kept_key(job_id, "ranks")
             if shared and plan.epoch == 3:
                 other = spark.range(5).localCheckpoint()
                 stale["relation"] = other._plan._relation_id
@@ -72,7 +72,7 @@ def main(url: str, edges: str, root: str) -> None:
             if shared and plan.epoch == 4:
                 named = json.loads(spark.conf.get(key))
                 spark.conf.set(key, json.dumps({**named, "relation": str(uuid.uuid4())}))
-            static = executor._static_conf_key(executor._static_key(plan))
+            static = executor.handover.static_conf_key(executor.handover.static_key(plan))
             if shared and plan.kind == "epoch" and plan.epoch in (2, 4, 5):
                 named = json.loads(spark.conf.get(static))
                 if plan.epoch == 2:  # a view gone (dropped by another client)

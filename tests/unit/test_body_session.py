@@ -2,7 +2,7 @@
 body_package``): the top-level package as this process imports it, by content; never the
 project's own or the standard library's; a package too large is refused by name
 (tests/dags/test_body_package.py runs a UDF body through the server). Its static data's plain
-values, handed on to the next process (``spark_jobs.epoch.handed_on``)."""
+values, handed on to the next process (``spark_jobs.handover.handed_on``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from include.errors import ConfigError
 from spark_jobs import session
-from spark_jobs.epoch import handed_on
+from spark_jobs.handover import handed_on
 
 
 @pytest.fixture

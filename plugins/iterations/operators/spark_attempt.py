@@ -31,7 +31,7 @@ class SparkAttemptOperator(IterationOperator):
             try:
                 hook.run_attempt(plan, job.store, dict(options), job.config.checkpoint_root)
             except Exception as failure:
-                from spark_jobs.epoch import raise_executor_error
+                from spark_jobs.executor_errors import raise_executor_error
 
                 try:
                     raise_executor_error(failure)
