@@ -17,6 +17,7 @@ from include.process import failpoint
 from include.store import ObjectStore
 from spark_jobs.frames import arrow_frame, arrow_of
 from spark_jobs.storeio.hashing import partition_ids
+from spark_jobs.storeio.profile import Profile
 from spark_jobs.storeio.sizing import sized_for_joins
 
 log = logging.getLogger("iterations")
@@ -76,43 +77,85 @@ def write_dataset(
 
     ``job_id``: only named to the failure points (tests place faults in one job's tail).
     """
-    metrics = dict(metrics or {})
-    collected = None
-    metric_columns = {col for col, _ in metrics.values()}
-    columns = df.columns
-    for name, (col, _agg) in metrics.items():
-        if col not in columns:
-            raise IterationError(f"metric {name!r} needs column {col!r}, which {head!r} does not have: {columns}")
-    data_columns = [c for c in columns if c not in metric_columns]
-    source = df
+    tail = Tail.of(df, store=store, prefix=prefix, report_prefix=report_prefix, head=head, epoch=epoch,
+                   attempt_id=attempt_id, num_partitions=num_partitions, key_columns=key_columns, metrics=metrics,
+                   profile=profile, facts=facts, job_id=job_id)
+    path = write_path(df, tail, keep=kept is not None, on_driver=on_driver)
+    reports = by_partition(head, path.write(tail))
+    if kept is not None:
+        kept[head] = path.kept(sum(f.size for r in reports.values() for f in r.files))
+    return tail.complete(reports)
+
+
+def write_path(df: DataFrame, tail: Tail, *, keep: bool = False, on_driver: bool = False) -> WritePath:
+    """How ``df`` is written: by the driver when it holds the records (``LocalFrameWrite``), or
+    when ``on_driver`` and one Spark job can collect them (``CollectedWrite``); else by Spark's
+    tasks (``SparkWrite``). Each computes a record's partition as Spark's ``pmod(hash(keys), P)``."""
+    import pyarrow as pa
+
+    keys = tail.key_columns or tail.data_columns
     # A frame local_frame made: its Arrow table is at hand, and the driver computes Spark's
     # partition ids itself (spark_jobs.storeio.hashing), so no plan is sent to Spark at all
-    held = arrow_of(source)
-    pids = partition_ids(held, key_columns or data_columns, num_partitions) \
-        if held is not None and held.column_names == columns else None
+    held = arrow_of(df)
+    if held is not None and held.column_names != tail.columns:
+        held = None
+    pids = partition_ids(held, keys, tail.num_partitions) if held is not None else None
     if pids is not None:
-        local = True
-        schema_json = StructType([source.schema[c] for c in data_columns]).json()
-    else:
-        schema_json = df.select(*data_columns).schema.json()
-        local = df.isLocal()  # rows the driver holds (a frame made from pandas or Arrow): no Spark job
-        df = df.withColumn(_PID, F.pmod(F.hash(*[F.col(c) for c in (key_columns or data_columns)]),
-                                        F.lit(num_partitions)))
-        if on_driver and not local:
-            collected = _collect(df, head, epoch)
-            local = collected is not None
-        if not local:
-            df = df.repartition(_PID).sortWithinPartitions(_PID, *key_columns)
-            if kept is not None:
-                df = df.localCheckpoint(eager=False)  # materialised by the tail's job below
+        return LocalFrameWrite(df, held.append_column(_PID, pa.array(pids, pa.int32())))
+    with_pid = df.withColumn(_PID, F.pmod(F.hash(*[F.col(c) for c in keys]), F.lit(tail.num_partitions)))
+    if df.isLocal():  # rows the driver holds (a frame made from pandas or Arrow): no Spark job
+        if held is not None:
+            # a type the driver does not hash as Spark does: Spark computes only the partition
+            # ids (a collect over the local relation runs no Spark job; toArrow runs one)
+            pid_column = pa.array([row[0] for row in with_pid.select(_PID).collect()], pa.int32())
+            return LocalFrameWrite(df, held.append_column(_PID, pid_column))
+        return LocalFrameWrite(df, with_pid.toArrow())  # a local relation: no Spark job
+    if on_driver:
+        collected = _collect(with_pid, tail.head, tail.epoch)
+        if collected is not None:
+            return CollectedWrite(df, collected)
+    return SparkWrite(with_pid, tail.key_columns, keep)
 
-    def tail(batches: Iterator[Any], task: Any = None) -> Iterator[Any]:
+
+class Tail:
+    """What every partition's writer needs, whichever path writes it: where to write, the
+    epoch and attempt, the data columns and the metrics, the profile. Sent to Spark's tasks by
+    ``SparkWrite``: it holds no DataFrame."""
+
+    def __init__(self, *, store: ObjectStore, prefix: str, report_prefix: str, head: str, epoch: int,
+                 attempt_id: str, num_partitions: int, key_columns: Sequence[str], metrics: Mapping[str, tuple],
+                 profile: bool, facts: Mapping[str, float] | None, job_id: str, columns: Sequence[str],
+                 data_columns: Sequence[str], schema_json: str):
+        self.store, self.prefix, self.report_prefix = store, prefix, report_prefix
+        self.head, self.epoch, self.attempt_id, self.job_id = head, epoch, attempt_id, job_id
+        self.num_partitions, self.key_columns = num_partitions, tuple(key_columns)
+        self.metrics, self.profile, self.facts = dict(metrics), profile, facts
+        self.columns, self.data_columns, self.schema_json = list(columns), list(data_columns), schema_json
+
+    @classmethod
+    def of(cls, df: DataFrame, *, metrics: Mapping[str, tuple[str, str]] | None, head: str, **options) -> Tail:
+        """The tail of ``df``; a metric whose column ``df`` lacks is refused, naming both."""
+        metrics = dict(metrics or {})
+        columns = df.columns
+        for name, (col, _agg) in metrics.items():
+            if col not in columns:
+                raise IterationError(f"metric {name!r} needs column {col!r}, which {head!r} does not have: {columns}")
+        metric_columns = {col for col, _ in metrics.values()}
+        data_columns = [c for c in columns if c not in metric_columns]
+        schema = df.schema
+        return cls(metrics=metrics, head=head, columns=columns, data_columns=data_columns,
+                   schema_json=StructType([schema[c] for c in data_columns]).json(), **options)
+
+    def partitions(self, batches: Iterator[Any], task: Any = None) -> Iterator[str]:
+        """Write the records of ``batches`` (sorted by partition, then key), one file and one
+        report per partition: the reports' JSON, in order. ``task``: what the files' names say
+        wrote them (default: the Spark task's attempt id)."""
         import numpy as np
-        import pyarrow as pa
-        from pyspark import TaskContext
 
-        task = TaskContext.get().taskAttemptId() if task is None else task
-        out_schema = pa.schema([("report", pa.string())])
+        if task is None:
+            from pyspark import TaskContext
+
+            task = TaskContext.get().taskAttemptId()
         current: _PartitionWriter | None = None
         for batch in batches:
             if batch.num_rows == 0:
@@ -124,57 +167,102 @@ def write_dataset(
                 pid = int(pids[start])
                 if current is None or current.partition != pid:
                     if current is not None:
-                        yield pa.RecordBatch.from_pylist([{"report": current.close()}], schema=out_schema)
-                    current = _PartitionWriter(store, prefix, report_prefix, head, epoch, attempt_id,
-                                               pid, task, metrics, data_columns, schema_json,
-                                               Profile(key_columns, facts) if profile else None, job_id)
+                        yield current.close()
+                    current = _PartitionWriter(self.store, self.prefix, self.report_prefix, self.head, self.epoch,
+                                               self.attempt_id, pid, task, self.metrics, self.data_columns,
+                                               self.schema_json, self._profile(), self.job_id)
                 current.write(batch.slice(start, stop - start))
         if current is not None:
-            yield pa.RecordBatch.from_pylist([{"report": current.close()}], schema=out_schema)
+            yield current.close()
 
-    if local:
-        # The same partitions, files and reports, written by the driver: the partition column is
-        # still Spark's hash (computed by the driver, or by Spark on the local rows), the records
-        # sorted as a task would.
-        import pyarrow as pa
+    def _profile(self) -> Profile | None:
+        return Profile(self.key_columns, self.facts) if self.profile else None
+
+    def complete(self, reports: dict[int, EpochReport]) -> list[EpochReport]:
+        """Every partition's report, in order: the driver writes an empty one for each
+        partition that received no record."""
+        for p in range(self.num_partitions):
+            if p not in reports:
+                empty = {name: 0.0 for name, (_c, agg) in self.metrics.items() if agg == "sum"}
+                profile = self._profile()
+                reports[p] = EpochReport(self.head, p, self.epoch, self.attempt_id, 0, empty, (), self.schema_json,
+                                         None if profile is None else profile.to_dict())
+                self.store.put(f"{self.report_prefix}/part-{p:05d}.json", reports[p].to_json().encode())
+        return [reports[p] for p in range(self.num_partitions)]
+
+
+class WritePath:
+    """One way of writing a dataset's partitions: ``write`` returns the reports, ``kept`` what
+    is kept of the written records (``write_dataset(kept=...)``)."""
+
+    def write(self, tail: Tail) -> list[EpochReport]:
+        raise NotImplementedError
+
+    def kept(self, stored: int) -> tuple[DataFrame, DataFrame | None]:
+        """(the records, data columns only; the frame ``release_kept`` frees, or None).
+        ``stored``: the bytes the records took in the store."""
+        raise NotImplementedError
+
+
+class LocalFrameWrite(WritePath):
+    """Records the driver holds (a local frame): written by the driver, with their partition ids
+    (computed by the driver, or by Spark on the local rows) in ``table``, sorted as a task would;
+    kept as they came, a local frame."""
+
+    def __init__(self, df: DataFrame, table: Any):
+        self.spark, self.table, self.records = df.sparkSession, table, None
+
+    def write(self, tail: Tail) -> list[EpochReport]:
         import pyarrow.compute as pc
 
-        if pids is not None:
-            table = held.append_column(_PID, pa.array(pids, pa.int32()))
-        elif held is not None and held.column_names == columns:
-            # a type the driver does not hash as Spark does: Spark computes only the partition
-            # ids (a collect over the local relation runs no Spark job; toArrow runs one)
-            table = held.append_column(_PID, pa.array([row[0] for row in df.select(_PID).collect()], pa.int32()))
-        elif collected is not None:  # the rows and their partition ids, in one Spark job
-            table = collected
-        else:  # a local relation: no Spark job
-            table = df.toArrow()
-        order = pc.sort_indices(table, sort_keys=[(c, "ascending", "at_start") for c in (_PID, *key_columns)])
-        table = table.take(order)
-        texts = [b.column(0)[0].as_py() for b in tail(iter(table.to_batches()), task="driver")]
-        if kept is not None:
-            records = table.select(data_columns)
-    else:
-        texts = [row.report for row in df.mapInArrow(tail, "report string").collect()]
-    reports = by_partition(head, [EpochReport.from_json(t) for t in texts])
-    if kept is not None:
-        stored = sum(f.size for r in reports.values() for f in r.files)
-        if not local:
-            kept[head] = (sized_for_joins(df.select(*data_columns), stored), df)
-        elif collected is None:  # the body's own local frame: kept as it came
-            kept[head] = (arrow_frame(source.sparkSession, records), None)
-        elif records.num_rows <= LOCAL_FRAME_ROWS:  # nothing held in Spark; joins as a read from the store would
-            kept[head] = (sized_for_joins(arrow_frame(source.sparkSession, records), stored), None)
-        else:  # too many rows for a local relation: held in Spark, as the tail in Spark would
-            in_spark = source.sparkSession.createDataFrame(records).localCheckpoint(eager=True)
-            kept[head] = (sized_for_joins(in_spark, stored), in_spark)
-    for p in range(num_partitions):
-        if p not in reports:
-            empty = {name: 0.0 for name, (_c, agg) in metrics.items() if agg == "sum"}
-            reports[p] = EpochReport(head, p, epoch, attempt_id, 0, empty, (), schema_json,
-                                     Profile(key_columns, facts).to_dict() if profile else None)
-            store.put(f"{report_prefix}/part-{p:05d}.json", reports[p].to_json().encode())
-    return [reports[p] for p in range(num_partitions)]
+        order = pc.sort_indices(self.table, sort_keys=[(c, "ascending", "at_start") for c in (_PID, *tail.key_columns)])
+        table = self.table.take(order)
+        self.records = table.select(tail.data_columns)
+        return [EpochReport.from_json(t) for t in tail.partitions(iter(table.to_batches()), task="driver")]
+
+    def kept(self, stored: int) -> tuple[DataFrame, DataFrame | None]:
+        return arrow_frame(self.spark, self.records), None
+
+
+class CollectedWrite(LocalFrameWrite):
+    """Records one Spark job collected (``write_dataset(on_driver=True)``), with their partition
+    ids: written by the driver; kept as a local frame, marked for broadcast joins as a small
+    variable read from the store is, or past ``LOCAL_FRAME_ROWS`` records in Spark, a local
+    checkpoint of them (one small job)."""
+
+    def kept(self, stored: int) -> tuple[DataFrame, DataFrame | None]:
+        if self.records.num_rows <= LOCAL_FRAME_ROWS:  # nothing held in Spark; joins as a read from the store would
+            return sized_for_joins(arrow_frame(self.spark, self.records), stored), None
+        # too many rows for a local relation: held in Spark, as the tail in Spark would
+        in_spark = self.spark.createDataFrame(self.records).localCheckpoint(eager=True)
+        return sized_for_joins(in_spark, stored), in_spark
+
+
+class SparkWrite(WritePath):
+    """Records shuffled by their partition column, so each partition's records reach one Spark
+    task, sorted by key, and written by the tasks (``mapInArrow``); only the reports come back.
+    ``keep``: the shuffled records are local-checkpointed as the tail reads them (materialised by
+    the tail's job) and kept in Spark."""
+
+    def __init__(self, with_pid: DataFrame, key_columns: Sequence[str], keep: bool):
+        self.df = with_pid.repartition(_PID).sortWithinPartitions(_PID, *key_columns)
+        if keep:
+            self.df = self.df.localCheckpoint(eager=False)  # materialised by the tail's job below
+        self.data_columns: list[str] = []
+
+    def write(self, tail: Tail) -> list[EpochReport]:
+        def reports(batches: Iterator[Any]) -> Iterator[Any]:
+            import pyarrow as pa
+
+            out_schema = pa.schema([("report", pa.string())])
+            for text in tail.partitions(batches):
+                yield pa.RecordBatch.from_pylist([{"report": text}], schema=out_schema)
+
+        self.data_columns = tail.data_columns
+        return [EpochReport.from_json(row.report) for row in self.df.mapInArrow(reports, "report string").collect()]
+
+    def kept(self, stored: int) -> tuple[DataFrame, DataFrame | None]:
+        return sized_for_joins(self.df.select(*self.data_columns), stored), self.df
 
 
 _PID = "__iterations_partition"
@@ -259,6 +347,7 @@ class _PartitionWriter:
         self.rows += batch.num_rows
 
     def close(self) -> str:
+        """Write the file (when it holds records) and the report: the report's JSON."""
         import hashlib
 
         files: tuple[FileRef, ...] = ()
@@ -281,67 +370,6 @@ class _PartitionWriter:
         return text
 
 
-class Profile:
-    """A partition's profile for the data checks, built from the record batches the tail
-    writes (no second pass): records; per column its nulls; per numeric column its
-    non-finite values (NaN, +-inf) and the min, max and sum of its finite values; the records
-    whose key equals the previous record's (records arrive sorted by key, so these are the
-    duplicate keys). ``include.checks`` combines the partitions' profiles."""
-
-    def __init__(self, key_columns: Sequence[str] = (), facts: Mapping[str, float] | None = None):
-        self.key_columns = tuple(key_columns)
-        self.facts = {k: float(v) for k, v in (facts or {}).items()}
-        self.rows = 0
-        self.columns: dict[str, dict[str, Any]] = {}
-        self.duplicate_keys = 0
-        self._last_key: tuple | None = None
-
-    def add(self, batch) -> None:
-        import numpy as np
-        import pyarrow as pa
-
-        self.rows += batch.num_rows
-        for name, column in zip(batch.schema.names, batch.columns):
-            stats = self.columns.setdefault(name, {"nulls": 0})
-            stats["nulls"] += column.null_count
-            kind = column.type
-            if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
-                column, kind = column.flatten(), kind.value_type  # an array's stats: over its elements
-            if not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
-                continue
-            values = column.drop_null().to_numpy(zero_copy_only=False)
-            if pa.types.is_floating(kind):
-                finite = np.isfinite(values)
-                stats["nonfinite"] = stats.get("nonfinite", 0) + int(values.size - finite.sum())
-                values = values[finite]
-            else:
-                stats.setdefault("nonfinite", 0)
-            stats["sum"] = stats.get("sum", 0.0) + float(values.sum(dtype="float64"))
-            if values.size:
-                low, high = float(values.min()), float(values.max())
-                stats["min"] = low if stats.get("min") is None else min(stats["min"], low)
-                stats["max"] = high if stats.get("max") is None else max(stats["max"], high)
-        if self.key_columns and batch.num_rows:
-            keys = [batch.column(k).to_numpy(zero_copy_only=False) for k in self.key_columns]
-            same = np.ones(batch.num_rows - 1, dtype=bool)
-            for k in keys:
-                same &= k[1:] == k[:-1]
-            first = tuple(k[0] for k in keys)
-            self.duplicate_keys += int(same.sum()) + int(self._last_key == first)
-            self._last_key = tuple(k[-1] for k in keys)
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"rows": self.rows, "columns": self.columns}
-        if self.key_columns:
-            d["duplicate_keys"] = self.duplicate_keys
-        if self.facts:
-            d["facts"] = self.facts
-        return d
-
-
 def _nan_first(v: float) -> tuple[int, float]:
     # max/min that let NaN win, so a NaN anywhere reaches the checks instead of hiding.
     return (1, 0.0) if v != v else (0, v)
-
-
-# --- reading -------------------------------------------------------------------------------
