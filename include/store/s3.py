@@ -1,86 +1,21 @@
-"""A store in an S3 bucket (AWS, MinIO...): conditional writes, retries, the endpoint probe."""
+"""A store in an S3 bucket (AWS, MinIO...): conditional writes, streamed and copied transfers.
+Its requests go through ``s3_calls`` (retries, error classification); the conditional-write
+probe is ``s3_probe``."""
 
 from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from include.errors import ConfigError, InputChanged, ObjectNotFound, PermanentStoreError, StoreError, TransientStoreError
-from include.process.settings import TRUST_CONDITIONAL_WRITES
+from include.errors import ConfigError, InputChanged, ObjectNotFound, PermanentStoreError
+from include.store import s3_probe
 from include.store.base import ObjectInfo, ObjectStore, RetryPolicy, check_key
+from include.store.s3_calls import call_s3
 
 log = logging.getLogger(__name__)
-
-
-
-# --- S3 --------------------------------------------------------------------------------------
-
-_TRANSIENT_CODES = {
-    "InternalError",
-    "ServiceUnavailable",
-    "SlowDown",
-    "RequestTimeout",
-    "RequestTimeoutException",
-    "Throttling",
-    "ThrottlingException",
-    "ThrottledException",
-    "RequestLimitExceeded",
-    "RequestThrottled",
-    "TooManyRequestsException",
-    "ProvisionedThroughputExceededException",
-    "ConditionalRequestConflict",
-    "OperationAborted",
-    "500",
-    "502",
-    "503",
-    "504",
-}
-
-_PERMANENT_HINTS = {
-    "NoSuchBucket": "the bucket does not exist",
-    "AccessDenied": "access denied: check the credentials and the bucket policy",
-    "InvalidAccessKeyId": "the access key id is not known to the endpoint",
-    "SignatureDoesNotMatch": "the secret key does not match the access key id",
-    "InvalidBucketName": "the bucket name is not valid",
-    "AllAccessDisabled": "all access to this object has been disabled",
-    "RequestTimeTooSkewed": "the clocks differ too much: this machine's clock and the endpoint's "
-    "are further apart than the endpoint allows (15 minutes on AWS); fix this machine's clock, "
-    "e.g. enable NTP time synchronisation",
-    # By status, only for codes without a hint of their own (a code's hint always wins).
-    "403": "access denied (HTTP 403): check the credentials",
-}
-
-TRUST_CONDITIONAL_WRITES_ENV = TRUST_CONDITIONAL_WRITES.name
-PROBE_PREFIX = "_iterations/probe/"
-
-
-class _ProbeSlot:
-    """The conditional-write verdict of one (endpoint, bucket) in this process: None while
-    undecided, "" when the endpoint refused the second create, else the refusal message."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.verdict: str | None = None
-
-
-_PROBES: dict[tuple[str, str], _ProbeSlot] = {}
-_PROBES_LOCK = threading.Lock()
-
-
-def conditional_writes_trusted_by_environment() -> bool:
-    """True when the deployment sets ITERATIONS_TRUST_CONDITIONAL_WRITES=1 (or true/yes):
-    every store is taken to honour If-None-Match and never probed."""
-    try:
-        return TRUST_CONDITIONAL_WRITES.get()
-    except ConfigError:
-        raise ConfigError(f"{TRUST_CONDITIONAL_WRITES_ENV} must be 1 (skip the conditional-write probe) or 0/unset "
-                          f"(probe), got {TRUST_CONDITIONAL_WRITES.raw()!r}") from None
-
 
 #: a multipart upload's part (one in memory at a time; S3's minimum is 5 MiB)
 PART_SIZE = 8 << 20
@@ -184,51 +119,7 @@ class S3Store(ObjectStore):
         }
 
     def _call(self, what: str, key: str, fn: Callable[[], Any]) -> Any:
-        from botocore.exceptions import (
-            BotoCoreError,
-            ClientError,
-            HTTPClientError,
-            NoCredentialsError,
-            PartialCredentialsError,
-        )
-        from botocore.exceptions import (
-            ConnectionError as BotoConnectionError,
-        )
-
-        where = self.location(key)
-        for attempt in range(self.retry.max_attempts):
-            try:
-                return fn()
-            except ClientError as e:
-                err = e.response.get("Error", {})
-                code = str(err.get("Code", ""))
-                status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-                if code in _TRANSIENT_CODES or (status and status >= 500) or status == 429:
-                    failure = f"{code or status}: {err.get('Message', '')}".strip()
-                else:
-                    raise PermanentStoreError(
-                        f"{what} {where} failed with {code or status}"
-                        + _permanent_hint(code, status, str(err.get("Message", "")))
-                    ) from e
-            except (NoCredentialsError, PartialCredentialsError) as e:
-                raise PermanentStoreError(
-                    f"{what} {where}: no usable S3 credentials ({e}); set them on the store, "
-                    "in AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or in an Airflow aws connection"
-                ) from e
-            except (BotoConnectionError, HTTPClientError, OSError) as e:
-                failure = f"{type(e).__name__}: {e}"
-            except BotoCoreError as e:
-                raise PermanentStoreError(f"{what} {where} failed: {e}") from e
-            if attempt + 1 < self.retry.max_attempts:
-                delay = self.retry.delay(attempt)
-                log.warning(
-                    "%s %s: transient error (%s), retry %d/%d in %.2fs",
-                    what, where, failure, attempt + 1, self.retry.max_attempts - 1, delay,
-                )
-                self.sleep(delay)
-        raise TransientStoreError(
-            f"{what} {where} still failing after {self.retry.max_attempts} attempts: {failure}"
-        )
+        return call_s3(what, self.location(key), fn, self.retry, self.sleep)
 
     def put(self, key: str, data: bytes) -> None:
         k = self._key(key)
@@ -504,63 +395,8 @@ class S3Store(ObjectStore):
 
     def check_conditional_writes(self) -> None:
         """Make sure the endpoint refuses a second create-if-absent of a key (HTTP 412), as
-        the single-winner commit needs: an endpoint that ignores If-None-Match lets every
-        writer "win". Creates a scratch object under ``_iterations/probe/`` twice and deletes
-        it. At most once per process per (endpoint, bucket): the verdict, either way, is kept;
-        an error on the way (transient or not) is raised and nothing is kept. Skipped when
-        the store was opened with ``probe_conditional_writes=False`` or the environment sets
+        the single-winner commit needs (``include.store.s3_probe``); at most once per process
+        per (endpoint, bucket). Skipped when the store was opened with
+        ``probe_conditional_writes=False`` or the environment sets
         ITERATIONS_TRUST_CONDITIONAL_WRITES=1."""
-        if not self.probe_conditional_writes:
-            log.debug("%s: conditional-write probe skipped (probe_conditional_writes=False)", self.location())
-            return
-        if conditional_writes_trusted_by_environment():
-            log.debug("%s: conditional-write probe skipped (%s)", self.location(), TRUST_CONDITIONAL_WRITES_ENV)
-            return
-        endpoint = self.endpoint_url or self.client.meta.endpoint_url
-        with _PROBES_LOCK:
-            slot = _PROBES.setdefault((endpoint, self.bucket), _ProbeSlot())
-        with slot.lock:
-            if slot.verdict is None:
-                slot.verdict = self._probe_conditional_writes(endpoint)
-            verdict = slot.verdict
-        if verdict:
-            raise PermanentStoreError(verdict)
-
-    def _probe_conditional_writes(self, endpoint: str) -> str:
-        key = f"{PROBE_PREFIX}{uuid.uuid4()}"
-        payload = b"conditional-write probe of include.store; safe to delete\n"
-        try:
-            # False here too is possible: the create landed, its reply was lost and the
-            # retry was refused. Either way the object exists now.
-            self.put_if_absent(key, payload)
-            second = self.put_if_absent(key, payload)
-        finally:
-            try:
-                self.delete([key])
-            except StoreError as e:
-                log.warning("conditional-write probe: could not delete %s: %s", self.location(key), e)
-        if not second:
-            log.info("S3 endpoint %s refuses a second create-if-absent in bucket %s: conditional "
-                     "writes honoured", endpoint, self.bucket)
-            return ""
-        return (
-            f"the S3 endpoint {endpoint} ignores conditional writes (If-None-Match: *) in bucket "
-            f"{self.bucket}: a second create-if-absent of the scratch object {self.url(key)} was "
-            "accepted instead of refused with 412 Precondition Failed, so exactly-once checkpoint "
-            "commits cannot be guaranteed there (two attempts could both commit the same "
-            "checkpoint). Use an endpoint that supports conditional writes; if this one is known "
-            f"to honour them, skip the probe: set {TRUST_CONDITIONAL_WRITES_ENV}=1 in the "
-            "deployment's environment, or open the store with probe_conditional_writes=False"
-        )
-
-
-def _permanent_hint(code: str, status: int, message: str) -> str:
-    """The explanation of a permanent S3 error for its message: the code's own hint if it has
-    one; else the status's hint with the endpoint's message (the code is not one we know, so
-    the hint may not tell the whole story); else the endpoint's message."""
-    if code in _PERMANENT_HINTS:
-        return f" ({_PERMANENT_HINTS[code]})"
-    hint = _PERMANENT_HINTS.get(str(status))
-    if hint:
-        return f" ({hint}): {message}" if message else f" ({hint})"
-    return f": {message}"
+        s3_probe.check_conditional_writes(self)
