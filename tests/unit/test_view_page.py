@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 
 from include.runs.overview import AttemptView, CheckView, EpochView, JobOverview
-from plugins.iterations.views.page import MAX_CHART_POINTS, PAGE_SIZE, chart_svg, job_page, phases_svg
+from plugins.iterations.views.charts import MAX_CHART_POINTS, chart_svg, phases_svg
+from plugins.iterations.views.page import PAGE_SIZE, job_page
 
 
 def overview(epochs: list[EpochView]) -> JobOverview:
