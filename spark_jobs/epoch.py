@@ -34,8 +34,7 @@ log = logging.getLogger("iterations")
 # enough for the driver to hold and write (in memory, Parquet's size a few times over)
 DRIVER_TAIL_BYTES = 4 << 20
 # ... and of at most this many records: past them, collecting, writing from one Python process
-# and handing the records back to Spark costs more than the tail in Spark (connected components'
-# 100,000-edge variable: about even; 515,000: slower)
+# and handing the records back to Spark costs more than the tail in Spark (bench/RESULTS.md)
 DRIVER_TAIL_ROWS = 100_000
 
 

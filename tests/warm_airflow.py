@@ -6,7 +6,7 @@ output files and exit status, and it can be killed like any process: the tests t
 ``dags test`` run or read its output as it goes see what they saw with ``subprocess``. What the
 child skips is what every new ``airflow`` process pays before it runs a task: importing Airflow
 and its providers (the CLI's start) and building the in-process Execution API app that
-``dag.test()`` runs its tasks through (Cadwyn's versioned models): about 10 s here per command.
+``dag.test()`` runs its tasks through (Cadwyn's versioned models): seconds per command.
 
 Only third-party modules are imported before the fork, never the project's: the project reads
 some settings from the environment when its modules are imported (failure points, the local

@@ -1,5 +1,5 @@
 """The checkpoint log of a job: attempt-scoped staging, single-winner commits, verified restores
-and idempotent commit and abort (DESIGN.md section 4; flink-ml's ``Checkpoints``). The keys are
+and idempotent commit and abort (docs/design.md, "Rules of the store"; flink-ml's ``Checkpoints``). The keys are
 ``include.checkpoints.layout``'s; the records beside the checkpoints (batches, publications, control) and
 retention hang off the log as ``log.batches``, ``log.publications``, ``log.control`` and
 ``log.retention``.

@@ -1,6 +1,6 @@
 """One schema per kind of record read back from a store, checked before anything uses it.
 
-A store is untrusted input (DESIGN.md section 7): a record may be damaged, written by an older
+A store is untrusted input (docs/design.md, "Who may do what"): a record may be damaged, written by an older
 version, or not ours at all. ``RecordKind.load`` turns the bytes of a record into a dict only
 when it is JSON of its kind's shape, and otherwise raises ``DamagedRecord`` naming the record's
 key and what is wrong, so that nothing is computed on it and the Iterations view can answer

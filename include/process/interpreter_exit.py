@@ -2,10 +2,10 @@
 
 A process that ran an iteration holds a large heap of long-lived objects: Airflow (in
 ``airflow dags test`` and ``tasks test``), Great Expectations, pandas, pyarrow, the Spark
-Connect client; about 900,000 objects after a ``dags test``. When the interpreter exits it
-collects that heap again and again as it tears its modules down: 3.5-4 s after the last task
-of a ``dags test`` here, and about 3 s after ``run_job`` (measured: the process spent all of it
-in the garbage collector, after ``main`` had returned). Nothing there needs it: the runtime's
+Connect client; hundreds of thousands of objects after a ``dags test``. When the interpreter
+exits it collects that heap again and again as it tears its modules down: seconds after the
+last task of a ``dags test`` and after ``run_job``, all of it in the garbage collector, after
+``main`` had returned (bench/RESULTS.md has the figures). Nothing there needs it: the runtime's
 files are closed where they are written, Spark Connect clients, database sessions and log
 handlers are closed by atexit handlers, which run first, and the memory goes back to the
 system with the process. Airflow's own task processes end with ``os._exit`` for the same

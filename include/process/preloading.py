@@ -3,14 +3,14 @@
 An Airflow task process under LocalExecutor is forked from a worker, itself forked from the
 scheduler, so whatever the scheduler has imported before it starts its workers every task
 has for free. Without that, every task process imports for itself what its epoch needs:
-Great Expectations for each commit (about 2.5-3 s here: it pulls in scipy, altair and its
-data-source registry) and the Spark Connect client for each run (pandas, pyarrow, gRPC:
-about 0.8 s), on every epoch's critical path. ``PreloadingLocalExecutor`` (the plugin's
+Great Expectations for each commit (seconds: it pulls in scipy, altair and its data-source
+registry) and the Spark Connect client for each run (pandas, pyarrow, gRPC: most of a
+second), on every epoch's critical path. ``PreloadingLocalExecutor`` (the plugin's
 ``iterations.executors``) calls :func:`preload` before starting its workers.
 
 Importing is all this does: no Great Expectations context, Spark session or thread is made
 before the fork (a gRPC channel or a thread does not survive one); the task process makes
-its own in a hundredth of a second.
+its own at next to no cost.
 """
 
 from __future__ import annotations

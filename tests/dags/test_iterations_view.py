@@ -2,7 +2,7 @@
 under /iterations), over stores filled by real PageRank runs: what they return equals the
 checkpoints, nothing is written, unauthenticated requests are refused, and bad values are
 refused naming them. A job is shown only to users who may read the DAG that owns it
-(DESIGN.md section 7; users granted single DAGs: tests.dags.dag_auth), and nothing a store holds
+(docs/design.md, "Who may do what"; users granted single DAGs: tests.dags.dag_auth), and nothing a store holds
 can run as script in the page."""
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def test_a_dag_run_leads_to_its_job_and_batch(api_server, view_stores, view_dag_
     assert status == 404 and "no run &#x27;no-such-run&#x27; of DAG &#x27;iterate_pagerank&#x27;" in body.decode()
 
 
-# --- who may see which job (DESIGN.md section 7) -------------------------------------------------
+# --- who may see which job (docs/design.md, "Who may do what") -------------------------------------------------
 
 NO_RECORD, DAMAGED = "no owner record", "a damaged owner record"
 #: the jobs of ``owned_store`` and who owns each (None: the library runner, no DAG)

@@ -1,4 +1,4 @@
-"""Locations have owners and borders (include.store, DESIGN.md section 8), through the
+"""Locations have owners and borders (include.store; docs/design.md, "Who may do what"), through the
 library runner on real stores: no store inside another (either order, both spellings of an S3
 bucket), a store's listings ignore what it did not write, no input inside a store, an output
 belongs to the job that first published there, a manifest names only its own job's objects, a

@@ -1,4 +1,4 @@
-"""The restore scenarios of DESIGN.md section 5 (adapted from flink-ml's HeadOperatorTest) that
+"""The restore scenarios of the design (adapted from flink-ml's HeadOperatorTest) that
 need no coordinator and no finish lifecycle. Each epoch is driven phase by phase, as the
 Airflow tasks do, and a "crash" is a fresh IterationJob over the same store."""
 

@@ -10,8 +10,8 @@ Modes:
 In connect mode the attempts of one batch (a DAG run) of a job share a Spark Connect session,
 whose id is derived from the store, the job and the batch; its Spark jobs carry the attempt id
 as a tag. Sharing it keeps what a session pays for once warm from epoch to epoch: the server's
-Python workers for the session (about 3 s to start a new session's first Python read here,
-0.25 s after), the session's registered data sources. A retry of the task (its earlier try's
+Python workers for the session (seconds to start for a new session's first Python read, a
+fraction of that after), the session's registered data sources. A retry of the task (its earlier try's
 process died, the Spark job may still be running on the server) finds the session again and
 interrupts the earlier attempt's jobs by their tag before it runs the epoch again
 (``interrupt``): the same epoch never runs twice at once. If the batch's session is gone (the

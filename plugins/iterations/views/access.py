@@ -1,4 +1,4 @@
-"""Who may see which job in the Iterations view (DESIGN.md section 7, "Trust boundaries").
+"""Who may see which job in the Iterations view (docs/design.md, "Who may do what").
 
 A job belongs to the DAG that owns it: its owner record (``include.runs.ownership.read_owner``),
 written by the runtime when the job was first run. The rule, for the user of a request:

@@ -3,7 +3,7 @@
 Read-only over ``include.runs.overview`` (the same checkpoint log the operators write). Every
 endpoint needs an authenticated Airflow user (a JWT as a Bearer token, or the UI's session
 cookie), and shows a job only to a user who may read a DAG that owns it
-(``iterations.views.access``, DESIGN.md section 7); any other job is answered as a job that does
+(``iterations.views.access``, docs/design.md, "Who may do what"); any other job is answered as a job that does
 not exist. The checkpoint root asked for must be under the roots of a DAG the user may read, by the rule
 that DAG's runs keep (``include.store.roots_for_dag``), the embedded local directory or
 ``ITERATIONS_ALLOWED_ROOTS``.

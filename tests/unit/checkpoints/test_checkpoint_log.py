@@ -1,4 +1,4 @@
-"""The checkpoint log's invariants (DESIGN.md section 4), without Spark."""
+"""The checkpoint log's invariants (docs/design.md, "Rules of the store"), without Spark."""
 
 from __future__ import annotations
 
