@@ -9,9 +9,10 @@ from typing import Any, Mapping
 from urllib.parse import urlparse
 
 from include.checkpoints.layout import check_job_id
+from include.checks import CheckSettings
 from include.contract.parameters import Parameter
 from include.errors import ConfigError
-from include.store import Location
+from include.store import Location, check_output_outside_checkpoints
 
 INPUT_FORMATS = ("csv", "parquet", "json")
 OUTPUT_FORMATS = ("parquet", "delta")
@@ -170,14 +171,12 @@ class JobConfig:
         if self.output_path is not None:
             if not isinstance(self.output_path, str) or not self.output_path:
                 raise ConfigError(f"output_path must be a local path or s3://bucket/prefix, got {self.output_path!r}")
-            from include.store import check_output_outside_checkpoints
 
             output = canonical_location(self.output_path, "output_path")
             object.__setattr__(self, "output_path", output.url)
             check_output_outside_checkpoints(output, [self.checkpoint_root])
         if not isinstance(self.body_params, Mapping):
             raise ConfigError(f"body_params must be a mapping, got {type(self.body_params).__name__}")
-        from include.checks import CheckSettings
 
         if self.checks is not None:
             object.__setattr__(self, "checks", CheckSettings.parse(self.checks).to_dict())

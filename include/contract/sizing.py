@@ -31,8 +31,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from include.checkpoints.layout import JobLayout
+from include.checkpoints.record_schemas import SIZING
 from include.errors import ConfigError, InputDataError, ObjectNotFound
 from include.process.settings import SPARK_CONNECT_MEMORY, SPARK_DRIVER_MEMORY
+from include.store import open_store
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +149,6 @@ def s3_input_objects(location, store_options: Mapping[str, Any]):
     """The data objects of an S3 input at ``location`` (an include.store.Location): the
     object named, or those under the prefix (names starting with ``.`` or ``_`` and empty
     objects left out), and the store of its bucket. InputDataError when there are none."""
-    from include.store import open_store
-
     key = location.path
     store = open_store(f"s3://{location.bucket}", **dict(store_options))
     objects = [o for o in store.list(key) if not o.key.rsplit("/", 1)[-1].startswith((".", "_")) and o.size > 0]
@@ -180,8 +181,6 @@ def log_partitions(store, log_id: str, spec, *, latest_partitions: Callable[[], 
     recorded at the first call (single winner: tasks that size the log at once all use the
     count the first record names). An input that arrives while the job runs (``static``
     False) may not be there yet: then ``MIN_PARTITIONS``."""
-    from include.checkpoints.layout import JobLayout
-
     key = JobLayout(log_id).sizing()
     record = _read_sizing(store, key)
     if record is not None:
@@ -211,8 +210,6 @@ def log_partitions(store, log_id: str, spec, *, latest_partitions: Callable[[], 
 
 
 def _read_sizing(store, key: str) -> dict[str, Any] | None:
-    from include.checkpoints.record_schemas import SIZING
-
     try:
         data = store.get(key)
     except ObjectNotFound:

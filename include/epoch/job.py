@@ -20,6 +20,7 @@ from include.checkpoints.manifest import JobState, Manifest
 from include.checks import CheckSettings
 from include.contract.body import body_reference, resolve_body
 from include.contract.config import JobConfig
+from include.contract.sizing import log_partitions
 from include.epoch.attempts import Attempts
 from include.epoch.commit import Committer, DataCheckFailed
 from include.epoch.coordination import Coordination
@@ -29,6 +30,7 @@ from include.epoch.restore import Restorer
 from include.epoch.stopping import Stopping
 from include.errors import CheckpointError
 from include.publication.output_owners import OutputOwner
+from include.publication.pinned_inputs import check_input, pin_input
 from include.publication.publish import Publisher
 from include.store import ObjectStore, open_store
 
@@ -133,8 +135,6 @@ class IterationJob:
         at the first call of the log's first run): when it is an output another job published,
         the version this log reads for good; otherwise its files as they were then."""
         if self._input is None:
-            from include.publication.pinned_inputs import pin_input
-
             spec = self.config.input
             if resolve_body(self.config.body).static_input:
                 spec = pin_input(self.store, self.config.job_id, spec, store_options=self.store_options,
@@ -149,7 +149,6 @@ class IterationJob:
         before any Spark work. Nothing to check for a body without a static input."""
         if not resolve_body(self.config.body).static_input:
             return
-        from include.publication.pinned_inputs import check_input
 
         check_input(self.input_spec(), self.config.job_id, self.store_options, full=full)
 
@@ -160,8 +159,6 @@ class IterationJob:
         if self.config.num_partitions is not None:
             return self.config.num_partitions
         if self._partitions is None:
-            from include.contract.sizing import log_partitions
-
             def latest_partitions() -> int | None:
                 latest = self.log.latest_id()
                 return None if latest is None else self.log.load(latest, verify="none").num_partitions

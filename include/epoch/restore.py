@@ -12,8 +12,11 @@ from include.checkpoints.checkpoint_log import CheckpointLog
 from include.checkpoints.head_state import EpochReport, HeadStatus
 from include.checkpoints.layout import JobLayout
 from include.checkpoints.manifest import JobState, Manifest
+from include.contract.body import resolve_body
 from include.epoch.plan import EpochPlan
 from include.errors import CheckpointCorrupted, CheckpointError, ConfigError, ObjectNotFound
+from include.store import LocalStore
+from include.store.transfer import copy_verified
 
 if TYPE_CHECKING:
     from include.epoch.coordination import Coordination
@@ -94,8 +97,6 @@ class Restorer:
         attempt can never commit here: it is in another store, and nothing of it is copied back.
         ConfigError for an epoch that has no committed epoch checkpoint (or whose parent is gone)."""
         from include.epoch.job import IterationJob
-        from include.store.transfer import copy_verified
-
         try:
             committed = self.log.load(epoch, verify="full")
         except CheckpointError as e:
@@ -140,8 +141,6 @@ class Restorer:
         audit's settings are not the job's: another body parameter or partitioning): it would
         flag a deterministic body. Names each setting with both values (the committed ones are
         in checkpoint ``committed``'s manifest)."""
-        from include.contract.body import resolve_body
-
         differ = [] if plan.num_partitions == committed.num_partitions else \
             [f"num_partitions {committed.num_partitions} (committed) vs {plan.num_partitions} (now)"]
         defaults = {p.name: p.default for p in resolve_body(self.config.body).parameters}
@@ -175,7 +174,6 @@ class Restorer:
         import tempfile
         import time
 
-        from include.store import LocalStore
 
         started = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="iterations-verify-", dir=scratch_dir) as tmp:

@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from include.checkpoints.record_schemas import DamagedRecord
+from include.checks.report_view import check_view
 from include.errors import ObjectNotFound
 
 APPROVE, REJECT = "Approve", "Reject"
@@ -52,8 +53,6 @@ def publication_request(job, state, *, drain: bool = False) -> tuple[str, str]:
 def check_lines(job, manifest) -> list[str]:
     """The data checks of ``manifest``'s attempt, as Markdown lines: counts and what did not pass
     (read as the Iterations view reads them: include.checks.report_view.check_view)."""
-    from include.checks.report_view import check_view
-
     key = f"{job.log.layout.checks(manifest.checkpoint_id, manifest.attempt_id)}/validation.json"
     try:
         view = check_view(manifest.checkpoint_id, manifest.attempt_id, json.loads(job.store.get(key)), key,

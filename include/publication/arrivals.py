@@ -16,7 +16,7 @@ import os
 from typing import Any, Mapping, Sequence
 
 from include.contract.input_versions import PINNED_FIELDS
-from include.store import Location
+from include.store import Location, open_store
 
 MAX_ARRIVALS = 50  # recorded per pin or generation: the newest ones
 
@@ -110,8 +110,6 @@ def current_version(location: Location, store_options: Mapping[str, Any]):
     """The current publication of the output at ``location`` (include.publication.outputs.published), or
     None when it is not a published output (no ``_PUBLISHED.json`` in it)."""
     from include.publication.outputs import PUBLISHED, published
-    from include.store import open_store
-
     if not location.segments:
         return None
     if location.is_local:

@@ -23,7 +23,9 @@ from typing import Any, Mapping
 
 from include.checkpoints.layout import JOB_ID_PATTERN
 from include.errors import ConfigError, ObjectNotFound, OutputError
+from include.store import open_store
 from include.store.base import ObjectStore
+from include.store.local import marker_at_or_above
 from include.store.location import Location
 
 log = logging.getLogger("iterations")
@@ -110,9 +112,6 @@ def check_output_location(location: Location, owner: OutputOwner, *, take_over: 
                           store_options: Mapping[str, Any] | None = None) -> None:
     """``check_output_owner`` for an output location that may not exist yet (a local directory
     nothing was published to: only what lies above it is checked). Creates nothing."""
-    from include.store import open_store
-    from include.store.local import marker_at_or_above
-
     if location.is_local and not os.path.isdir(location.path):
         here = marker_at_or_above(os.path.dirname(location.path), OUTPUT_OWNER)
         if here is not None:

@@ -37,6 +37,8 @@ from include.checkpoints.manifest import DatasetRef
 from include.checkpoints.record_schemas import INCREMENT, OUTPUT_MANIFEST, VERSION_PATTERN, DamagedOutputRecord, DamagedRecord
 from include.errors import ConfigError, ObjectNotFound, OutputError
 from include.store import STORE_MARKER, ObjectStore, open_store
+from include.store.local import marker_at_or_above
+from include.store.transfer import copy_verified, verified_file
 
 log = logging.getLogger("iterations")
 
@@ -118,8 +120,6 @@ def _copy_version(source: ObjectStore, out: ObjectStore, name: str, ds: DatasetR
                   stamp: Mapping[str, Any]) -> dict[str, Any]:
     """Copy ``ds`` under ``<name>/v-<job>-<checkpoint>/``, each file verified against the
     checkpoint's size and SHA-256 first; the record that lists the copies."""
-    from include.store.transfer import copy_verified
-
     version = version_of(stamp)
     files, how = [], set()
     for key, ref in zip(_version_keys(name, version, ds), ds.files):
@@ -151,7 +151,6 @@ def check_output_path_outside_stores(output_path: str | None, **store_options: A
     if output_path.startswith(("s3://", "s3a://")):
         check_not_in_store(open_store(output_path, **store_options))
         return
-    from include.store.local import marker_at_or_above
 
     path = os.path.abspath(output_path[len("file://"):] if output_path.startswith("file://") else output_path)
     store_root = marker_at_or_above(path, STORE_MARKER)
@@ -313,7 +312,6 @@ def _record_batches(source: ObjectStore, ds: DatasetRef):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from include.store.transfer import verified_file
 
     with verified_file(source, ds.files[0]) as first:
         schema = pq.read_schema(first)

@@ -34,9 +34,10 @@ from include.checkpoints.job_records import now_iso
 from include.checkpoints.layout import JobLayout
 from include.checkpoints.record_schemas import INPUT_FILES_PIN, INPUT_PIN
 from include.contract.input_versions import MAX_PINNED_FILES, check_pinned, check_pinned_files
+from include.contract.sizing import s3_input_objects
 from include.errors import ConfigError, InputChanged, InputDataError, ObjectNotFound
 from include.publication.arrivals import MAX_ARRIVALS, current_version, location_uri, newest_for
-from include.store import Location, LocationError
+from include.store import Location, LocationError, open_store
 
 log = logging.getLogger("iterations")
 
@@ -248,8 +249,6 @@ def _check_count(location: Location, n: int) -> None:
 
 def _s3_files(location: Location, store_options: Mapping[str, Any]) -> list[tuple[str, int, str | None]]:
     """(key relative to the input, size, ETag) of the data objects of an S3 input."""
-    from include.contract.sizing import s3_input_objects
-
     _store, objects = s3_input_objects(location, store_options)
     base = location.path.rstrip("/")
     _check_count(location, len(objects))
@@ -319,7 +318,6 @@ def published_sizes(spec, store_options: Mapping[str, Any] | None = None) -> lis
     files = pinned_files(spec)
     if spec.location.is_local:
         return [os.path.getsize(f.path) if os.path.isfile(f.path) else None for f, _ in files]
-    from include.store import open_store
 
     store = open_store(f"s3://{spec.location.bucket}", **dict(store_options or {}))
     return [None if (i := store.info(f.path)) is None else i.size for f, _ in files]

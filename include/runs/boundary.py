@@ -34,6 +34,7 @@ from include.checkpoints.checkpoint_log import CheckpointLog
 from include.checkpoints.head_state import AlignmentDecision, EpochReport, HeadStatus
 from include.checkpoints.lifecycle import StopMode
 from include.checkpoints.manifest import Manifest
+from include.checks import warm_up
 from include.contract.body import body_reference
 from include.contract.config import JobConfig
 from include.epoch.aligner import missing_reports
@@ -185,8 +186,6 @@ def warm_up_checks(job: IterationJob, plan: EpochPlan | None = None) -> None:
     job runs (include.checks.warm_up), when the job's data checks are on and ``plan`` (if
     given) is not adopted: the commit that follows finds it imported."""
     if job.check_settings.enabled and (plan is None or not plan.adopted):
-        from include.checks import warm_up
-
         warm_up()
 
 

@@ -35,7 +35,10 @@ from include.checkpoints.checkpoint_log import CheckpointLog
 from include.checkpoints.job_records import now_iso
 from include.checkpoints.layout import check_job_id
 from include.checkpoints.manifest import DatasetRef, Manifest
+from include.contract.body import resolve_body
+from include.epoch.job import IterationJob
 from include.errors import CheckpointCorrupted, CheckpointError, ConfigError, ObjectNotFound
+from include.publication.pinned_inputs import pinned_input_changes
 from include.runs.leases import Holder, JobLease
 from include.runs.ownership import JobOwner, OwnershipError, owner_key, read_owner
 from include.store import ObjectStore
@@ -281,9 +284,6 @@ def input_changes_of(store: ObjectStore, config, store_options: Mapping[str, Any
     """``attach``'s ``input_changes`` for a run of ``config`` (an include.contract.config.JobConfig) with
     ``on_input_change`` (``check_on_input_change``): None unless it is "restart" and the body has a
     static input (nothing else is pinned)."""
-    from include.contract.body import resolve_body
-    from include.publication.pinned_inputs import pinned_input_changes
-
     if check_on_input_change(on_input_change) != "restart" or not resolve_body(config.body).static_input:
         return None
     return lambda log_id: pinned_input_changes(store, log_id, config.input, store_options)
@@ -327,8 +327,6 @@ def retire(store: ObjectStore, job_id: str, generation: str, owner: JobOwner,
 def open_newest(store: ObjectStore, config, store_options: Mapping[str, Any] | None = None, **job_options_: Any):
     """The job's newest generation as an ``IterationJob`` on ``store``, opened to be read:
     nothing is written (no lease, no generation record), as the determinism audit needs."""
-    from include.epoch.job import IterationJob
-
     lineage = Lineage.of_job(store, config.job_id)
     log_id = lineage.newest()
     return IterationJob(dataclasses.replace(config, job_id=log_id), store, store_options=dict(store_options or {}),

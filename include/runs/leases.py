@@ -24,6 +24,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from include.checkpoints.layout import JobLayout
 from include.errors import CheckpointCorrupted, ObjectNotFound
 from include.runs.ownership import DAG_ID_PATTERN, JobBusy, LeaseLost, iso_time, wall_clock
 from include.store import ObjectStore
@@ -174,8 +175,6 @@ class JobLease:
     """The lease records of one job (see the module docstring)."""
 
     def __init__(self, store: ObjectStore, job_id: str, *, ttl: float = LEASE_TTL_S):
-        from include.checkpoints.layout import JobLayout
-
         self.store = store
         self.job_id = job_id
         self.layout = JobLayout(job_id)

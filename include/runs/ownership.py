@@ -21,8 +21,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from include.checkpoints.layout import JobLayout
 from include.errors import CheckpointCorrupted, ConfigError, IterationError, ObjectNotFound
-from include.store import ObjectStore
+from include.store import Location, LocationError, ObjectStore
 
 log = logging.getLogger("iterations")
 
@@ -99,8 +100,6 @@ class JobOwner:
 
 
 def _canonical(value: Any) -> Any:
-    from include.store import Location, LocationError
-
     try:
         return Location.parse(value, resolve=False).url if isinstance(value, str) else value
     except LocationError:
@@ -116,8 +115,6 @@ def _comparable(name: str, value: Any) -> Any:
 
 
 def owner_key(job_id: str) -> str:
-    from include.checkpoints.layout import JobLayout
-
     return JobLayout(job_id).owner()
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from include.errors import ConfigError, InputChanged, ObjectNotFound, PermanentStoreError
+from include.process.failpoints import install_s3_faults
 from include.store import s3_probe
 from include.store.base import ObjectInfo, ObjectStore, RetryPolicy, check_key
 from include.store.s3_calls import call_s3
@@ -91,7 +92,6 @@ class S3Store(ObjectStore):
                 region_name=self.region or session.region_name or "us-east-1",
             )
             client = session.client("s3", endpoint_url=self.endpoint_url, config=config)
-            from include.process.failpoints import install_s3_faults
 
             install_s3_faults(client, self.endpoint_url)  # tests only: nothing unless configured
             self._client = client

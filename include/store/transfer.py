@@ -24,14 +24,14 @@ from typing import Any, Iterator
 
 from include.errors import CheckpointCorrupted
 from include.store.base import STREAM_CHUNK, ObjectStore
+from include.store.readonly import ReadOnlyStore
+from include.store.s3 import S3Store
 
 log = logging.getLogger("iterations")
 
 
 def _inner(store: ObjectStore) -> ObjectStore:
     """The store behind a read-only view (reads go to it alike)."""
-    from include.store.readonly import ReadOnlyStore
-
     return store._store if isinstance(store, ReadOnlyStore) else store
 
 
@@ -69,8 +69,6 @@ def copy_verified(source: ObjectStore, out: ObjectStore, ref: Any, key: str) -> 
     ``key`` of ``out``, verified against its size and SHA-256; CheckpointCorrupted naming the
     source when it does not match (nothing left at ``key``). How it was copied:
     "server-side" or "streamed"."""
-    from include.store.s3 import S3Store
-
     src, dst = _inner(source), out
     where = source.location(ref.key)
     if isinstance(src, S3Store) and isinstance(dst, S3Store) and dst.reads_with(src):
