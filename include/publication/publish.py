@@ -4,14 +4,15 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from include.checkpoints.checkpoint_log import CheckpointLog
 from include.checkpoints.lifecycle import Lifecycle, OperatorState
 from include.checkpoints.manifest import JobState, Manifest
+from include.contract.config import JobConfig
 from include.errors import CheckpointError, IterationError
 from include.process.failpoints import failpoint, trace
-from include.publication.output_owners import claim_output
+from include.publication.output_owners import OutputOwner, claim_output
 from include.publication.outputs import (
     check_not_in_store,
     output_uri,
@@ -21,12 +22,28 @@ from include.publication.outputs import (
     version_of,
 )
 from include.publication.outputs import published as current_publication
-from include.store import open_store
-
-if TYPE_CHECKING:
-    from include.epoch.job import IterationJob
+from include.store import ObjectStore, open_store
 
 log = logging.getLogger("iterations")
+
+
+class HeldLease(Protocol):
+    def check(self) -> None:
+        """Raise when the run no longer holds the job."""
+
+
+class PublishingJob(Protocol):
+    """What a Publisher needs of its job (an IterationJob gives it): the job's configuration,
+    checkpoint log, store and store options, the lease its run holds (None outside a run), who
+    owns its output and whether the run takes the output over."""
+
+    config: JobConfig
+    log: CheckpointLog
+    store: ObjectStore
+    store_options: Mapping[str, Any]
+    lease: HeldLease | None
+    output_owner: OutputOwner
+    take_over: bool
 
 
 class Publisher:
@@ -35,7 +52,7 @@ class Publisher:
     own there first (include.publication.output_owners); ``family``: the jobs (in its store)
     whose published versions this one's replace and may delete."""
 
-    def __init__(self, job: IterationJob, family: Sequence[str] = ()):
+    def __init__(self, job: PublishingJob, family: Sequence[str] = ()):
         self.job = job
         self.config = job.config
         self.log = job.log
