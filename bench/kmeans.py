@@ -19,6 +19,12 @@ Also the whole job: ours, epoch 0 (k-means++ and the first Lloyd pass) and the w
 point's assignment written); MLlib, the median ``fit`` of E iterations (k-means|| included, no
 assignment written).
 
+Where ours' whole job goes (from the runner's log lines and their times): loading and checking
+the input (epoch 0's "static input"), k-means++ and the first Lloyd pass (epoch 0's "step and
+tail"), the rest of epoch 0 (its plan, checks and commit), epochs 1 to E-1, the finish (the
+assignments and centroids written, the final checkpoint and its checks, up to its commit), the
+publication of the outputs, and what is left (opening the job: owner, input pin).
+
 Each figure is the median of ``--repeat`` rounds (default 3), the variants in alternating
 order. Run::
 
@@ -43,18 +49,46 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench.common import DATA, machine  # noqa: E402
 
 _EPOCH = re.compile(r"epoch (\d+): .* ([0-9.]+)s (?:committed|adopted)")
+_PHASES = re.compile(r"epoch 0 attempt \S+: static input ([0-9.]+)s .*step and tail ([0-9.]+)s")
+_FINAL = re.compile(r"final checkpoint \d+ committed")
 INPUTS = {"digits": (None, None, 10), "200k-64": (200_000, 64, 10), "1M-8": (1_000_000, 8, 10)}
+#: the parts of ours' whole job, in order (see the module docstring)
+PARTS = ("input load and check", "k-means++ and first pass", "rest of epoch 0", "epochs 1..E-1", "finish",
+         "publication", "other")
 
 
 class _EpochSeconds(logging.Handler):
+    """The runner's per-epoch seconds, epoch 0's phases and when the last epoch and the final
+    checkpoint committed (the records' times)."""
+
     def __init__(self):
         super().__init__()
         self.seconds: list[float] = []
+        self.epoch0: tuple[float, float] | None = None
+        self.last_epoch_at = self.final_at = None
 
     def emit(self, record):
-        m = _EPOCH.search(record.getMessage())
+        message = record.getMessage()
+        m = _EPOCH.search(message)
         if m:
             self.seconds.append(float(m.group(2)))
+            self.last_epoch_at = record.created
+        m = _PHASES.search(message)
+        if m:
+            self.epoch0 = (float(m.group(1)), float(m.group(2)))
+        if _FINAL.search(message):
+            self.final_at = record.created
+
+    def parts(self, started: float, ended: float) -> dict[str, float]:
+        """The whole job (from ``started`` to ``ended``, ``time.time()``) in ``PARTS``."""
+        if self.epoch0 is None or self.last_epoch_at is None or self.final_at is None:
+            raise SystemExit("the runner's log lines changed: bench.kmeans cannot split the job into its parts")
+        load, first = self.epoch0
+        parts = {"input load and check": load, "k-means++ and first pass": first,
+                 "rest of epoch 0": self.seconds[0] - load - first, "epochs 1..E-1": sum(self.seconds[1:]),
+                 "finish": self.final_at - self.last_epoch_at, "publication": ended - self.final_at}
+        parts["other"] = (ended - started) - sum(parts.values())
+        return parts
 
 
 def dataset(name: str) -> str:
@@ -79,7 +113,8 @@ def dataset(name: str) -> str:
     return path
 
 
-def ours(spark, path: str, k: int, epochs: int, partitions: int, work: str) -> tuple[float, float, float, float]:
+def ours(spark, path: str, k: int, epochs: int, partitions: int,
+         work: str) -> tuple[float, float, float, float, dict[str, float]]:
     from include.contract import JobConfig
     from spark_jobs.runner import IterationRunner
 
@@ -90,16 +125,17 @@ def ours(spark, path: str, k: int, epochs: int, partitions: int, work: str) -> t
     handler = _EpochSeconds()
     logging.getLogger("iterations").addHandler(handler)
     try:
-        started = time.perf_counter()
+        started = time.time()
         result = IterationRunner(config, spark).run()
-        wall = time.perf_counter() - started
+        ended = time.time()
     finally:
         logging.getLogger("iterations").removeHandler(handler)
         shutil.rmtree(scratch, ignore_errors=True)
     if len(result.epochs_computed) != epochs:
         raise SystemExit(f"k-means ran {result.epochs_computed}, not {epochs} epochs")
     seconds = handler.seconds[1:] or handler.seconds  # epoch 0 also runs k-means++
-    return statistics.median(seconds), statistics.mean(seconds), handler.seconds[0], wall
+    return (statistics.median(seconds), statistics.mean(seconds), handler.seconds[0], ended - started,
+            handler.parts(started, ended))
 
 
 def mllib(spark, path: str, k: int, epochs: int, partitions: int) -> tuple[float, float]:
@@ -139,17 +175,19 @@ def main() -> None:
     spark = get_spark("bench-kmeans")
     work = tempfile.mkdtemp(prefix="bench-kmeans-")
     print(machine())
-    rows = []
+    rows, breakdown = [], []
     for name in args.inputs:
         path = dataset(name)
         k = INPUTS[name][2]
         ours(spark, path, k, 2, args.partitions, work)  # warm-up: Python workers, JIT, the input cached
         figures: dict[str, list[float]] = {"ours": [], "ours mean": [], "mllib": [], "epoch 0": [], "ours job": [],
-                                           "mllib fit": []}
+                                           "mllib fit": [], **{part: [] for part in PARTS}}
         for r in range(args.repeat):
             for variant in (["ours", "mllib"] if r % 2 == 0 else ["mllib", "ours"]):
                 if variant == "ours":
-                    s, mean, first, wall = ours(spark, path, k, args.epochs, args.partitions, work)
+                    s, mean, first, wall, parts = ours(spark, path, k, args.epochs, args.partitions, work)
+                    for part, seconds in parts.items():
+                        figures[part].append(seconds)
                     figures["ours mean"].append(mean)
                     figures["epoch 0"].append(first)
                     figures["ours job"].append(wall)
@@ -162,6 +200,7 @@ def main() -> None:
                 figures[variant].append(s)
         rows.append((name, *(statistics.median(figures[v])
                              for v in ("ours", "ours mean", "mllib", "epoch 0", "ours job", "mllib fit"))))
+        breakdown.append((name, [statistics.median(figures[part]) for part in PARTS]))
     shutil.rmtree(work, ignore_errors=True)
     print("\n| input | ours, s per epoch (durable; median, mean) | MLlib, s per iteration | ours / MLlib (median, mean) |")
     print("|---|---|---|---|")
@@ -172,6 +211,11 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for name, *_, first, job, fit in rows:
         print(f"| {name} | {first:.3f} | {job:.2f} | {fit:.2f} | {job / fit:.2f}x |")
+    print("\nWhere ours' whole job goes, s (medians of each part; see the module docstring):\n")
+    print("| input | " + " | ".join(PARTS) + " |")
+    print("|---|" + "---|" * len(PARTS))
+    for name, seconds in breakdown:
+        print(f"| {name} | " + " | ".join(f"{v:.2f}" for v in seconds) + " |")
 
 
 if __name__ == "__main__":
