@@ -61,6 +61,9 @@ def airflow_env(home: str, port: int) -> dict[str, str]:
         "PYSPARK_PYTHON": sys.executable,
         "ITERATIONS_SPARK_CONNECT_PORT": str(port),
         "ITERATIONS_SPARK_CONNECT_DIR": os.path.join(home, "spark-connect"),
+        # the runs' inputs, stores and outputs are under the benchmarks' data directory: the
+        # deployer's roots say a DAG may use it (a DAG's own roots are its embedded directories)
+        "ITERATIONS_ALLOWED_ROOTS": ",".join(filter(None, [os.environ.get("ITERATIONS_ALLOWED_ROOTS"), DATA])),
     }
     env.pop("ITERATIONS_DRIVER_PID", None)
     return env

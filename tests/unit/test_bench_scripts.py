@@ -76,3 +76,32 @@ def test_a_terminated_sweep_stops_the_run_it_watches(tmp_path):
             sweep.kill()
     assert sweep.returncode == 128 + signal.SIGTERM and "stopped" in out
     assert not psutil.pid_exists(run), f"the watched run {run} outlived the sweep"
+
+
+_ADMITS = """
+import json, sys
+from include.store import roots_for_dag
+roots = roots_for_dag({"input_path": "/tmp/iterations-demo/input", "checkpoint_root": "/tmp/x/store",
+                       "output_path": "/tmp/x/output"})
+for what, path in json.loads(sys.argv[1]).items():
+    roots.admit(what, path)
+print("admitted")
+"""
+
+
+def test_the_dag_benchmarks_deployment_allows_where_their_runs_read_and_write(tmp_path):
+    """bench.orchestration's ``airflow dags test`` runs read, checkpoint and publish under the
+    benchmarks' data directory, outside the DAG's own roots: the environment it gives Airflow
+    must say, as a deployer would, that DAG runs may use it (without it every DAG run of the
+    benchmark was refused: ``output_path ... is outside the allowed roots``)."""
+    import json
+
+    from bench.common import DATA
+    from bench.orchestration import airflow_env
+
+    env = airflow_env(str(tmp_path / "home"), 1)
+    paths = {"input_path": f"{DATA}/graph.parquet", "checkpoint_root": f"{DATA}/bench-orch-x/dag0/store",
+             "output_path": f"{DATA}/bench-orch-x/dag0/out"}
+    done = subprocess.run([sys.executable, "-c", _ADMITS, json.dumps(paths)], env=env, capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and "admitted" in done.stdout, done.stderr[-2000:]
