@@ -69,6 +69,22 @@ def airflow_env(home: str, port: int) -> dict[str, str]:
     return env
 
 
+def bench_env(home: str) -> dict[str, str]:
+    """The environment of the benchmark's Airflow commands, and the same Spark Connect server
+    settings in this process (its library runs use the DAG runs' server). Set before
+    ``spark_jobs.connect_server`` is imported: the module reads where its server's state lives
+    when it is imported, and a server whose state is elsewhere is not taken for this project's."""
+    os.environ["ITERATIONS_SPARK_CONNECT_DIR"] = os.path.join(home, "spark-connect")
+    from spark_jobs import connect_server
+
+    env = airflow_env(home, connect_server.free_port())
+    os.environ.update({k: env[k] for k in ("ITERATIONS_SPARK_CONNECT_PORT", "ITERATIONS_SPARK_CONNECT_DIR")})
+    if connect_server.STATE_DIR != env["ITERATIONS_SPARK_CONNECT_DIR"]:
+        raise SystemExit(f"spark_jobs.connect_server was imported before bench_env(): its server state is in "
+                         f"{connect_server.STATE_DIR}, the DAG runs' in {env['ITERATIONS_SPARK_CONNECT_DIR']}")
+    return env
+
+
 @dataclass
 class Run:
     seconds: float
@@ -208,13 +224,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--epochs must be >= 2 and --repeat >= 1, got {args.epochs} and {args.repeat}")
     logging.basicConfig(level=logging.WARNING)
 
-    from tests.conftest import free_port
-
     os.makedirs(DATA, exist_ok=True)
     home = tempfile.mkdtemp(prefix="airflow-", dir=DATA)
     work = tempfile.mkdtemp(prefix="bench-orch-", dir=DATA)
-    env = airflow_env(home, free_port())
-    os.environ.update({k: env[k] for k in ("ITERATIONS_SPARK_CONNECT_PORT", "ITERATIONS_SPARK_CONNECT_DIR")})
+    env = bench_env(home)
     path, exact = graph(args.edges)
     warm, _ = graph(20_000)
     print(f"machine: {machine()}; PageRank {exact:,} edges, {args.partitions} partitions, {args.epochs} epochs, "

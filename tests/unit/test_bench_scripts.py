@@ -105,3 +105,16 @@ def test_the_dag_benchmarks_deployment_allows_where_their_runs_read_and_write(tm
     done = subprocess.run([sys.executable, "-c", _ADMITS, json.dumps(paths)], env=env, capture_output=True,
                           text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0 and "admitted" in done.stdout, done.stderr[-2000:]
+
+
+def test_the_orchestration_benchmark_and_its_dag_runs_share_one_connect_server_state(tmp_path):
+    """bench.orchestration's library runs use the Spark Connect server its DAG runs started:
+    both must look for it in one state directory (the benchmark took the tests' helpers' local
+    directory for its own, and refused the DAG runs' server as another checkout's)."""
+    code = ("import sys; from bench.orchestration import bench_env; env = bench_env(sys.argv[1]); "
+            "from spark_jobs import connect_server as c; "
+            "print(c.STATE_DIR == env['ITERATIONS_SPARK_CONNECT_DIR'] == sys.argv[1] + '/spark-connect')")
+    env = {k: v for k, v in os.environ.items() if k != "ITERATIONS_SPARK_CONNECT_DIR"}
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stdout + done.stderr[-2000:]
