@@ -114,7 +114,7 @@ def write_path(df: DataFrame, tail: Tail, *, keep: bool = False, on_driver: bool
         collected = _collect(with_pid, tail.head, tail.epoch)
         if collected is not None:
             return CollectedWrite(df, collected)
-    return SparkWrite(with_pid, tail.key_columns, keep)
+    return SparkWrite(with_pid, tail, keep)
 
 
 class Tail:
@@ -136,13 +136,13 @@ class Tail:
     def of(cls, df: DataFrame, *, metrics: Mapping[str, tuple[str, str]] | None, head: str, **options) -> Tail:
         """The tail of ``df``; a metric whose column ``df`` lacks is refused, naming both."""
         metrics = dict(metrics or {})
-        columns = df.columns
+        schema = df.schema
+        columns = schema.names
         for name, (col, _agg) in metrics.items():
             if col not in columns:
                 raise IterationError(f"metric {name!r} needs column {col!r}, which {head!r} does not have: {columns}")
         metric_columns = {col for col, _ in metrics.values()}
         data_columns = [c for c in columns if c not in metric_columns]
-        schema = df.schema
         return cls(metrics=metrics, head=head, columns=columns, data_columns=data_columns,
                    schema_json=StructType([schema[c] for c in data_columns]).json(), **options)
 
@@ -244,11 +244,11 @@ class SparkWrite(WritePath):
     ``keep``: the shuffled records are local-checkpointed as the tail reads them (materialised by
     the tail's job) and kept in Spark."""
 
-    def __init__(self, with_pid: DataFrame, key_columns: Sequence[str], keep: bool):
-        self.df = with_pid.repartition(_PID).sortWithinPartitions(_PID, *key_columns)
+    def __init__(self, with_pid: DataFrame, tail: Tail, keep: bool):
+        self.df = with_pid.repartition(_PID).sortWithinPartitions(_PID, *tail.key_columns)
         if keep:
             self.df = self.df.localCheckpoint(eager=False)  # materialised by the tail's job below
-        self.data_columns: list[str] = []
+        self.data_columns = tail.data_columns
 
     def write(self, tail: Tail) -> list[EpochReport]:
         def reports(batches: Iterator[Any]) -> Iterator[Any]:
@@ -258,7 +258,6 @@ class SparkWrite(WritePath):
             for text in tail.partitions(batches):
                 yield pa.RecordBatch.from_pylist([{"report": text}], schema=out_schema)
 
-        self.data_columns = tail.data_columns
         return [EpochReport.from_json(row.report) for row in self.df.mapInArrow(reports, "report string").collect()]
 
     def kept(self, stored: int) -> tuple[DataFrame, DataFrame | None]:
