@@ -300,6 +300,7 @@ class EpochExecutor:
         from spark_jobs.storeio import write_dataset
 
         root = CheckpointLog(store, plan.job_id).layout.attempt(plan.checkpoint_id, plan.attempt_id)
+        shareable = plan.shareable() if heads else {}
         reports: list[EpochReport] = []
         for name in names:
             reports += write_dataset(
@@ -318,7 +319,15 @@ class EpochExecutor:
                 kept=kept,
                 job_id=plan.job_id,
                 on_driver=name in on_driver,
+                previous=shareable.get(name),
             )
+        if shareable:
+            shared = [f for r in reports for f in r.files if not f.key.startswith(root + "/")]
+            if shared:
+                log.info("job %s epoch %d attempt %s: %d partition file(s) unchanged since checkpoint %s, "
+                         "referenced, not written again (%d of %d bytes)", plan.job_id, plan.checkpoint_id,
+                         plan.attempt_id, len(shared), plan.parent_id, sum(f.size for f in shared),
+                         sum(f.size for r in reports for f in r.files))
         return reports
 
     def run_finish(self, plan: EpochPlan, store: ObjectStore) -> list[EpochReport]:

@@ -47,6 +47,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="batches whose final checkpoint is kept (default: every batch's)")
     p.add_argument("--retain-history", type=_count_or_none, default=None,
                    help="retired checkpoints whose summary is kept (default: all)")
+    p.add_argument("--full-checkpoint-every", type=int, default=10,
+                   help="epochs that are multiples of this write full checkpoints; the others reference the "
+                        "partitions unchanged since the previous checkpoint (1: every checkpoint full)")
     p.add_argument("--param", action="append", default=[], metavar="NAME=JSON",
                    help="body parameter, value as JSON (repeatable): --param damping=0.85 --param k=3")
     p.add_argument("--max-epochs-in-batch", type=int, default=None)
@@ -128,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             body_params=params,
             max_epochs=args.max_epochs, tolerance=args.tolerance, num_partitions=args.num_partitions,
             retain_last=args.retain_last, retain_batches=args.retain_batches, retain_history=args.retain_history,
+            full_checkpoint_every=args.full_checkpoint_every,
             checks=checks, on_damaged_checkpoint=args.on_damaged_checkpoint,
         )
         from spark_jobs.runner import IterationRunner

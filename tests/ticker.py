@@ -56,3 +56,22 @@ class TwoHeads(Ticker):
 
     def finish(self, variables, data, ctx):
         return {"counts": variables["counts"].select("key", "n"), "total": variables["total"]}
+
+
+class HalfTicker(Ticker):
+    """Only the keys of partition 0 tick (the tail's partition of a key: Spark's
+    ``pmod(hash(key), P)``); every other partition's records never change after epoch 0. For
+    the tests of checkpoints that share unchanged partitions (test_shared_files.py)."""
+
+    name = "half_ticker"
+
+    def init(self, data, ctx: EpochContext):
+        return {"counts": ctx.spark.createDataFrame([(k, 0) for k in range(64)], "key int, n long")}
+
+    def step(self, variables, data, ctx: EpochContext) -> StepResult:
+        from pyspark.sql import functions as F
+
+        ticks = F.pmod(F.hash("key"), F.lit(ctx.num_partitions)) == 0
+        counts = variables["counts"].select("key", F.when(ticks, F.col("n") + 1).otherwise(F.col("n")).alias("n"),
+                                            F.lit(1.0).alias("changed"))
+        return StepResult({"counts": counts}, metrics={"changed": ("counts", "changed")})

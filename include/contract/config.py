@@ -34,6 +34,10 @@ SETTINGS: dict[str, Parameter] = {p.name: p for p in (
     Parameter("retain_history", None, "Retired checkpoints whose summary (metrics, decision) the job's history keeps "
               "(the newest ones; older ones are forgotten with their batch records); null: all.",
               {"type": ["null", "integer"], "minimum": 0, "maximum": 100_000_000}),
+    Parameter("full_checkpoint_every", 10, "An epoch whose number is a multiple of this writes every partition of "
+              "its variables; the others reference the previous checkpoint's file of each partition whose bytes are "
+              "unchanged instead of writing it again. 1: every checkpoint is full.",
+              {"type": "integer", "minimum": 1, "maximum": 1_000_000}),
     Parameter("output_format", "parquet", "parquet: files behind a _PUBLISHED.json manifest; delta: a Delta "
               "Lake table per output, one version per published batch.", {"type": "string", "enum": list(OUTPUT_FORMATS)}),
     Parameter("on_damaged_checkpoint", "fail", "If the latest checkpoint is found damaged: fail (refuse it, the "
@@ -137,6 +141,8 @@ class JobConfig:
     retain_last: int = SETTINGS["retain_last"].default
     retain_batches: int | None = SETTINGS["retain_batches"].default
     retain_history: int | None = SETTINGS["retain_history"].default
+    # epochs that are multiples of it write full checkpoints; the others share unchanged partitions
+    full_checkpoint_every: int = SETTINGS["full_checkpoint_every"].default
     # the data checks: {"enabled": bool, "expectations": [...]} (include.checks), merged over
     # the runtime's and the body's expectations; None: those alone
     checks: dict[str, Any] | None = None

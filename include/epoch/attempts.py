@@ -94,6 +94,8 @@ class Attempts:
             warm_start=None if latest is not None or source is None
             else {"job_id": source.job_id, "checkpoint_id": source.checkpoint_id},
             profile=job.check_settings.enabled,
+            share_unchanged=kind == "epoch" and latest is not None
+            and checkpoint_id % self.config.full_checkpoint_every != 0,
             parent_metrics=dict(latest.decision.metrics) if latest is not None and latest.decision else None,
         )
 

@@ -143,6 +143,7 @@ class Committer:
         if missing:
             raise CheckpointError(f"epoch {plan.epoch} attempt {plan.attempt_id} of job {plan.job_id} "
                                   f"has not written its epoch outputs {missing}")
+        self.refuse_foreign_files(plan, reports, output_reports)
         checking = time.monotonic()
         try:
             self.check(plan, decision, reports, output_reports)
@@ -174,6 +175,28 @@ class Committer:
         coords.committed(manifest.checkpoint_id)  # the valves open: held events go to the next inbox
         failpoint("commit.after_release", job=plan.job_id, epoch=plan.epoch)
         return manifest
+
+    def refuse_foreign_files(self, plan: EpochPlan, reports: Sequence[EpochReport],
+                             output_reports: Sequence[EpochReport]) -> None:
+        """Abort the attempt and raise CheckpointError when a report names a file the attempt
+        did not write under its own directory, other than the restored checkpoint's file of the
+        same partition of the same variable (``EpochPlan.shareable``): a checkpoint never names
+        what another attempt, job or epoch owns, so retention's rule (what a kept manifest
+        references stays) is all that keeps a shared file."""
+        own = self.log.layout.attempt(plan.checkpoint_id, plan.attempt_id) + "/"
+        shareable = plan.shareable()
+        foreign = [f"{r.head} partition {r.partition}: {f.key}"
+                   for r in reports for f in r.files
+                   if not (f.key.startswith(own) and ".." not in f.key.split("/"))
+                   and shareable.get(r.head, {}).get(r.partition) != f]
+        foreign += [f"output {r.head} partition {r.partition}: {f.key}" for r in output_reports for f in r.files
+                    if not f.key.startswith(own) or ".." in f.key.split("/")]
+        if foreign:
+            why = (f"its reports name files it did not write and the checkpoint it restores does not hold for "
+                   f"that partition: {'; '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}")
+            self.attempts.abort(plan, reason=why[:2000])
+            raise CheckpointError(f"{plan.kind} {plan.checkpoint_id} attempt {plan.attempt_id} of job "
+                                  f"{plan.job_id} is not committed: {why}")
 
     def _commit_manifest(self, plan: EpochPlan, **content: Any) -> Manifest:
         if self.job.lease is not None:
@@ -250,6 +273,7 @@ class Committer:
             raise CheckpointError(
                 f"finish attempt {plan.attempt_id} of job {plan.job_id} has not written outputs {missing}"
             )
+        self.refuse_foreign_files(plan, [], output_reports)
         self.check(plan, None, [], output_reports)
         failpoint("finish.before_final_checkpoint", job=plan.job_id)
         stop = StopMode(plan.stop) if plan.stop else None

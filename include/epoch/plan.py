@@ -7,7 +7,8 @@ import logging
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-from include.checkpoints.head_state import AlignmentDecision, EpochReport
+from include.checkpoints.head_state import AlignmentDecision, EpochReport, FileRef
+from include.checkpoints.layout import JobLayout
 from include.checkpoints.manifest import DatasetRef
 from include.contract.config import InputSpec
 from include.epoch.aligner import Aligner, TerminationCriteria
@@ -56,6 +57,10 @@ class EpochPlan:
     # task's {"dag_id", "run_id", "task_id", "try_number"}, or the library runner's
     # {"runner": "library", "host", "pid"}; never part of what an adopted attempt must match
     run: dict[str, Any] | None = None
+    # the tail references the restored checkpoint's file of a partition whose new bytes are the
+    # same instead of writing it again (``shareable``; docs/design.md, rules of the store); off for
+    # a full checkpoint (JobConfig.full_checkpoint_every) and for the finish
+    share_unchanged: bool = False
     adopted: bool = False  # a complete earlier attempt is reused instead of running again
 
     @property
@@ -100,6 +105,25 @@ class EpochPlan:
 
     def restore_datasets(self) -> dict[str, DatasetRef]:
         return {k: DatasetRef.from_dict(v) for k, v in (self.restore or {}).items()}
+
+    def shareable(self) -> dict[str, dict[int, FileRef]]:
+        """head -> partition -> the one file of that partition in the checkpoint the plan
+        restores, which the attempt's report may name instead of a file of its own when its
+        bytes are the same (``share_unchanged``). Only files of this job's own attempts, in
+        partitions the head still has: nothing of another job (a warm start's), and nothing
+        when the partitioning changed. The tail writes by this rule and the commit checks by it."""
+        if not self.share_unchanged or self.kind != "epoch":
+            return {}
+        own = JobLayout(self.job_id).attempts()
+        out: dict[str, dict[int, FileRef]] = {}
+        for head, ds in self.restore_datasets().items():
+            if head not in self.heads or len(ds.partitions) != self.partitions_of(head):
+                continue
+            files = {p: part[0] for p, part in enumerate(ds.partitions)
+                     if len(part) == 1 and part[0].key.startswith(own) and ".." not in part[0].key.split("/")}
+            if files:
+                out[head] = files
+        return out
 
 
 Check = Callable[[EpochPlan, AlignmentDecision, Sequence[EpochReport]], None]

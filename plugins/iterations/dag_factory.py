@@ -132,6 +132,7 @@ def job_params(
         "retain_last": setting("retain_last", retain_last),
         "retain_batches": setting("retain_batches"),
         "retain_history": setting("retain_history"),
+        "full_checkpoint_every": setting("full_checkpoint_every"),
         "on_damaged_checkpoint": setting("on_damaged_checkpoint"),
         "stop": param("none", type="string", enum=["none", "drain", "suspend"],
                       description="At the end of this run's batch, if the job has not terminated: none = go on "

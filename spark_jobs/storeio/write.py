@@ -40,6 +40,7 @@ def write_dataset(
     kept: dict[str, tuple[DataFrame, DataFrame]] | None = None,
     job_id: str = "",
     on_driver: bool = False,
+    previous: Mapping[int, FileRef] | None = None,
 ) -> list[EpochReport]:
     """Write ``df`` as P partitions of Parquet under ``prefix`` and one report per partition
     under ``report_prefix``. ``metrics``: name -> (column, aggregation); metric columns are
@@ -75,11 +76,15 @@ def write_dataset(
     collect (``spark.driver.maxResultSize``) are written in Spark after all. Each partition's file holds
     the same bytes either way (its name says which task wrote it: here "driver").
 
+    ``previous``: partition -> the file that partition has in the checkpoint the epoch started
+    from (``EpochPlan.shareable``). A partition whose bytes come out the same (size and SHA-256)
+    is not written again: its report names that file (docs/design.md, rules of the store).
+
     ``job_id``: only named to the failure points (tests place faults in one job's tail).
     """
     tail = Tail.of(df, store=store, prefix=prefix, report_prefix=report_prefix, head=head, epoch=epoch,
                    attempt_id=attempt_id, num_partitions=num_partitions, key_columns=key_columns, metrics=metrics,
-                   profile=profile, facts=facts, job_id=job_id)
+                   profile=profile, facts=facts, job_id=job_id, previous=previous)
     path = write_path(df, tail, keep=kept is not None, on_driver=on_driver)
     reports = by_partition(head, path.write(tail))
     if kept is not None:
@@ -125,12 +130,13 @@ class Tail:
     def __init__(self, *, store: ObjectStore, prefix: str, report_prefix: str, head: str, epoch: int,
                  attempt_id: str, num_partitions: int, key_columns: Sequence[str], metrics: Mapping[str, tuple],
                  profile: bool, facts: Mapping[str, float] | None, job_id: str, columns: Sequence[str],
-                 data_columns: Sequence[str], schema_json: str):
+                 data_columns: Sequence[str], schema_json: str, previous: Mapping[int, FileRef] | None = None):
         self.store, self.prefix, self.report_prefix = store, prefix, report_prefix
         self.head, self.epoch, self.attempt_id, self.job_id = head, epoch, attempt_id, job_id
         self.num_partitions, self.key_columns = num_partitions, tuple(key_columns)
         self.metrics, self.profile, self.facts = dict(metrics), profile, facts
         self.columns, self.data_columns, self.schema_json = list(columns), list(data_columns), schema_json
+        self.previous = dict(previous or {})
 
     @classmethod
     def of(cls, df: DataFrame, *, metrics: Mapping[str, tuple[str, str]] | None, head: str, **options) -> Tail:
@@ -170,7 +176,8 @@ class Tail:
                         yield current.close()
                     current = _PartitionWriter(self.store, self.prefix, self.report_prefix, self.head, self.epoch,
                                                self.attempt_id, pid, task, self.metrics, self.data_columns,
-                                               self.schema_json, self._profile(), self.job_id)
+                                               self.schema_json, self._profile(), self.job_id,
+                                               self.previous.get(pid))
                 current.write(batch.slice(start, stop - start))
         if current is not None:
             yield current.close()
@@ -312,7 +319,7 @@ class _PartitionWriter:
     """Writes one partition's records to one Parquet object and reports it."""
 
     def __init__(self, store, prefix, report_prefix, head, epoch, attempt_id, partition, task,
-                 metrics, data_columns, schema_json, profile=None, job_id=""):
+                 metrics, data_columns, schema_json, profile=None, job_id="", previous=None):
         self.store, self.prefix, self.report_prefix = store, prefix, report_prefix
         self.job_id = job_id
         self.head, self.epoch, self.attempt_id = head, epoch, attempt_id
@@ -323,6 +330,7 @@ class _PartitionWriter:
         self.rows = 0
         self.partial: dict[str, float] = {}
         self.profile: Profile | None = profile
+        self.previous: FileRef | None = previous
 
     def write(self, batch) -> None:
         import numpy as np
@@ -353,9 +361,14 @@ class _PartitionWriter:
         if self.writer is not None:
             self.writer.close()
             blob = self.buf.getvalue()
-            key = f"{self.prefix}/part-{self.partition:05d}-{self.task}.parquet"
-            self.store.put(key, blob)
-            files = (FileRef(key, len(blob), hashlib.sha256(blob).hexdigest(), self.rows),)
+            digest = hashlib.sha256(blob).hexdigest()
+            same = self.previous
+            if same is not None and same.size == len(blob) and same.sha256 == digest and same.rows == self.rows:
+                files = (same,)  # unchanged since the checkpoint the epoch started from: referenced, not written
+            else:
+                key = f"{self.prefix}/part-{self.partition:05d}-{self.task}.parquet"
+                self.store.put(key, blob)
+                files = (FileRef(key, len(blob), digest, self.rows),)
         failpoint("tail.partition_written", job=self.job_id, epoch=self.epoch, partition=self.partition,
                   head=self.head)
         for name, (_col, agg) in self.metrics.items():
