@@ -44,6 +44,9 @@ from tests.helpers import release_hold, wait_held
 ROOT = str(Path(__file__).resolve().parents[2])
 PAGERANK_EPOCHS = 5
 KMEANS_EPOCHS = 3
+# connected components settle by epoch 3 on components_workload's graph: the later epochs share
+# every partition with the checkpoint before (docs/how-it-works.md#shared-files)
+COMPONENTS_EPOCHS = 8
 PARTITIONS = 3
 
 
@@ -74,7 +77,7 @@ _REFERENCES: dict[tuple, Any] = {}
 
 @dataclasses.dataclass
 class Workload:
-    kind: str  # "pagerank" or "kmeans"
+    kind: str  # "pagerank", "kmeans" or "components"
     input: str
     epochs: int
     params: dict[str, Any]
@@ -127,6 +130,26 @@ def kmeans_workload(work: Path, seed: int, spark_pass: bool = False) -> Workload
     return Workload("kmeans", str(path), KMEANS_EPOCHS, {"k": 3})
 
 
+def components_workload(work: Path, seed: int) -> Workload:
+    """Stars, pairs and a short path: settled after a few epochs, then unchanged up to
+    ``COMPONENTS_EPOCHS`` (the tolerance of 0 never ends it early)."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    ids = rng.permutation(400)
+    edges = [(int(ids[i]), int(ids[i + 1])) for i in range(12)]  # a path of 13 nodes
+    edges += [(int(ids[20 + s * 10]), int(ids[20 + s * 10 + i])) for s in range(10) for i in range(1, 10)]
+    edges += [(int(ids[200 + 2 * i]), int(ids[201 + 2 * i])) for i in range(40)]
+    (work / "input").mkdir(parents=True, exist_ok=True)
+    path = work / "input" / "edges.parquet"
+    pd.DataFrame(edges, columns=["src", "dst"]).sample(frac=1, random_state=seed).to_parquet(path)
+    return Workload("components", str(path), COMPONENTS_EPOCHS, {})
+
+
+WORKLOADS = {"pagerank": pagerank_workload, "kmeans": kmeans_workload, "components": components_workload}
+
+
 def _features(centroids) -> Any:
     """The centroids' coordinates as one matrix, a row per centroid."""
     import numpy as np
@@ -141,6 +164,8 @@ def published_outputs(w: Workload, output_path: str) -> dict[str, Any]:
 
     if w.kind == "pagerank":
         return {"ranks": read_published(output_path, "ranks")}
+    if w.kind == "components":
+        return {"components": read_published(output_path, "components")}
     return {name: read_published(output_path, name) for name in ("centroids", "assignments")}
 
 
@@ -248,7 +273,7 @@ def audit(out: Outcome, spark, w: Workload, cfg: JobConfig, trace: Path, work: P
         notes.append(f"outputs not published: {e}")
         got = None
     if got is not None:
-        key = "node" if w.kind == "pagerank" else None
+        key = "node" if w.kind in ("pagerank", "components") else None
         for name, frame in expected.items():
             mine = got[name]
             k = key or ("cluster_id" if name == "centroids" else "id")
@@ -283,6 +308,18 @@ def audit(out: Outcome, spark, w: Workload, cfg: JobConfig, trace: Path, work: P
     return out
 
 
+def shared_files(cfg: JobConfig) -> int:
+    """How many files the job's kept epoch checkpoints reference that an earlier epoch wrote."""
+    log = IterationJob(cfg).log
+    count = 0
+    for cid in log.checkpoint_ids():
+        m = log.load(cid, verify="none")
+        own = f"{log.layout.attempt(m.checkpoint_id, m.attempt_id)}/"
+        count += sum(1 for ds in m.variables.values() for f in ds.files if not f.key.startswith(own)) \
+            if m.kind == "epoch" else 0
+    return count
+
+
 # --- scenarios ------------------------------------------------------------------------------------
 
 KILL_POINTS = {
@@ -300,6 +337,13 @@ KILL_POINTS = {
         f"publish.after_output@checkpoint={KMEANS_EPOCHS}@output={rng.choice(['centroids', 'assignments'])}=kill",
         f"publish.after_output@checkpoint={rng.randrange(KMEANS_EPOCHS)}@output=centroid_history=kill",
     ])),
+    # an epoch whose checkpoint shares the files of settled partitions with the one before, while
+    # retention (retain_last 3) retires the epochs that wrote them
+    "kill in a sharing epoch": ("components", lambda rng: rng.choice([
+        "tail.partition_written@epoch={e}@partition={p}=kill-driver",
+        "commit.before_write@epoch={e}=kill", "commit.after_write@epoch={e}=kill",
+        "commit.after_release@epoch={e}=kill",
+    ]).format(e=rng.randrange(4, COMPONENTS_EPOCHS - 1), p=rng.randrange(PARTITIONS))),
 }
 
 
@@ -320,7 +364,7 @@ def kill_scenario(name: str) -> Callable:
 
     def scenario(spark, work: Path, seed: int) -> Outcome:
         rng = random.Random(f"{name}:{seed}")
-        w = (pagerank_workload if kind == "pagerank" else kmeans_workload)(work, seed)
+        w = WORKLOADS[kind](work, seed)
         cfg = w.config(work)
         trace = work / "trace.jsonl"
         point = pick(rng)
@@ -342,7 +386,9 @@ def kill_scenario(name: str) -> Callable:
         out.recomputed = len([e for e in result.epochs_computed if e <= killed_at])
         out.facts = {"restored_from": result.restored_from, "epochs_computed": result.epochs_computed,
                      "epochs_adopted": result.epochs_adopted, "killed_at": killed_at}
-        return audit(out, spark, w, cfg, trace, work)
+        out = audit(out, spark, w, cfg, trace, work)
+        out.facts["shared"] = shared_files(cfg)
+        return out
 
     scenario.__name__ = name
     return scenario
