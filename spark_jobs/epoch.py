@@ -320,6 +320,7 @@ class EpochExecutor:
                 job_id=plan.job_id,
                 on_driver=name in on_driver,
                 previous=shareable.get(name),
+                total_order=heads,
             )
         if shareable:
             shared = [f for r in reports for f in r.files if not f.key.startswith(root + "/")]

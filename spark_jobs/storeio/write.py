@@ -9,7 +9,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import AtomicType, StructType
 
 from include.checkpoints import EpochReport, FileRef
 from include.errors import CheckpointError, IterationError
@@ -41,6 +41,7 @@ def write_dataset(
     job_id: str = "",
     on_driver: bool = False,
     previous: Mapping[int, FileRef] | None = None,
+    total_order: bool = False,
 ) -> list[EpochReport]:
     """Write ``df`` as P partitions of Parquet under ``prefix`` and one report per partition
     under ``report_prefix``. ``metrics``: name -> (column, aggregation); metric columns are
@@ -80,11 +81,16 @@ def write_dataset(
     from (``EpochPlan.shareable``). A partition whose bytes come out the same (size and SHA-256)
     is not written again: its report names that file (docs/design.md, rules of the store).
 
+    ``total_order``: each partition's records are sorted by the key columns, then by every other
+    data column of an atomic type, so that a partition's bytes do not depend on the order its
+    records reached the tail when keys repeat (a variable: an epoch is verifiable, and an
+    unchanged partition is recognised as unchanged). Without it, by the key columns alone.
+
     ``job_id``: only named to the failure points (tests place faults in one job's tail).
     """
     tail = Tail.of(df, store=store, prefix=prefix, report_prefix=report_prefix, head=head, epoch=epoch,
                    attempt_id=attempt_id, num_partitions=num_partitions, key_columns=key_columns, metrics=metrics,
-                   profile=profile, facts=facts, job_id=job_id, previous=previous)
+                   profile=profile, facts=facts, job_id=job_id, previous=previous, total_order=total_order)
     path = write_path(df, tail, keep=kept is not None, on_driver=on_driver)
     reports = by_partition(head, path.write(tail))
     if kept is not None:
@@ -130,17 +136,23 @@ class Tail:
     def __init__(self, *, store: ObjectStore, prefix: str, report_prefix: str, head: str, epoch: int,
                  attempt_id: str, num_partitions: int, key_columns: Sequence[str], metrics: Mapping[str, tuple],
                  profile: bool, facts: Mapping[str, float] | None, job_id: str, columns: Sequence[str],
-                 data_columns: Sequence[str], schema_json: str, previous: Mapping[int, FileRef] | None = None):
+                 data_columns: Sequence[str], schema_json: str, previous: Mapping[int, FileRef] | None = None,
+                 order: Sequence[str] | None = None):
         self.store, self.prefix, self.report_prefix = store, prefix, report_prefix
         self.head, self.epoch, self.attempt_id, self.job_id = head, epoch, attempt_id, job_id
         self.num_partitions, self.key_columns = num_partitions, tuple(key_columns)
         self.metrics, self.profile, self.facts = dict(metrics), profile, facts
         self.columns, self.data_columns, self.schema_json = list(columns), list(data_columns), schema_json
         self.previous = dict(previous or {})
+        # what each partition's records are sorted by (after the partition): the keys, then with
+        # ``total_order`` the other atomic data columns
+        self.order = tuple(self.key_columns if order is None else order)
 
     @classmethod
-    def of(cls, df: DataFrame, *, metrics: Mapping[str, tuple[str, str]] | None, head: str, **options) -> Tail:
-        """The tail of ``df``; a metric whose column ``df`` lacks is refused, naming both."""
+    def of(cls, df: DataFrame, *, metrics: Mapping[str, tuple[str, str]] | None, head: str, total_order: bool = False,
+           **options) -> Tail:
+        """The tail of ``df``; a metric whose column ``df`` lacks is refused, naming both.
+        ``total_order``: see ``write_dataset``."""
         metrics = dict(metrics or {})
         schema = df.schema
         columns = schema.names
@@ -149,8 +161,11 @@ class Tail:
                 raise IterationError(f"metric {name!r} needs column {col!r}, which {head!r} does not have: {columns}")
         metric_columns = {col for col, _ in metrics.values()}
         data_columns = [c for c in columns if c not in metric_columns]
+        keys = tuple(options.get("key_columns", ()))
+        ties = [c for c in data_columns if c not in keys and isinstance(schema[c].dataType, AtomicType)] \
+            if total_order else []
         return cls(metrics=metrics, head=head, columns=columns, data_columns=data_columns,
-                   schema_json=StructType([schema[c] for c in data_columns]).json(), **options)
+                   schema_json=StructType([schema[c] for c in data_columns]).json(), order=(*keys, *ties), **options)
 
     def partitions(self, batches: Iterator[Any], task: Any = None) -> Iterator[str]:
         """Write the records of ``batches`` (sorted by partition, then key), one file and one
@@ -222,7 +237,7 @@ class LocalFrameWrite(WritePath):
     def write(self, tail: Tail) -> list[EpochReport]:
         import pyarrow.compute as pc
 
-        order = pc.sort_indices(self.table, sort_keys=[(c, "ascending", "at_start") for c in (_PID, *tail.key_columns)])
+        order = pc.sort_indices(self.table, sort_keys=[(c, "ascending", "at_start") for c in (_PID, *tail.order)])
         table = self.table.take(order)
         self.records = table.select(tail.data_columns)
         return [EpochReport.from_json(t) for t in tail.partitions(iter(table.to_batches()), task="driver")]
@@ -252,7 +267,7 @@ class SparkWrite(WritePath):
     the tail's job) and kept in Spark."""
 
     def __init__(self, with_pid: DataFrame, tail: Tail, keep: bool):
-        self.df = with_pid.repartition(_PID).sortWithinPartitions(_PID, *tail.key_columns)
+        self.df = with_pid.repartition(_PID).sortWithinPartitions(_PID, *tail.order)
         if keep:
             self.df = self.df.localCheckpoint(eager=False)  # materialised by the tail's job below
         self.data_columns = tail.data_columns
