@@ -49,14 +49,18 @@ def write_dataset(
     partition's profile (``Profile``), computed from the batches as they are written, for the
     data checks; ``facts``: scalars the body knows about the epoch, carried in every profile.
 
-    A record's partition is ``pmod(hash(keys), P)`` (all columns when there are no keys),
-    computed as a column: Spark may coalesce or reuse shuffles, so its own partition ids are
-    not trusted. The records are shuffled by that column, so each partition's records reach one
-    Spark task, and the shuffle is left to adaptive execution to coalesce (it merges whole
-    shuffle partitions, never splits one): a small dataset is written by one task instead of P
-    (each task's Python hand-over costs more than a small partition's data). Each Spark task
-    writes one file per partition it holds, records sorted by key; partitions that received no
-    record get an empty report from the driver.
+    A record's partition is ``pmod(hash(keys), P)`` (all columns when there are no keys and
+    ``total_order``), computed as a column: Spark may coalesce or reuse shuffles, so its own
+    partition ids are not trusted for where a key goes. The records are shuffled by that column,
+    so each partition's records reach one Spark task, and the shuffle is left to adaptive
+    execution to coalesce (it merges whole shuffle partitions, never splits one): a small dataset
+    is written by one task instead of P (each task's Python hand-over costs more than a small
+    partition's data). Each Spark task writes one file per partition it holds, records sorted by
+    key; partitions that received no record get an empty report from the driver. A dataset with
+    neither keys nor ``total_order`` (an output: no epoch reads it back by key) is written where
+    Spark computed it instead, its partitions coalesced to at most P, each one partition, in its
+    own order, with no shuffle (k-means' finish shuffled every point with its features only to
+    spread them by a hash of all their columns).
 
     ``kept``: also keep the written records in Spark: the partitions the tail writes are
     local-checkpointed as it reads them (memory, spilling to disk; lineage cut), so the next
@@ -125,6 +129,9 @@ def write_path(df: DataFrame, tail: Tail, *, keep: bool = False, on_driver: bool
         collected = _collect(with_pid, tail.head, tail.epoch)
         if collected is not None:
             return CollectedWrite(df, collected)
+    if tail.in_place:  # nothing to partition by (an output): each Spark partition is one, written where it is
+        return SparkWrite(df.coalesce(tail.num_partitions).withColumn(_PID, F.spark_partition_id()), tail, keep,
+                          shuffle=False)
     return SparkWrite(with_pid, tail, keep)
 
 
@@ -137,7 +144,7 @@ class Tail:
                  attempt_id: str, num_partitions: int, key_columns: Sequence[str], metrics: Mapping[str, tuple],
                  profile: bool, facts: Mapping[str, float] | None, job_id: str, columns: Sequence[str],
                  data_columns: Sequence[str], schema_json: str, previous: Mapping[int, FileRef] | None = None,
-                 order: Sequence[str] | None = None):
+                 order: Sequence[str] | None = None, in_place: bool = False):
         self.store, self.prefix, self.report_prefix = store, prefix, report_prefix
         self.head, self.epoch, self.attempt_id, self.job_id = head, epoch, attempt_id, job_id
         self.num_partitions, self.key_columns = num_partitions, tuple(key_columns)
@@ -147,6 +154,9 @@ class Tail:
         # what each partition's records are sorted by (after the partition): the keys, then with
         # ``total_order`` the other atomic data columns
         self.order = tuple(self.key_columns if order is None else order)
+        # no key columns and no total order (an output): written by Spark's own partitions
+        # (``write_path``), not shuffled by a hash of every column
+        self.in_place = in_place
 
     @classmethod
     def of(cls, df: DataFrame, *, metrics: Mapping[str, tuple[str, str]] | None, head: str, total_order: bool = False,
@@ -165,7 +175,8 @@ class Tail:
         ties = [c for c in data_columns if c not in keys and isinstance(schema[c].dataType, AtomicType)] \
             if total_order else []
         return cls(metrics=metrics, head=head, columns=columns, data_columns=data_columns,
-                   schema_json=StructType([schema[c] for c in data_columns]).json(), order=(*keys, *ties), **options)
+                   schema_json=StructType([schema[c] for c in data_columns]).json(), order=(*keys, *ties),
+                   in_place=not keys and not total_order, **options)
 
     def partitions(self, batches: Iterator[Any], task: Any = None) -> Iterator[str]:
         """Write the records of ``batches`` (sorted by partition, then key), one file and one
@@ -266,8 +277,8 @@ class SparkWrite(WritePath):
     ``keep``: the shuffled records are local-checkpointed as the tail reads them (materialised by
     the tail's job) and kept in Spark."""
 
-    def __init__(self, with_pid: DataFrame, tail: Tail, keep: bool):
-        self.df = with_pid.repartition(_PID).sortWithinPartitions(_PID, *tail.order)
+    def __init__(self, with_pid: DataFrame, tail: Tail, keep: bool, shuffle: bool = True):
+        self.df = with_pid.repartition(_PID).sortWithinPartitions(_PID, *tail.order) if shuffle else with_pid
         if keep:
             self.df = self.df.localCheckpoint(eager=False)  # materialised by the tail's job below
         self.data_columns = tail.data_columns

@@ -129,11 +129,12 @@ def test_a_local_frame_with_arrays_is_written_without_a_spark_job(spark, tmp_pat
     jobs = set(tracker.getJobIdsForGroup(None))
     store = LocalStore(tmp_path)
     ours = write_dataset(local, store=store, prefix="local/data", report_prefix="local/reports", head="centroids",
-                         epoch=1, attempt_id="a1", num_partitions=3, metrics={"max_shift": ("shift", "max")})
+                         epoch=1, attempt_id="a1", num_partitions=3, key_columns=("cluster_id",),
+                         metrics={"max_shift": ("shift", "max")})
     assert set(tracker.getJobIdsForGroup(None)) == jobs, "no Spark job for a local frame"
     theirs = write_dataset(spark.createDataFrame(rows, schema), store=store, prefix="spark/data",
                            report_prefix="spark/reports", head="centroids", epoch=1, attempt_id="a1",
-                           num_partitions=3, metrics={"max_shift": ("shift", "max")})
+                           num_partitions=3, key_columns=("cluster_id",), metrics={"max_shift": ("shift", "max")})
     for a, b in zip(ours, theirs):
         assert (a.partition, a.feedback_count, a.metrics, a.schema, a.profile) == \
             (b.partition, b.feedback_count, b.metrics, b.schema, b.profile)
@@ -239,3 +240,22 @@ def test_repeated_keys_give_the_same_bytes_whatever_order_the_records_came_in(sp
     assert ascending == digests(list(reversed(rows)), "descending")
     # the test can tell: by the key alone, the reversed records keep their reversed order
     assert digests(rows, "keys-a", total_order=False) != digests(list(reversed(rows)), "keys-d", total_order=False)
+
+
+@pytest.mark.parametrize("partitions", [3, 2])
+def test_an_output_is_written_where_spark_computed_it(spark, tmp_path, partitions):
+    """Without keys or a total order (an output), each of Spark's partitions (coalesced to at
+    most P) is one partition of the dataset, its records in their order: no shuffle."""
+    from pyspark.sql import functions as F
+
+    df = spark.range(0, 900, numPartitions=3).select(F.col("id"), (F.col("id") % 7).alias("g"))
+    store = LocalStore(tmp_path)
+    reports = write_dataset(df, store=store, prefix="out/data", report_prefix="out/reports", head="assignments",
+                            epoch=4, attempt_id="a4", num_partitions=partitions)
+    written = {r.partition: [row["id"] for f in r.files for row in pq.read_table(io.BytesIO(store.get(f.key))).to_pylist()]
+               for r in reports}
+    spark_partitions = {}
+    for row in df.coalesce(partitions).withColumn("p", F.spark_partition_id()).collect():
+        spark_partitions.setdefault(row.p, []).append(row.id)
+    assert written == {p: spark_partitions.get(p, []) for p in range(partitions)}
+    assert sorted(i for ids in written.values() for i in ids) == list(range(900))
