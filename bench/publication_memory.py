@@ -9,6 +9,7 @@ For each size, a fresh process builds a checkpoint-like source (Parquet part fil
 - ``rss +``: the process's peak resident memory above what it had before publishing (everything,
   Rust's Delta writer and boto3 included; coarse: the allocator keeps what it got);
 - ``how``: how the files reached the output ("server-side": the S3 service copied them;
+  "by the kernel": the kernel copied them, local to local, and the copy was read back and hashed;
   "streamed": a block at a time through this process).
 
 Modes: ``parquet-local`` (local store to a local output), ``parquet-s3`` (S3 checkpoint store to

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import uuid
 from typing import Any, Iterable
 
@@ -188,6 +189,34 @@ class LocalStore(ObjectStore):
                 if self.fsync:
                     f.flush()
                     os.fsync(f.fileno())
+            target = self._target(path)
+            os.replace(tmp, target)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        self._fsync_dir(target)
+
+    def write_copy(self, key: str, source_path: str, *, verify) -> None:
+        """The file at ``source_path`` to ``key``: copied by the kernel (``shutil.copyfile``:
+        no byte through this process) into a temporary file beside the object, ``verify(tmp)``
+        called on the copy (it reads the copy, which only this call writes), renamed over the
+        object once it returned (deleted if it raises)."""
+        path = self._path(key)
+        self._make_parent(path)
+        tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
+        try:
+            try:
+                shutil.copyfile(source_path, tmp)
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                raise ObjectNotFound(source_path) from None
+            verify(tmp)
+            if self.fsync:
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
             target = self._target(path)
             os.replace(tmp, target)
         except BaseException:

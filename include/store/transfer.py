@@ -9,7 +9,9 @@ its memory does not grow with the file:
   compared with the manifest's: no byte passes through this process. A service that returns no
   checksum (an older S3-compatible one, or a multipart copy) has the copy read back and hashed,
   a block at a time;
-- otherwise (local to local, local to S3, S3 to local, two S3 accounts) the file is streamed a
+- from a local store to a local store, the kernel copies the file (``LocalStore.write_copy``) and
+  the copy is read back and hashed, a block at a time, before it is made visible;
+- otherwise (local to S3, S3 to local, two S3 accounts) the file is streamed a
   block at a time (``STREAM_CHUNK``), hashed as it goes, and the destination made visible only
   once size and digest match (a renamed temporary file; a completed multipart upload).
 """
@@ -24,6 +26,7 @@ from typing import Any, Iterator
 
 from include.errors import CheckpointCorrupted
 from include.store.base import STREAM_CHUNK, ObjectStore
+from include.store.local import LocalStore
 from include.store.readonly import ReadOnlyStore
 from include.store.s3 import S3Store
 
@@ -54,6 +57,13 @@ class _Tally:
             pass
         return self
 
+    def read_file(self, path: str) -> "_Tally":
+        with open(path, "rb") as f:
+            while block := f.read(STREAM_CHUNK):
+                self.digest.update(block)
+                self.size += len(block)
+        return self
+
     def check(self, ref: Any, where: str) -> None:
         """CheckpointCorrupted naming ``where`` unless what passed is ``ref``'s size and digest."""
         digest = self.digest.hexdigest()
@@ -68,7 +78,7 @@ def copy_verified(source: ObjectStore, out: ObjectStore, ref: Any, key: str) -> 
     """Copy ``ref`` (an include.checkpoints.head_state.FileRef: key, size, sha256 of an object of ``source``) to
     ``key`` of ``out``, verified against its size and SHA-256; CheckpointCorrupted naming the
     source when it does not match (nothing left at ``key``). How it was copied:
-    "server-side" or "streamed"."""
+    "server-side", "by the kernel" (local to local) or "streamed"."""
     src, dst = _inner(source), out
     where = source.location(ref.key)
     if isinstance(src, S3Store) and isinstance(dst, S3Store) and dst.reads_with(src):
@@ -83,6 +93,10 @@ def copy_verified(source: ObjectStore, out: ObjectStore, ref: Any, key: str) -> 
             dst.delete([key])
             raise
         return "server-side"
+    path = src.local_path(ref.key)
+    if path is not None and isinstance(dst, LocalStore):
+        dst.write_copy(key, path, verify=lambda copy: _Tally().read_file(copy).check(ref, where))
+        return "by the kernel"
     tally = _Tally()
     dst.write_stream(key, tally.blocks(source, ref.key), verify=lambda: tally.check(ref, where))
     return "streamed"

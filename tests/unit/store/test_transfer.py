@@ -9,7 +9,7 @@ import tracemalloc
 import pytest
 
 from include.checkpoints.head_state import FileRef
-from include.errors import CheckpointCorrupted
+from include.errors import CheckpointCorrupted, ObjectNotFound
 from include.store import LocalStore, S3Store, sha256_hex
 from include.store.transfer import copy_verified, verified_file
 
@@ -45,17 +45,22 @@ def s3(moto_endpoint, bucket):
     return store
 
 
-def test_local_to_local_streams_and_refuses_bytes_the_checkpoint_does_not_vouch_for(tmp_path):
+def test_local_to_local_is_copied_by_the_kernel_and_refuses_bytes_the_checkpoint_does_not_vouch_for(tmp_path):
     src, out = LocalStore(tmp_path / "ckpt"), LocalStore(tmp_path / "out")
     data = _blob(24)
     ref = _ref(src, "jobs/j/part-0.parquet", data)
-    peak = _peak(lambda: copy_verified(src, out, ref, "ranks/v-j-1/part-00000.parquet"))
-    assert out.get("ranks/v-j-1/part-00000.parquet") == data
+    how = []
+    peak = _peak(lambda: how.append(copy_verified(src, out, ref, "ranks/v-j-1/part-00000.parquet")))
+    assert how == ["by the kernel"] and out.get("ranks/v-j-1/part-00000.parquet") == data
     assert peak < 3 * MIB, f"{peak} bytes held to copy a 24 MiB file"
     src.put(ref.key, data[:-1] + bytes([data[-1] ^ 1]))  # damaged after the checkpoint vouched for it
     with pytest.raises(CheckpointCorrupted, match="fails its checksum"):
         copy_verified(src, out, ref, "ranks/v-j-2/part-00000.parquet")
     assert out.list("ranks/v-j-2/") == [] and not [n for n in os.listdir(tmp_path / "out" / "ranks") if ".tmp-" in n]
+    src.delete([ref.key])
+    with pytest.raises(ObjectNotFound):
+        copy_verified(src, out, ref, "ranks/v-j-3/part-00000.parquet")
+    assert out.list("ranks/v-j-3/") == []
 
 
 def test_s3_to_s3_is_copied_by_the_service_and_checked_by_its_checksum(s3):
@@ -127,7 +132,7 @@ def test_a_verified_file_is_checked_before_it_is_given(s3, tmp_path):
 
 def test_publication_memory_does_not_grow_with_the_output(moto_endpoint, bucket):
     """bench.publication_memory's probe, each publication in a fresh process: 1M then 4M rows of
-    (node, rank), as Parquet to a local output (streamed), to S3 from an S3 store (copied by the
+    (node, rank), as Parquet to a local output (copied by the kernel), to S3 from an S3 store (copied by the
     service), to S3 from a local store (multipart, one file of 1M or 4M rows: parts), and as a
     Delta table (record batches). The Python heap's peak stays where it was for an output four
     times larger, and Arrow's under the table's size; a publication that held a file or the table
@@ -145,4 +150,5 @@ def test_publication_memory_does_not_grow_with_the_output(moto_endpoint, bucket)
         assert large["arrow_peak"] < 0.8 * large["rows"] * 16, (mode, small, large)
         bound = 2.5 * PART_SIZE if mode == "parquet-to-s3" else large["bytes"] / 8  # one part at a time
         assert large["py_peak"] < bound, (mode, large)
-        assert large["how"] == {"parquet-s3": "server-side", "delta-local": "record batches"}.get(mode, "streamed")
+        assert large["how"] == {"parquet-s3": "server-side", "delta-local": "record batches",
+                                "parquet-local": "by the kernel"}.get(mode, "streamed")
