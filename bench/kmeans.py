@@ -51,7 +51,8 @@ from bench.common import DATA, machine  # noqa: E402
 _EPOCH = re.compile(r"epoch (\d+): .* ([0-9.]+)s (?:committed|adopted)")
 _PHASES = re.compile(r"epoch 0 attempt \S+: static input ([0-9.]+)s .*step and tail ([0-9.]+)s")
 _FINAL = re.compile(r"final checkpoint \d+ committed")
-INPUTS = {"digits": (None, None, 10), "200k-64": (200_000, 64, 10), "1M-8": (1_000_000, 8, 10)}
+INPUTS = {"digits": (None, None, 10), "200k-64": (200_000, 64, 10), "1M-8": (1_000_000, 8, 10),
+          "10M-16": (10_000_000, 16, 10)}
 #: the parts of ours' whole job, in order (see the module docstring)
 PARTS = ("input load and check", "k-means++ and first pass", "rest of epoch 0", "epochs 1..E-1", "finish",
          "publication", "other")
@@ -161,7 +162,8 @@ def mllib(spark, path: str, k: int, epochs: int, partitions: int) -> tuple[float
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--inputs", nargs="+", default=list(INPUTS), choices=list(INPUTS))
+    parser.add_argument("--inputs", nargs="+", default=["digits", "200k-64", "1M-8"], choices=list(INPUTS),
+                        help="10M-16 (1.3 GB of Parquet, generated once) only when named")
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=3)
