@@ -178,39 +178,36 @@ class LocalStore(ObjectStore):
     def write_stream(self, key: str, chunks, *, verify) -> None:
         """Chunk by chunk into a temporary file beside the object, renamed over it once
         ``verify()`` returned (deleted if it raises)."""
-        path = self._path(key)
-        self._make_parent(path)
-        tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
-        try:
+        def fill(tmp: str) -> None:
             with open(tmp, "wb") as f:
                 for chunk in chunks:
                     f.write(chunk)
-                verify()
-                if self.fsync:
-                    f.flush()
-                    os.fsync(f.fileno())
-            target = self._target(path)
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-        self._fsync_dir(target)
+            verify()
+
+        self._write_verified(key, fill)
 
     def write_copy(self, key: str, source_path: str, *, verify) -> None:
         """The file at ``source_path`` to ``key``: copied by the kernel (``shutil.copyfile``:
         no byte through this process) into a temporary file beside the object, ``verify(tmp)``
         called on the copy (it reads the copy, which only this call writes), renamed over the
         object once it returned (deleted if it raises)."""
-        path = self._path(key)
-        self._make_parent(path)
-        tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
-        try:
+        def fill(tmp: str) -> None:
             try:
                 shutil.copyfile(source_path, tmp)
             except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
                 raise ObjectNotFound(source_path) from None
             verify(tmp)
+
+        self._write_verified(key, fill)
+
+    def _write_verified(self, key: str, fill) -> None:
+        """``fill(tmp)`` writes and checks a temporary file beside ``key``'s; it is then made
+        durable and renamed over the object, or deleted if ``fill`` raised."""
+        path = self._path(key)
+        self._make_parent(path)
+        tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
+        try:
+            fill(tmp)
             if self.fsync:
                 fd = os.open(tmp, os.O_RDONLY)
                 try:
