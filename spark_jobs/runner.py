@@ -91,6 +91,7 @@ class IterationRunner:
         wait_for_input: float | None = None,
         poll_interval: float = 1.0,
         handoff: bool = True,
+        overlap_commits: bool = True,
         take_over: bool = False,
         lease_wait: float = 0.0,
         rewind_to: int | None = None,
@@ -108,6 +109,10 @@ class IterationRunner:
         as its tail wrote them) instead of reading its checkpoint back, when that checkpoint is
         exactly what the previous attempt of this run wrote; a restart, or any other
         checkpoint, reads the store (``EpochExecutor``).
+        ``overlap_commits``: each epoch's checks, commit and publication run in a thread of their
+        own while the next epoch's Spark job runs from its state (``EpochRun.commit_behind``);
+        the next epoch never commits before it, and is aborted if it does not commit. False:
+        each epoch commits before the next is planned.
         ``take_over``: continue a job that belongs to another owner (a DAG, another body, input or
         output path: include.runs.ownership) and make it this run's. ``lease_wait``: how long to wait
         for another run of the job to end before failing with JobBusy naming it.
@@ -139,6 +144,7 @@ class IterationRunner:
         self.config = opened.job.config
         self.attempt_retries = attempt_retries
         self.handoff = handoff
+        self.overlap_commits = overlap_commits
         self.driver_tail_bytes = driver_tail_bytes
         self.wait_for_input = wait_for_input
         self.poll_interval = poll_interval
@@ -228,24 +234,37 @@ class IterationRunner:
                      state.latest.checkpoint_id, state.status.value, state.next_epoch)
             run.settle()  # a crash between a commit and its publication: publish now
         step = run.boundary()
-        while step is Step.EPOCH:
-            done = len(result.epochs_computed) + len(result.epochs_adopted)
-            if max_epochs_in_batch is not None and done >= max_epochs_in_batch:
-                break
-            if self.wait_for_input is not None and not self._await_input(run.state):
-                log.info("job %s: no new input for %.0fs: stopping before epoch %d (run again to go on)",
-                         self.config.job_id, self.wait_for_input, run.state.next_epoch)
-                break
-            started = time.monotonic()
-            done = run.epoch(self.attempt_retries)
+        started: dict[int, float] = {}
+
+        def committed(done) -> None:
             decision = done.decision  # as committed (the end of the input may have ended the job)
             (result.epochs_adopted if done.plan.adopted else result.epochs_computed).append(done.plan.epoch)
             result.decisions.append(decision)
             log.info("job %s epoch %d: feedback=%d %s %.2fs %s%s", self.config.job_id, decision.epoch,
-                     decision.feedback_count, metrics_text(decision), time.monotonic() - started,
+                     decision.feedback_count, metrics_text(decision),
+                     time.monotonic() - started.pop(done.plan.epoch, time.monotonic()),
                      "adopted" if done.plan.adopted else "committed",
                      f" -> terminating ({decision.reason})" if decision.terminated else "")
+
+        while step is Step.EPOCH:
+            done = len(result.epochs_computed) + len(result.epochs_adopted) + (run.committing is not None)
+            if max_epochs_in_batch is not None and done >= max_epochs_in_batch:
+                break
+            if self.wait_for_input is not None and not self._await_input(run.state):
+                run.land()
+                log.info("job %s: no new input for %.0fs: stopping before epoch %d (run again to go on)",
+                         self.config.job_id, self.wait_for_input, run.state.next_epoch)
+                break
+            started[run.state.next_epoch] = time.monotonic()
+            if self.overlap_commits:  # this epoch runs while the one before commits
+                for outcome in run.epoch_behind(self.attempt_retries):
+                    committed(outcome)
+            else:
+                committed(run.epoch(self.attempt_retries))
             step = run.boundary()
+        run.land()
+        for outcome in run.take_landed():
+            committed(outcome)
         if step is Step.SUSPEND:
             result.suspended_at = run.suspend()
         elif step in (Step.FINISH, Step.DRAIN):

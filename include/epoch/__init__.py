@@ -4,7 +4,7 @@ from include.process.surface import lazy_surface
 
 __all__, __getattr__, __dir__ = lazy_surface(__name__, {
     "attempts": ["Attempts"],
-    "commit": ["Committer", "DataCheckFailed"],
+    "commit": ["Committer", "DataCheckFailed", "PendingCommit"],
     "coordination": ["Coordination"],
     "job": ["IterationJob"],
     "plan": ["Check", "DEFAULT_CHECKS", "EpochPlan"],

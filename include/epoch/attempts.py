@@ -100,11 +100,14 @@ class Attempts:
         )
 
     def plan_epoch(self, batch_id: str | None = None, state: JobState | None = None, *,
-                   run: Mapping[str, Any] | None = None) -> EpochPlan:
+                   run: Mapping[str, Any] | None = None, settle: bool = True) -> EpochPlan:
         """Plan the next epoch from the latest committed checkpoint and record its attempt.
 
         A complete earlier attempt with the same plan (every partition reported; for example
         its process died after the Spark job, before the commit) is adopted, not recomputed.
+        ``settle`` False: ``state`` is a checkpoint still being committed (the next epoch runs
+        while it commits, include.runs.epoch_run): its outputs are published by that commit,
+        not here.
         """
         state = state or self.restorer.state()
         if state.status is not HeadStatus.RUNNING:
@@ -112,7 +115,8 @@ class Attempts:
                 f"job {self.config.job_id} is {state.status.value} at checkpoint "
                 f"{state.latest.checkpoint_id if state.latest else None}: no epoch left to plan"
             )
-        self.publisher.settle(state)
+        if settle:
+            self.publisher.settle(state)
         epoch = state.next_epoch
         failpoint("head.before_plan", job=self.config.job_id, epoch=epoch)
         base = self._base_plan("epoch", epoch, state.latest, batch_id)

@@ -21,6 +21,7 @@ from include.process.failpoints import failpoint
 if TYPE_CHECKING:
     from include.epoch.attempts import Attempts
     from include.epoch.coordination import Coordination
+    from include.epoch.coordinators import Coordinators
     from include.epoch.job import IterationJob
 
 log = logging.getLogger("iterations")
@@ -33,6 +34,23 @@ class DataCheckFailed(IterationError):
     def __init__(self, message: str, report: Any = None):
         super().__init__(message)
         self.report = report
+
+
+@dataclasses.dataclass
+class PendingCommit:
+    """An epoch's commit between ``Committer.prepare`` and ``Committer.complete``: the
+    checkpoint the attempt's reports make (``manifest``, its history still empty), not yet
+    checked or written; ``committed``: the checkpoint as it landed, when a retry of a commit
+    found it committed already."""
+
+    plan: EpochPlan
+    decision: AlignmentDecision
+    reports: list[EpochReport]
+    output_reports: list[EpochReport]
+    manifest: Manifest
+    started: float
+    committed: Manifest | None = None
+    coordinators: Coordinators | None = None  # as prepared: the valves ``release`` opens
 
 
 class Committer:
@@ -127,12 +145,34 @@ class Committer:
         decision: AlignmentDecision | None = None,
         reports: Sequence[EpochReport] | None = None,
     ) -> Manifest:
-        """Check, then commit checkpoint ``plan.epoch``; idempotent for the same attempt."""
+        """Check, then commit checkpoint ``plan.epoch``; idempotent for the same attempt
+        (``prepare`` then ``complete``, the held events released once it committed)."""
+        pending = self.prepare(plan, decision, reports)
+        if pending.committed is not None:
+            return pending.committed
+        try:
+            manifest = self.complete(pending)
+        except BaseException:
+            self.coordination.reset()  # the checkpoint is aborted: held events dropped
+            raise
+        self.release(pending)
+        return manifest
+
+    def prepare(
+        self,
+        plan: EpochPlan,
+        decision: AlignmentDecision | None = None,
+        reports: Sequence[EpochReport] | None = None,
+    ) -> PendingCommit:
+        """The first half of ``commit``: what checkpoint ``plan.epoch`` will be once committed
+        (``PendingCommit.manifest``, from which the next epoch may already be planned and run),
+        nothing written. Refuses an attempt that has not written its epoch outputs or whose
+        reports name foreign files; a retry of a commit that landed gets ``committed``."""
         if plan.kind != "epoch":
             raise CheckpointError(f"commit() takes epoch plans; use commit_finish() for {plan.kind}")
         done = self._already_committed(plan)
         if done is not None:
-            return done
+            return PendingCommit(plan, done.decision, [], [], done, time.time(), committed=done)
         started = time.time()
         reports = list(self.attempts.reports(plan) if reports is None else reports)
         decision = decision or self.align(plan, reports)
@@ -144,37 +184,48 @@ class Committer:
             raise CheckpointError(f"epoch {plan.epoch} attempt {plan.attempt_id} of job {plan.job_id} "
                                   f"has not written its epoch outputs {missing}")
         self.refuse_foreign_files(plan, reports, output_reports)
-        checking = time.monotonic()
-        try:
-            self.check(plan, decision, reports, output_reports)
-        except (DataCheckFailed, InputChanged):
-            self.coordination.reset()  # the checkpoint is aborted: held events dropped
-            raise
-        checks = time.monotonic() - checking
         coords = self.coordination.committing(plan)
         coords.holders["alignment"].coordinator.decide_with(decision)
         coords.reports(plan.epoch, [(r.partition, {"head": r.head, "records": r.feedback_count, "metrics": r.metrics})
                                     for r in reports], plan.events or {})
+        manifest = self._manifest(
+            plan,
+            epoch=plan.epoch,
+            head_state=JobHeadState.from_dict(plan.head_state).after(decision, reports),
+            decision=decision,
+            variables=_datasets(reports, plan.heads, plan.head_partitions()),
+            outputs=_datasets(output_reports, self.attempts.output_names(plan), plan.num_partitions),
+            lifecycle=Lifecycle.at_epoch(plan.body, terminating=decision.terminated),
+            coordinators=plan.coordinators or {},
+        )
+        return PendingCommit(plan, decision, reports, output_reports, manifest, started, coordinators=coords)
+
+    def complete(self, pending: PendingCommit) -> Manifest:
+        """The second half of ``commit``: the checks between rounds (a refusal aborts the
+        attempt: DataCheckFailed or InputChanged), then the single-winner write of the manifest
+        ``prepare`` made, with its history, and garbage collection. Touches no coordinator: it
+        may run in a thread of its own while the next epoch's attempt runs (``release`` and, on
+        a failure, ``Coordination.reset`` are the caller's)."""
+        if pending.committed is not None:
+            return pending.committed
+        plan = pending.plan
+        checking = time.monotonic()
+        self.check(plan, pending.decision, pending.reports, pending.output_reports)
+        checks = time.monotonic() - checking
         failpoint("commit.before_write", job=plan.job_id, epoch=plan.epoch)
-        try:
-            manifest = self._commit_manifest(
-                plan,
-                epoch=plan.epoch,
-                head_state=JobHeadState.from_dict(plan.head_state).after(decision, reports),
-                decision=decision,
-                variables=_datasets(reports, plan.heads, plan.head_partitions()),
-                outputs=_datasets(output_reports, self.attempts.output_names(plan), plan.num_partitions),
-                lifecycle=Lifecycle.at_epoch(plan.body, terminating=decision.terminated),
-                coordinators=plan.coordinators or {},
-                history=self._history(plan, started, checks),
-            )
-        except BaseException:
-            self.coordination.reset()
-            raise
+        manifest = dataclasses.replace(pending.manifest, history=self._history(plan, pending.started, checks))
+        self._commit_manifest(manifest)
         failpoint("commit.after_write", job=plan.job_id, epoch=plan.epoch)
-        coords.committed(manifest.checkpoint_id)  # the valves open: held events go to the next inbox
-        failpoint("commit.after_release", job=plan.job_id, epoch=plan.epoch)
         return manifest
+
+    def release(self, pending: PendingCommit) -> None:
+        """Open the coordinators' valves: the events held while ``pending``'s checkpoint was
+        taken go to the next epoch's inbox. After ``complete``, or before it when the next
+        epoch is planned while this one commits (its attempt is aborted if the commit fails)."""
+        if pending.committed is not None or pending.coordinators is None:
+            return
+        pending.coordinators.committed(pending.plan.checkpoint_id)
+        failpoint("commit.after_release", job=pending.plan.job_id, epoch=pending.plan.epoch)
 
     def refuse_foreign_files(self, plan: EpochPlan, reports: Sequence[EpochReport],
                              output_reports: Sequence[EpochReport]) -> None:
@@ -198,12 +249,9 @@ class Committer:
             raise CheckpointError(f"{plan.kind} {plan.checkpoint_id} attempt {plan.attempt_id} of job "
                                   f"{plan.job_id} is not committed: {why}")
 
-    def _commit_manifest(self, plan: EpochPlan, **content: Any) -> Manifest:
-        if self.job.lease is not None:
-            self.job.lease.check()  # fenced: another run took the job over
-        # fenced too: a retry took over, or a rewind rejected its epoch (decided once, with abort)
-        self.log.claim_commit(plan.checkpoint_id, plan.attempt_id)
-        manifest = Manifest(
+    @staticmethod
+    def _manifest(plan: EpochPlan, **content: Any) -> Manifest:
+        return Manifest(
             job_id=plan.job_id,
             checkpoint_id=plan.checkpoint_id,
             kind=plan.kind,
@@ -214,6 +262,12 @@ class Committer:
             body={"name": plan.body["name"], "params": plan.body.get("params", {})},
             **content,
         )
+
+    def _commit_manifest(self, manifest: Manifest) -> Manifest:
+        if self.job.lease is not None:
+            self.job.lease.check()  # fenced: another run took the job over
+        # fenced too: a retry took over, or a rewind rejected its epoch (decided once, with abort)
+        self.log.claim_commit(manifest.checkpoint_id, manifest.attempt_id)
         self.log.commit(manifest)
         self.log.retention.collect_garbage(self.config.retain_last, retain_batches=self.config.retain_batches,
                                            retain_history=self.config.retain_history)
@@ -277,7 +331,7 @@ class Committer:
         self.check(plan, None, [], output_reports)
         failpoint("finish.before_final_checkpoint", job=plan.job_id)
         stop = StopMode(plan.stop) if plan.stop else None
-        final = self._commit_manifest(
+        final = self._commit_manifest(self._manifest(
             plan,
             epoch=plan.checkpoint_id - 1,
             head_state=JobHeadState.from_dict(plan.head_state).with_status(HeadStatus.TERMINATED),
@@ -287,7 +341,7 @@ class Committer:
             lifecycle=Lifecycle.at_final(plan.body, stop),
             coordinators=plan.coordinators or {},
             history=self._history(plan),
-        )
+        ))
         self.log.control.clear_stop_request()  # the job is terminated: a request it did not honour is moot
         if stop is StopMode.DRAIN:
             log.info("job %s drained: final checkpoint %d taken at epoch %d", plan.job_id,

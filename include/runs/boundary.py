@@ -13,7 +13,8 @@
 - ``attempt_failed``: a failed attempt is aborted (its files deleted, never adopted); a damaged
   checkpoint is refused with the way out.
 - ``align_attempt``: the global alignment of an attempt, or why it cannot be had.
-- ``commit_epoch``: checks, the single-winner commit, then the epoch's outputs published.
+- ``commit_epoch``: checks, the single-winner commit, then the epoch's outputs published
+  (``complete_epoch``: the same once prepared, for a commit that runs behind the next epoch).
 - ``end_run``: the lease is released.
 - ``warm_up_checks``: Great Expectations imported while an attempt's Spark job runs.
 
@@ -38,6 +39,7 @@ from include.checks import warm_up
 from include.contract.body import body_reference
 from include.contract.config import JobConfig
 from include.epoch.aligner import missing_reports
+from include.epoch.commit import PendingCommit
 from include.epoch.job import EpochPlan, IterationJob, JobState
 from include.errors import AlignmentIncomplete, CheckpointCorrupted, CheckpointError, CheckpointSuperseded
 from include.process.failpoints import failpoint
@@ -241,6 +243,14 @@ def commit_epoch(job: IterationJob, plan: EpochPlan, decision: AlignmentDecision
     return manifest, job.publisher.notify_checkpoint_complete(manifest)
 
 
+def complete_epoch(job: IterationJob, pending: PendingCommit) -> tuple[Manifest, dict[str, str]]:
+    """``commit_epoch`` after its ``Committer.prepare``: the checks, the single-winner write,
+    then the epoch's outputs published; what a commit that runs behind the next epoch does in
+    its own thread (include.runs.epoch_run.EpochRun.commit_behind). Touches no coordinator."""
+    manifest = job.committer.complete(pending)
+    return manifest, job.publisher.notify_checkpoint_complete(manifest)
+
+
 def aligned_line(decision: AlignmentDecision) -> str:
     """The line of an epoch's global alignment: ``epoch 3 globally aligned: feedback=4804
     terminated=False``."""
@@ -259,5 +269,5 @@ def epoch_line(decision: AlignmentDecision) -> str:
             + (f" -> terminating ({decision.reason})" if decision.terminated else ""))
 
 
-__all__ = ["Step", "attempt_failed", "attempt_ran", "commit_epoch", "end_run",
+__all__ = ["Step", "attempt_failed", "attempt_ran", "commit_epoch", "complete_epoch", "end_run",
            "epoch_line", "mark_store", "metrics_text", "owner_of", "resolve_attempt", "start_run"]

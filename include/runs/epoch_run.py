@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -16,6 +17,7 @@ from include.checkpoints.checkpoint_log import ABANDONED, describe_run
 from include.checkpoints.head_state import AlignmentDecision, EpochReport, HeadStatus
 from include.checkpoints.lifecycle import StopMode
 from include.checkpoints.manifest import Manifest
+from include.epoch.commit import PendingCommit
 from include.epoch.job import EpochPlan, IterationJob, JobState
 from include.process.failpoints import failpoint
 from include.runs.boundary import (
@@ -25,6 +27,7 @@ from include.runs.boundary import (
     attempt_failed,
     attempt_ran,
     commit_epoch,
+    complete_epoch,
     end_run,
     next_step,
     start_run,
@@ -50,6 +53,15 @@ class EpochOutcome:
         return self.manifest.decision
 
 
+@dataclass
+class _Behind:
+    """A commit running behind the next epoch: what it commits, the state before it, its thread."""
+
+    pending: PendingCommit
+    before: JobState
+    future: Future
+
+
 class EpochRun:
     """One run of a job through the epoch protocol, as a state machine::
 
@@ -69,6 +81,12 @@ class EpochRun:
 
     ``execute(plan)`` runs an attempt's Spark job and returns the reports its tail wrote (None:
     read them from the store); ``interrupt(plan)`` stops what an earlier run left of an attempt.
+
+    ``commit_behind`` instead of ``commit`` overlaps an epoch's commit with the next epoch
+    (docs/design.md, "Commits behind the next epoch"): the next plan starts from the checkpoint
+    being committed, and ``land`` (which ``boundary`` calls before anything but an epoch, and
+    ``end`` before the lease goes) waits for it; if it does not commit, the attempt planned over
+    it is aborted.
     """
 
     def __init__(self, job: IterationJob, execute: Execute | None = None, batch_id: str | None = None, *,
@@ -86,6 +104,10 @@ class EpochRun:
         self.running: EpochPlan | None = None  # the attempt ``run`` is running now (``cancel``)
         self._cancelled: str | None = None  # the abort reason of an attempt ``cancel`` stopped
         self._fenced: set[int] = set()
+        self._behind: _Behind | None = None  # the commit running behind the next epoch
+        self._over: EpochPlan | None = None  # the attempt planned over it (aborted if it fails)
+        self._threads: ThreadPoolExecutor | None = None
+        self._landed: list[EpochOutcome] = []  # commits that landed since ``take_landed``
 
     # -- start and end ------------------------------------------------------------------------
     def start(self, holder: Holder, **options: Any) -> JobState:
@@ -95,7 +117,18 @@ class EpochRun:
         return self.state
 
     def end(self) -> None:
-        """``end_run``: the lease released."""
+        """``end_run``: the lease released, once a commit still running behind has ended (its
+        failure logged: the run is ending on an error of its own already)."""
+        if self._behind is not None:
+            epoch = self._behind.pending.plan.epoch
+            try:
+                self.land()
+            except BaseException as e:
+                log.error("job %s: the commit of epoch %d failed while the run ended on another error: %s: %s",
+                          self.job.config.job_id, epoch, type(e).__name__, _last_line(e))
+        if self._threads is not None:
+            self._threads.shutdown(wait=True)
+            self._threads = None
         end_run(self.job)
 
     # -- at an epoch boundary -----------------------------------------------------------------
@@ -104,7 +137,10 @@ class EpochRun:
         boundary: ``requested``); ``asked``: this run's own stop (its ``stop`` param)."""
         state = self._state()
         self.requested = self.job.stopping.stop_requested(state) if state.status is HeadStatus.RUNNING else None
-        return next_step(state, self.requested, asked=asked)
+        step = next_step(state, self.requested, asked=asked)
+        if step is not Step.EPOCH:
+            self.land()  # a finish, drain or suspend starts from a committed checkpoint
+        return step
 
     def suspend(self, reason: str = "suspend requested") -> int | None:
         """Suspend at the latest checkpoint (a savepoint) unless it is already; its id."""
@@ -126,7 +162,10 @@ class EpochRun:
         adopted) after fencing what an earlier run left unfinished of it."""
         state = self._state()
         self._fence(state.next_epoch)
-        return self.job.attempts.plan_epoch(self.batch_id, state, run=self.run_info)
+        plan = self.job.attempts.plan_epoch(self.batch_id, state, run=self.run_info, settle=self._behind is None)
+        if self._behind is not None:
+            self._over = plan
+        return plan
 
     def run(self, plan: EpochPlan) -> Sequence[EpochReport] | None:
         """Run the attempt's Spark job unless it was adopted complete: the reports its run
@@ -189,6 +228,61 @@ class EpochRun:
         manifest, published = commit_epoch(self.job, plan, decision, reports)
         return self._committed(plan, manifest, published)
 
+    def commit_behind(self, plan: EpochPlan, decision: AlignmentDecision | None = None,
+                      reports: Sequence[EpochReport] | None = None) -> EpochOutcome | None:
+        """``commit``, behind the next epoch: the checkpoint is prepared (``Committer.prepare``),
+        the coordinators' valves opened, and the run goes on from its state at once while the
+        checks, the single-winner write and the outputs' publication (``complete_epoch``) run
+        in a thread of their own until ``land``. The next epoch may run but never commits before
+        this one: its commit lands this one first. None, or the outcome when nothing was left to
+        commit (a retry found the attempt committed)."""
+        self.land()
+        pending = self.job.committer.prepare(plan, decision, reports)
+        if pending.committed is not None:
+            return self.committed(plan, pending.committed)
+        self.job.committer.release(pending)  # held events go to the next inbox: undone if this fails
+        if self._threads is None:
+            self._threads = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"commit-{self.job.config.job_id}")
+        before = self._state()
+        self._behind = _Behind(pending, before, self._threads.submit(complete_epoch, self.job, pending))
+        self.state = state_of(pending.manifest)
+        return None
+
+    def land(self) -> EpochOutcome | None:
+        """Wait for the commit running behind the next epoch (``commit_behind``): its outcome,
+        or None when none runs. If it failed (a check refused it, another attempt superseded it,
+        the run lost its lease) the attempt planned over it is aborted, the coordinators reset to
+        the store and the state put back to what did commit, and its error raised."""
+        behind, self._behind = self._behind, None
+        if behind is None:
+            return None
+        over, self._over = self._over, None
+        failpoint("epoch.before_land", job=self.job.config.job_id, epoch=behind.pending.plan.epoch)
+        try:
+            manifest, published = behind.future.result()
+        except BaseException as e:
+            self.state = behind.before
+            self.job.coordination.reset()  # the events it released to the next inbox are dropped
+            if over is not None:
+                k = behind.pending.plan.epoch
+                self.job.attempts.abort(over, reason=f"epoch {k} it ran from did not commit "
+                                                     f"({type(e).__name__}: {_last_line(e)})"[:500])
+                log.warning("checkpoint %d: attempt %s aborted: epoch %d it ran from did not commit",
+                            over.checkpoint_id, over.attempt_id, k)
+            raise
+        self.published.update(published)
+        if self.state is not None and self.state.latest is behind.pending.manifest:
+            self.state = state_of(manifest)  # the same checkpoint, with its history
+        outcome = EpochOutcome(behind.pending.plan, manifest, published)
+        self._landed.append(outcome)
+        return outcome
+
+    def take_landed(self) -> list[EpochOutcome]:
+        """The commits behind that landed since the last call (``land``, wherever it was called:
+        ``boundary`` lands one before a finish), oldest first."""
+        landed, self._landed = self._landed, []
+        return landed
+
     def committed(self, plan: EpochPlan | None, manifest: Manifest) -> EpochOutcome:
         """An attempt found committed (an earlier try's reply was lost): publish what is left."""
         return self._committed(plan, manifest, self.job.publisher.notify_checkpoint_complete(manifest))
@@ -225,6 +319,27 @@ class EpochRun:
         plan, reports = self.plan_and_run(retries)
         failpoint("epoch.before_align", job=self.job.config.job_id, epoch=plan.epoch)
         return self.commit(plan, self.align(plan, reports), reports)
+
+    def epoch_behind(self, retries: int = 0) -> list[EpochOutcome]:
+        """``epoch`` with its commit behind the next one: plan and run it while the epoch
+        before commits (``commit_behind``), land that commit (if it failed, this attempt is
+        aborted and its error raised; if this attempt failed, that commit still lands first),
+        then align it and commit it behind. The outcomes that landed (``take_landed``): the
+        epoch before's, and this one's when it was found committed already."""
+        try:
+            plan, reports = self.plan_and_run(retries)
+        except BaseException:
+            self.land()  # the commit behind lands (or its failure is raised) before this failure
+            raise
+        self.land()
+        failpoint("epoch.before_align", job=self.job.config.job_id, epoch=plan.epoch)
+        done = self.commit_behind(plan, self.align(plan, reports), reports)
+        return self.take_landed() + ([done] if done is not None else [])
+
+    @property
+    def committing(self) -> EpochPlan | None:
+        """The epoch whose commit runs behind (``commit_behind``) until ``land``, if any."""
+        return self._behind.pending.plan if self._behind is not None else None
 
     # -- the end of the job -------------------------------------------------------------------
     def finish(self, *, drain: bool = False) -> Manifest:

@@ -224,7 +224,10 @@ def test_suspend_then_resume_equals_an_uninterrupted_run(spark, edges, tmp_path)
         if plan.epoch == 2:
             job.stopping.request_stop("suspend", requested_by="test")
 
-    first = IterationRunner(cfg, spark, checks=DEFAULT_CHECKS + (suspend_while_running,)).run()
+    # each epoch commits before the next is planned: the request made during epoch 2's commit is
+    # seen at the boundary right after it (with commits behind, at that one or the next)
+    first = IterationRunner(cfg, spark, checks=DEFAULT_CHECKS + (suspend_while_running,),
+                            overlap_commits=False).run()
     assert first.status is HeadStatus.SUSPENDED and first.suspended_at == 2
     assert first.epochs_computed == [0, 1, 2], "honoured at the next epoch boundary"
     assert first.published == {} and not os.path.exists(tmp_path / "out"), "nothing flushed or published"
@@ -235,6 +238,29 @@ def test_suspend_then_resume_equals_an_uninterrupted_run(spark, edges, tmp_path)
     assert resumed.status is HeadStatus.TERMINATED
     assert ranks_of(resumed.outputs["ranks"]) == ranks_of(reference.outputs["ranks"]), "bit-for-bit"
     assert job.log.load(2).checkpoint_id == 2, "retention keeps the savepoint (retain_last=1)"
+
+
+def test_a_suspend_requested_while_a_commit_runs_behind_is_taken_at_a_committed_epoch(spark, edges, tmp_path):
+    """Commits behind the next epoch: a request made during epoch 2's commit (its checks) is
+    honoured at the first boundary that sees it, after epoch 2 or after epoch 3 that ran beside
+    that commit; either way the run suspends at a committed checkpoint, with nothing in flight,
+    and resumes to the uninterrupted run's ranks."""
+    reference = IterationRunner(pagerank_config(tmp_path / "ref", edges, max_epochs=8, tolerance=0.0), spark).run()
+    cfg = pagerank_config(tmp_path, edges, max_epochs=8, tolerance=0.0)
+    job = IterationJob(cfg)
+
+    def suspend_while_committing(plan, decision, reports):
+        if plan.epoch == 2:
+            job.stopping.request_stop("suspend", requested_by="test")
+
+    first = IterationRunner(cfg, spark, checks=DEFAULT_CHECKS + (suspend_while_committing,)).run()
+    assert first.status is HeadStatus.SUSPENDED and first.suspended_at in (2, 3)
+    assert first.epochs_computed == list(range(first.suspended_at + 1))
+    assert job.log.latest_id() == first.suspended_at and job.log.control.savepoints() == [first.suspended_at]
+    assert job.attempts.live_attempts(first.suspended_at + 1) == ([], []), "nothing planned past the savepoint"
+    resumed = IterationRunner(cfg, spark).run()
+    assert resumed.epochs_computed == list(range(first.suspended_at + 1, 8))
+    assert ranks_of(resumed.outputs["ranks"]) == ranks_of(reference.outputs["ranks"]), "bit-for-bit"
 
 
 def test_suspend_before_a_run_starts_no_epoch(spark, edges, tmp_path):
@@ -255,7 +281,8 @@ def test_drain_finishes_and_publishes_now(spark, edges, tmp_path):
         if plan.epoch == 2:
             job.stopping.request_stop("drain")
 
-    result = IterationRunner(cfg, spark, checks=DEFAULT_CHECKS + (drain_while_running,)).run()
+    result = IterationRunner(cfg, spark, checks=DEFAULT_CHECKS + (drain_while_running,),
+                             overlap_commits=False).run()
     assert result.status is HeadStatus.TERMINATED and result.epochs_computed == [0, 1, 2]
     final = job.log.latest()
     assert (final.kind, final.checkpoint_id, final.epoch) == ("final", 3, 2)

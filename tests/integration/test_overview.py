@@ -87,7 +87,7 @@ def test_refused_epoch_retired_epoch_and_the_reports(view_stores):
     assert view.status == "RUNNING" and view.finish is None
     assert [(e.epoch, e.status, e.retention) for e in view.epochs] == [
         (0, "committed", "retired"), (1, "committed", "kept (last retained)"), (2, "committed", "kept (latest)"),
-        (3, "aborted", None)]
+        (3, "aborted", None), (4, "aborted", None)]
     assert view.retired_checkpoints == [0] and view.kept_checkpoints == [1, 2]
     log = CheckpointLog(store, REFUSED_JOB)
     history = log.latest().head_state.feedback_counts()
@@ -97,6 +97,10 @@ def test_refused_epoch_retired_epoch_and_the_reports(view_stores):
     assert view.epochs[0].attempt_id.startswith("a0-") and view.epochs[0].batch_id == "r1"
     assert [b.epochs for b in view.batches] == [[0, 1, 2]]
 
+    # epoch 4 ran beside epoch 3's commit (commits behind the next epoch): aborted with it
+    [beside] = view.epochs[epoch + 1].attempts
+    assert beside.status == "aborted" and beside.reason.startswith(f"epoch {epoch} it ran from did not commit"), \
+        beside.reason
     refused = view.epochs[epoch]
     [attempt] = refused.attempts
     assert (attempt.attempt_id, attempt.status) == (view_stores.refused_attempt, "aborted")
