@@ -83,6 +83,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="wait up to SECONDS for another run of the job to end (default: fail at once naming it)")
     p.add_argument("--wait-for-input", type=float, default=None, metavar="SECONDS",
                    help="input arriving while the job runs (body sgd): wait up to SECONDS before each epoch")
+    p.add_argument("--no-overlap-commits", action="store_true",
+                   help="commit each epoch before the next is planned (default: an epoch's checks and commit run "
+                        "beside the next epoch, which never commits before it)")
     args = p.parse_args(argv)
     if args.retire is not None and args.rewind_to is not None:
         p.error("--retire deletes an older generation; --rewind-to starts a new one: one at a time")
@@ -139,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
         runner = IterationRunner(config, spark, store_options=options, wait_for_input=args.wait_for_input,
                                  take_over=args.take_over, lease_wait=args.lease_wait, rewind_to=args.rewind_to,
-                                 on_input_change=args.on_input_change)
+                                 on_input_change=args.on_input_change, overlap_commits=not args.no_overlap_commits)
         if args.verify_epoch is not None:
             verification = runner.verify_epoch(args.verify_epoch)
             print(verification.describe())

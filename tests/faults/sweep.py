@@ -337,6 +337,10 @@ KILL_POINTS = {
         f"publish.after_output@checkpoint={KMEANS_EPOCHS}@output={rng.choice(['centroids', 'assignments'])}=kill",
         f"publish.after_output@checkpoint={rng.randrange(KMEANS_EPOCHS)}@output=centroid_history=kill",
     ])),
+    # a crash while epoch e's commit runs behind epoch e+1 (include.runs.epoch_run.commit_behind):
+    # e held before or after its manifest's write until e+1's attempt has run (or is dying in its
+    # Spark job), then the process killed
+    "kill in the overlap": ("pagerank", lambda rng: _in_the_overlap(rng, rng.randrange(0, PAGERANK_EPOCHS - 1))),
     # an epoch whose checkpoint shares the files of settled partitions with the one before, while
     # retention (retain_last 3) retires the epochs that wrote them
     "kill in a sharing epoch": ("components", lambda rng: rng.choice([
@@ -345,6 +349,14 @@ KILL_POINTS = {
         "commit.after_release@epoch={e}=kill",
     ]).format(e=rng.randrange(4, COMPONENTS_EPOCHS - 1), p=rng.randrange(PARTITIONS))),
 }
+
+
+def _in_the_overlap(rng: random.Random, e: int) -> str:
+    return rng.choice([
+        "commit.before_write@epoch={e}=hold;epoch.before_land@epoch={e}=kill",
+        "commit.after_write@epoch={e}=hold;epoch.before_land@epoch={e}=kill",
+        "commit.before_write@epoch={e}=hold;tail.partition_written@epoch={f}@partition={p}=kill-driver",
+    ]).format(e=e, f=e + 1, p=rng.randrange(PARTITIONS))
 
 
 def _killed_at(point: str, w: Workload) -> int:
@@ -369,7 +381,10 @@ def kill_scenario(name: str) -> Callable:
         trace = work / "trace.jsonl"
         point = pick(rng)
         out = Outcome(name, seed, detail=point)
-        killed = run_process(w, cfg, {failpoints.ENV: point, failpoints.TRACE_ENV: str(trace)})
+        holds = work / "holds"
+        holds.mkdir(exist_ok=True)
+        killed = run_process(w, cfg, {failpoints.ENV: point, failpoints.TRACE_ENV: str(trace),
+                                      failpoints.DIR_ENV: str(holds)})
         out.runs += 1
         if killed.returncode != -signal.SIGKILL:
             raise AssertionError(f"{name} seed {seed}: {point} did not kill the run "
