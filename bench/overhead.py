@@ -59,7 +59,7 @@ class _EpochTimes(logging.Handler):
 
 
 def library_run(spark, body, input_path, params, epochs, partitions, root, output, store_options, job_id,
-                handoff=True):
+                handoff=True, overlap_commits=True):
     from include.contract import JobConfig
     from spark_jobs.runner import IterationRunner
 
@@ -70,7 +70,8 @@ def library_run(spark, body, input_path, params, epochs, partitions, root, outpu
     logger.addHandler(handler)
     try:
         started = time.perf_counter()
-        result = IterationRunner(cfg, spark, store_options=store_options, handoff=handoff).run()
+        result = IterationRunner(cfg, spark, store_options=store_options, handoff=handoff,
+                                 overlap_commits=overlap_commits).run()
         total = time.perf_counter() - started
     finally:
         logger.removeHandler(handler)
@@ -80,10 +81,11 @@ def library_run(spark, body, input_path, params, epochs, partitions, root, outpu
 
 
 def run_variants(spark, body, input_path, params, epochs, partitions, work, moto_url, repeat, tag,
-                 no_handoff=False, warmup_round=True, exclude=()):
+                 no_handoff=False, warmup_round=True, exclude=(), in_order=False):
     """{variant: Figures} for one input (``warmup_round``: one uncounted run of each first)."""
     variants = ["bare", "bare+parquet", "library local"] + (["library s3"] if moto_url else []) + \
-        (["library local, no handoff"] if no_handoff else [])
+        (["library local, no handoff"] if no_handoff else []) + \
+        ((["library local, in order"] + (["library s3, in order"] if moto_url else [])) if in_order else [])
     runs: dict[str, list[tuple[float, float, float]]] = {}
     rounds = ([-1] if warmup_round else []) + list(range(repeat))
     for r in rounds:
@@ -98,12 +100,13 @@ def run_variants(spark, body, input_path, params, epochs, partitions, work, moto
             elif variant.startswith("library local"):
                 total, per_epoch = library_run(spark, body, input_path, params, epochs, partitions,
                                                os.path.join(scratch, "store"), os.path.join(scratch, "out"),
-                                               {}, f"{tag}-{r}-local", handoff=variant == "library local")
+                                               {}, f"{tag}-{r}-local", handoff="no handoff" not in variant,
+                                               overlap_commits="in order" not in variant)
             else:
                 prefix = f"s3://bench/{tag}-{r}"
                 total, per_epoch = library_run(spark, body, input_path, params, epochs, partitions,
                                                f"{prefix}/store", f"{prefix}/out", {"endpoint_url": moto_url},
-                                               f"{tag}-{r}-s3")
+                                               f"{tag}-{r}-s3", overlap_commits="in order" not in variant)
             cpu = tree_cpu_seconds(exclude) - cpu
             shutil.rmtree(scratch, ignore_errors=True)
             median = statistics.median(per_epoch) if per_epoch else float("nan")
@@ -158,6 +161,13 @@ def print_table(title, results):
             off = fig["library local, no handoff"].median
             print(f"{label}, library local without the warm-session handoff (every epoch reads its checkpoint "
                   f"back): {off:.2f} s, /(a) {off / fig['bare'].median:.2f}, /(b) {off / fig['bare+parquet'].median:.2f}")
+        for store in ("local", "s3"):
+            if f"library {store}, in order" in fig:
+                order, behind = fig[f"library {store}, in order"], fig[f"library {store}"]
+                print(f"{label}, library {store} committing each epoch before the next (overlap_commits=False): "
+                      f"{order.median:.2f} s, /(a) {order.median / fig['bare'].median:.2f}; commits behind the next "
+                      f"epoch {behind.median:.2f} s: {behind.median / order.median:.2f}x; median epoch "
+                      f"{order.median_epoch:.3f} -> {behind.median_epoch:.3f} s")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-s3", action="store_true", help="skip the S3 store (moto_server)")
     p.add_argument("--no-warmup-round", action="store_true",
                    help="count every run (by default each input's first round of the variants is not counted)")
+    p.add_argument("--in-order-too", action="store_true",
+                   help="also run the library committing each epoch before the next (overlap_commits=False)")
     p.add_argument("--no-handoff-too", action="store_true",
                    help="also run the library without the warm-session handoff (reads each checkpoint back)")
     args = p.parse_args(argv)
@@ -195,14 +207,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"PageRank, {exact:,} edges:", flush=True)
             results.append((f"PageRank {exact:,} edges", run_variants(
                 spark, "pagerank", path, {}, args.epochs, args.partitions, work, moto_url, args.repeat, f"pr{edges}",
-                no_handoff=args.no_handoff_too, warmup_round=not args.no_warmup_round, exclude=exclude)))
+                no_handoff=args.no_handoff_too, warmup_round=not args.no_warmup_round, exclude=exclude,
+                in_order=args.in_order_too)))
         if args.kmeans_points:
             path = points(args.kmeans_points)
             print(f"k-means, {args.kmeans_points:,} points, k=4:", flush=True)
             results.append((f"k-means {args.kmeans_points:,} points", run_variants(
                 spark, "kmeans", path, {"k": 4}, args.epochs, args.partitions, work, moto_url, args.repeat,
                 f"km{args.kmeans_points}", no_handoff=args.no_handoff_too, warmup_round=not args.no_warmup_round,
-                exclude=exclude)))
+                exclude=exclude, in_order=args.in_order_too)))
         print_table(f"end-to-end seconds (median of {args.repeat}, alternating order), {args.epochs} epochs, "
                     f"{machine()}", results)
     finally:

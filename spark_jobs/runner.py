@@ -234,7 +234,8 @@ class IterationRunner:
                      state.latest.checkpoint_id, state.status.value, state.next_epoch)
             run.settle()  # a crash between a commit and its publication: publish now
         step = run.boundary()
-        started: dict[int, float] = {}
+        started: dict[int, float] = {}  # epoch -> when it was planned
+        handed: dict[int, float] = {}  # epoch -> when the next could start (its commit behind it)
 
         def committed(done) -> None:
             decision = done.decision  # as committed (the end of the input may have ended the job)
@@ -242,7 +243,7 @@ class IterationRunner:
             result.decisions.append(decision)
             log.info("job %s epoch %d: feedback=%d %s %.2fs %s%s", self.config.job_id, decision.epoch,
                      decision.feedback_count, metrics_text(decision),
-                     time.monotonic() - started.pop(done.plan.epoch, time.monotonic()),
+                     handed.pop(done.plan.epoch, time.monotonic()) - started.pop(done.plan.epoch, time.monotonic()),
                      "adopted" if done.plan.adopted else "committed",
                      f" -> terminating ({decision.reason})" if decision.terminated else "")
 
@@ -259,6 +260,8 @@ class IterationRunner:
             if self.overlap_commits:  # this epoch runs while the one before commits
                 for outcome in run.epoch_behind(self.attempt_retries):
                     committed(outcome)
+                if run.committing is not None:
+                    handed[run.committing.epoch] = time.monotonic()
             else:
                 committed(run.epoch(self.attempt_retries))
             step = run.boundary()
