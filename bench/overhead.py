@@ -103,7 +103,7 @@ def run_variants(spark, body, input_path, params, epochs, partitions, work, moto
                                                {}, f"{tag}-{r}-local", handoff="no handoff" not in variant,
                                                overlap_commits="in order" not in variant)
             else:
-                prefix = f"s3://bench/{tag}-{r}"
+                prefix = f"s3://bench/{tag}-{r}{'-in-order' if 'in order' in variant else ''}"
                 total, per_epoch = library_run(spark, body, input_path, params, epochs, partitions,
                                                f"{prefix}/store", f"{prefix}/out", {"endpoint_url": moto_url},
                                                f"{tag}-{r}-s3", overlap_commits="in order" not in variant)
