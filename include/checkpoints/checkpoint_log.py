@@ -117,8 +117,7 @@ class CheckpointLog:
                 f"manifest {where} claims job {manifest.job_id!r} checkpoint {manifest.checkpoint_id}"
             )
         own = f"{self.layout.root}/"
-        foreign = [ref.key for ref in manifest.objects if not isinstance(ref.key, str) or not ref.key.startswith(own)
-                   or ".." in ref.key.split("/")]
+        foreign = [ref.key for ref in manifest.objects if not self.layout.holds(ref.key, own)]
         if foreign:  # a manifest only ever names its own job's objects: never restore another's state
             raise CheckpointCorrupted(
                 f"manifest {where} names objects outside job {self.job_id}'s directory ({own}): "

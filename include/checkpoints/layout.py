@@ -68,6 +68,14 @@ class JobLayout:
         self.job_id = check_job_id(job_id)
         self.root = f"jobs/{job_id}"
 
+    @staticmethod
+    def holds(key: object, prefix: str) -> bool:
+        """Whether ``key`` names an object under ``prefix`` (one of this layout's directories,
+        ending in ``/``) and nothing outside it: a string below the prefix with no ``..``
+        segment. The one test of a key read from the store (a manifest's, a report's) before
+        it is restored, shared or committed."""
+        return isinstance(key, str) and key.startswith(prefix) and ".." not in key.split("/")
+
     def checkpoint(self, checkpoint_id: int) -> str:
         return f"{self.root}/checkpoints/{checkpoint_id:010d}.json"
 

@@ -234,14 +234,14 @@ class Committer:
         same partition of the same variable (``EpochPlan.shareable``): a checkpoint never names
         what another attempt, job or epoch owns, so retention's rule (what a kept manifest
         references stays) is all that keeps a shared file."""
-        own = self.log.layout.attempt(plan.checkpoint_id, plan.attempt_id) + "/"
+        layout = self.log.layout
+        own = layout.attempt(plan.checkpoint_id, plan.attempt_id) + "/"
         shareable = plan.shareable()
         foreign = [f"{r.head} partition {r.partition}: {f.key}"
                    for r in reports for f in r.files
-                   if not (f.key.startswith(own) and ".." not in f.key.split("/"))
-                   and shareable.get(r.head, {}).get(r.partition) != f]
+                   if not layout.holds(f.key, own) and shareable.get(r.head, {}).get(r.partition) != f]
         foreign += [f"output {r.head} partition {r.partition}: {f.key}" for r in output_reports for f in r.files
-                    if not f.key.startswith(own) or ".." in f.key.split("/")]
+                    if not layout.holds(f.key, own)]
         if foreign:
             why = (f"its reports name files it did not write and the checkpoint it restores does not hold for "
                    f"that partition: {'; '.join(foreign[:3])}{' ...' if len(foreign) > 3 else ''}")

@@ -114,13 +114,14 @@ class EpochPlan:
         when the partitioning changed. The tail writes by this rule and the commit checks by it."""
         if not self.share_unchanged or self.kind != "epoch":
             return {}
-        own = JobLayout(self.job_id).attempts()
+        layout = JobLayout(self.job_id)
+        own = layout.attempts()
         out: dict[str, dict[int, FileRef]] = {}
         for head, ds in self.restore_datasets().items():
             if head not in self.heads or len(ds.partitions) != self.partitions_of(head):
                 continue
             files = {p: part[0] for p, part in enumerate(ds.partitions)
-                     if len(part) == 1 and part[0].key.startswith(own) and ".." not in part[0].key.split("/")}
+                     if len(part) == 1 and layout.holds(part[0].key, own)}
             if files:
                 out[head] = files
         return out
