@@ -51,6 +51,8 @@ class PendingCommit:
     started: float
     committed: Manifest | None = None
     coordinators: Coordinators | None = None  # as prepared: the valves ``release`` opens
+    released: bool = False  # ``release`` opened them
+    written: bool = False  # ``complete`` wrote the manifest
 
 
 class Committer:
@@ -216,6 +218,9 @@ class Committer:
         manifest = dataclasses.replace(pending.manifest, history=self._history(plan, pending.started, checks))
         self._commit_manifest(manifest)
         failpoint("commit.after_write", job=plan.job_id, epoch=plan.epoch)
+        pending.written = True
+        if pending.released:  # released before (a commit behind the next epoch): both are done now
+            failpoint("commit.after_release", job=plan.job_id, epoch=plan.epoch)
         return manifest
 
     def release(self, pending: PendingCommit) -> None:
@@ -225,7 +230,9 @@ class Committer:
         if pending.committed is not None or pending.coordinators is None:
             return
         pending.coordinators.committed(pending.plan.checkpoint_id)
-        failpoint("commit.after_release", job=pending.plan.job_id, epoch=pending.plan.epoch)
+        pending.released = True
+        if pending.written:  # the failure point after the commit and the release, whichever came last
+            failpoint("commit.after_release", job=pending.plan.job_id, epoch=pending.plan.epoch)
 
     def refuse_foreign_files(self, plan: EpochPlan, reports: Sequence[EpochReport],
                              output_reports: Sequence[EpochReport]) -> None:

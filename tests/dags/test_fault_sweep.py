@@ -16,6 +16,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 ELSEWHERE = {
     "epoch.before_align": "the library runner's, before it aligns: tests/faults/test_sweep.py (kill before alignment)",
     "coordinator.triggered": "a coordinator's snapshot: tests/integration/test_coordinator_events.py",
+    "epoch.before_land": "the library runner's, before it waits for a commit behind the next epoch: "
+                         "tests/faults/test_sweep.py (kill in the overlap)",
 }
 
 
