@@ -252,7 +252,6 @@ class IterationRunner:
             if max_epochs_in_batch is not None and done >= max_epochs_in_batch:
                 break
             if self.wait_for_input is not None and not self._await_input(run.state):
-                run.land()
                 log.info("job %s: no new input for %.0fs: stopping before epoch %d (run again to go on)",
                          self.config.job_id, self.wait_for_input, run.state.next_epoch)
                 break

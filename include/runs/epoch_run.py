@@ -83,7 +83,7 @@ class EpochRun:
     read them from the store); ``interrupt(plan)`` stops what an earlier run left of an attempt.
 
     ``commit_behind`` instead of ``commit`` overlaps an epoch's commit with the next epoch
-    (docs/design.md, "Commits behind the next epoch"): the next plan starts from the checkpoint
+    (docs/how-it-works.md, "Commits behind the next epoch"; design rule 12): the next plan starts from the checkpoint
     being committed, and ``land`` (which ``boundary`` calls before anything but an epoch, and
     ``end`` before the lease goes) waits for it; if it does not commit, the attempt planned over
     it is aborted.
@@ -271,8 +271,7 @@ class EpochRun:
                             over.checkpoint_id, over.attempt_id, k)
             raise
         self.published.update(published)
-        if self.state is not None and self.state.latest is behind.pending.manifest:
-            self.state = state_of(manifest)  # the same checkpoint, with its history
+        self.state = state_of(manifest)  # the prepared checkpoint as it was written, with its history
         outcome = EpochOutcome(behind.pending.plan, manifest, published)
         self._landed.append(outcome)
         return outcome
