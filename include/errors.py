@@ -11,6 +11,11 @@ class ConfigError(IterationError, ValueError):
     """A configuration value is invalid; the message names the field and the accepted values."""
 
 
+class ForkRefused(ConfigError):
+    """A fork (``fork_from``) that cannot start from the checkpoint it names, or whose body
+    gives a variable another schema than its parent's; the message says why."""
+
+
 class InputDataError(IterationError, ValueError):
     """The static input of a job is missing, empty or has the wrong shape."""
 

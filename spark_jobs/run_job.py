@@ -65,6 +65,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="a damaged latest checkpoint: fail (default), or fall back to the newest intact one")
     p.add_argument("--rewind-to", type=int, default=None, metavar="EPOCH",
                    help="recompute the job from this epoch as a new generation (docs/library.md)")
+    p.add_argument("--fork-from", default=None, metavar="JOB[:EPOCH]",
+                   help="start this new job from job JOB's committed checkpoint of epoch EPOCH (default: its "
+                        "newest kept epoch), in the same checkpoint root, with this run's params (docs/library.md)")
     p.add_argument("--on-input-change", choices=["refuse", "restart"], default="refuse",
                    help="the input is no longer what the job pinned at its first epoch: refuse (default: fail "
                         "naming the file), or restart (a new generation from epoch 0 on the new input)")
@@ -91,6 +94,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("--retire deletes an older generation; --rewind-to starts a new one: one at a time")
     if args.verify_epoch is not None and (args.retire is not None or args.rewind_to is not None):
         p.error("--verify-epoch only reads the job: not with --retire or --rewind-to")
+    if args.fork_from is not None and (args.rewind_to is not None or args.retire is not None):
+        p.error("--fork-from starts a new job: not with --rewind-to or --retire")
     if args.dag_id is not None and args.retire is None:
         p.error("--dag-id is only for --retire (a run outside Airflow has no DAG)")
     return args
@@ -135,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             max_epochs=args.max_epochs, tolerance=args.tolerance, num_partitions=args.num_partitions,
             retain_last=args.retain_last, retain_batches=args.retain_batches, retain_history=args.retain_history,
             full_checkpoint_every=args.full_checkpoint_every,
-            checks=checks, on_damaged_checkpoint=args.on_damaged_checkpoint,
+            checks=checks, on_damaged_checkpoint=args.on_damaged_checkpoint, fork_from=args.fork_from,
         )
         from spark_jobs.runner import IterationRunner
 
@@ -175,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         "published": result.published,
         "termination": result.decisions[-1].reason if result.decisions else None,
     }
+    if runner.job.forked_from:
+        summary["forked_from"] = runner.job.forked_from
     print(json.dumps(summary))
     return 0
 

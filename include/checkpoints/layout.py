@@ -43,6 +43,8 @@ log = logging.getLogger("iterations")
 # 1-128 of letters, digits, '_', '-', '.', starting with a letter or digit, no '..'
 JOB_ID_REGEX = r"^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 JOB_ID_PATTERN = re.compile(JOB_ID_REGEX)
+# a fork's origin (include.contract.config.ForkFrom): a job id, then optionally ':' and an epoch
+FORK_FROM_REGEX = JOB_ID_REGEX[:-1] + r"(:(0|[1-9][0-9]{0,9}))?$"
 ATTEMPT_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}")
 
 
@@ -143,6 +145,10 @@ class JobLayout:
     def sizing(self) -> str:
         """The partition count the job's input's size gave the log (include.contract.sizing)."""
         return f"{self.root}/sizing.json"
+
+    def fork(self) -> str:
+        """The record of the checkpoint a forked job started from (include.runs.forks)."""
+        return f"{self.root}/fork.json"
 
     def owner(self) -> str:
         """Who the job belongs to (include.runs.ownership)."""

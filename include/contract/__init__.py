@@ -6,7 +6,7 @@ __all__, __getattr__, __dir__ = lazy_surface(__name__, {
     "body": [
         "BUILTIN_BODIES", "EpochContext", "IterationBody", "StepResult", "body_reference", "resolve_body"
     ],
-    "config": ["InputSpec", "JobConfig", "SETTINGS", "canonical_location"],
+    "config": ["ForkFrom", "InputSpec", "JobConfig", "SETTINGS", "canonical_location"],
     "parameters": [
         "LINEAGE_KEY", "LINEAGE_PARENTS_PARAM", "check_conf_keys", "check_lineage_parent",
         "check_lineage_parents", "param"

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Mapping
 from urllib.parse import urlparse
 
-from include.checkpoints.layout import check_job_id
+from include.checkpoints.layout import FORK_FROM_REGEX, check_job_id
 from include.checks import CheckSettings
 from include.contract.parameters import Parameter
 from include.errors import ConfigError
@@ -125,6 +126,28 @@ class InputSpec:
 
 
 @dataclass(frozen=True)
+class ForkFrom:
+    """Where a fork starts (``JobConfig.fork_from``): job ``job_id``'s checkpoint of epoch
+    ``epoch``, or, with no epoch, its newest kept epoch checkpoint."""
+
+    job_id: str
+    epoch: int | None = None
+
+    @classmethod
+    def parse(cls, value: Any) -> "ForkFrom":
+        """``JOB`` or ``JOB:EPOCH``; ConfigError naming the value otherwise."""
+        text = value if isinstance(value, str) else ""
+        job, sep, epoch = text.partition(":")
+        if not re.fullmatch(FORK_FROM_REGEX, text):
+            raise ConfigError(f"fork_from must be JOB or JOB:EPOCH (a job id of this checkpoint store, then an "
+                              f"epoch number: pagerank:3), got {str(value)[:200]!r}")
+        return cls(job, int(epoch) if sep else None)
+
+    def __str__(self) -> str:
+        return self.job_id if self.epoch is None else f"{self.job_id}:{self.epoch}"
+
+
+@dataclass(frozen=True)
 class JobConfig:
     """Everything that defines one iteration job. ``job_id`` names its checkpoint log."""
 
@@ -149,9 +172,18 @@ class JobConfig:
     # a damaged latest checkpoint: "fail" (refuse, the default) or "previous" (verify restores in
     # full and fall back to the newest intact checkpoint, recomputing the epochs after it)
     on_damaged_checkpoint: str = SETTINGS["on_damaged_checkpoint"].default
+    # a new job started from another job's committed checkpoint, in the same checkpoint store:
+    # "JOB" (its newest kept epoch checkpoint) or "JOB:EPOCH" (include.runs.forks); None: from epoch 0
+    fork_from: str | None = None
 
     def __post_init__(self) -> None:
         check_job_id(self.job_id)
+        if self.fork_from is not None:
+            source = ForkFrom.parse(self.fork_from)
+            if source.job_id == self.job_id:
+                raise ConfigError(f"fork_from {self.fork_from!r} names job {self.job_id} itself: a fork is a new job "
+                                  "(another job_id); to recompute a job from an epoch, rewind it (rewind_to)")
+            object.__setattr__(self, "fork_from", str(source))
         if isinstance(self.input, (str, os.PathLike)):
             object.__setattr__(self, "input", InputSpec(os.fspath(self.input)))
         elif isinstance(self.input, Mapping):
@@ -195,6 +227,11 @@ class JobConfig:
     @property
     def checkpoint_location(self) -> Location:
         return Location.parse(self.checkpoint_root, "checkpoint_root")
+
+    @property
+    def fork_source(self) -> ForkFrom | None:
+        """``fork_from`` parsed; None for a job that does not fork another."""
+        return ForkFrom.parse(self.fork_from) if self.fork_from is not None else None
 
     @property
     def output_location(self) -> Location | None:

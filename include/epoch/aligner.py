@@ -28,6 +28,20 @@ class TerminationCriteria:
         ):
             raise ConfigError(f"tolerance must be a finite number >= 0, got {self.tolerance!r}")
 
+    def reason(self, epoch: int, feedback: int, metrics: Mapping[str, float]) -> str | None:
+        """Why the job terminates after epoch ``epoch`` (its total feedback count and combined
+        metrics), None if it goes on: the one rule the aligner decides by, and a fork re-decides
+        its starting checkpoint by (include.runs.forks)."""
+        if feedback == 0:
+            return "no feedback records"
+        if (self.convergence_metric is not None and self.tolerance is not None
+                and metrics.get(self.convergence_metric, math.inf) < self.tolerance):
+            return (f"converged: {self.convergence_metric}={metrics[self.convergence_metric]:.3e} "
+                    f"< tolerance {self.tolerance:g}")
+        if self.max_epochs is not None and epoch + 1 >= self.max_epochs:
+            return f"max epochs reached ({self.max_epochs})"
+        return None
+
 
 def missing_reports(expected: Mapping[str, int], seen: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
     """Which reports an epoch still waits for: (head, partition) of every partition of every
@@ -86,18 +100,7 @@ class Aligner:
             )
         feedback = sum(r.feedback_count for r in reports)
         metrics = self.combine_metrics(reports)
-        c = self.criteria
-        reason = None
-        if feedback == 0:
-            reason = "no feedback records"
-        elif (
-            c.convergence_metric is not None
-            and c.tolerance is not None
-            and metrics.get(c.convergence_metric, math.inf) < c.tolerance
-        ):
-            reason = f"converged: {c.convergence_metric}={metrics[c.convergence_metric]:.3e} < tolerance {c.tolerance:g}"
-        elif c.max_epochs is not None and epoch + 1 >= c.max_epochs:
-            reason = f"max epochs reached ({c.max_epochs})"
+        reason = self.criteria.reason(epoch, feedback, metrics)
         return AlignmentDecision(epoch, attempt_id, reason is not None, reason, feedback, metrics)
 
     def combine_metrics(self, reports: Iterable[EpochReport]) -> dict[str, float]:

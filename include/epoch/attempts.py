@@ -59,6 +59,9 @@ class Attempts:
         meta = job.body_meta
         P = job.num_partitions
         source = latest if latest is not None else job.warm_start
+        # a fork's first epoch restores its parent's checkpoint, computed by the parent's params
+        forked = job.forked_from is not None and latest is not None \
+            and latest.checkpoint_id == job.forked_from["checkpoint_id"]
         if source is not None:
             if source.body.get("name") != meta["name"]:
                 raise CheckpointError(
@@ -66,8 +69,10 @@ class Attempts:
                     f"it cannot continue as {meta['name']!r}: use another job_id"
                 )
             if source.body.get("params", {}) != meta["params"]:
-                log.warning("job %s: body parameters changed from %s to %s; epochs from %d use the new ones",
-                            self.config.job_id, source.body.get("params"), meta["params"], checkpoint_id)
+                (log.info if forked else log.warning)(
+                    "job %s: body parameters changed from %s to %s%s; epochs from %d use the new ones",
+                    self.config.job_id, source.body.get("params"), meta["params"],
+                    f" (a fork of job {job.forked_from['job_id']})" if forked else "", checkpoint_id)
             if sorted(source.head_state.heads) != sorted(meta["heads"]):
                 raise CheckpointError(
                     f"checkpoint {source.checkpoint_id} of job {source.job_id} has heads "
@@ -96,7 +101,10 @@ class Attempts:
             profile=job.check_settings.enabled,
             share_unchanged=kind == "epoch" and latest is not None
             and checkpoint_id % self.config.full_checkpoint_every != 0,
-            parent_metrics=dict(latest.decision.metrics) if latest is not None and latest.decision else None,
+            # the checks' previous__<metric> compare epochs of one set of params: none for a fork's first
+            parent_metrics={} if forked else dict(latest.decision.metrics) if latest is not None and latest.decision
+            else None,
+            forked_from=job.forked_from,
         )
 
     def plan_epoch(self, batch_id: str | None = None, state: JobState | None = None, *,

@@ -15,7 +15,7 @@ from include.checkpoints.manifest import DatasetRef, Manifest
 from include.checks import CheckReport, merge, profile_row, runtime_expectations, schema_string, validate
 from include.epoch.coordinators import end_of_input
 from include.epoch.plan import DEFAULT_CHECKS, Check, EpochPlan
-from include.errors import CheckpointError, InputChanged, IterationError
+from include.errors import CheckpointError, ForkRefused, InputChanged, IterationError
 from include.process.failpoints import failpoint
 
 if TYPE_CHECKING:
@@ -186,6 +186,8 @@ class Committer:
             raise CheckpointError(f"epoch {plan.epoch} attempt {plan.attempt_id} of job {plan.job_id} "
                                   f"has not written its epoch outputs {missing}")
         self.refuse_foreign_files(plan, reports, output_reports)
+        if plan.first_of_fork:
+            self.refuse_fork_schemas(plan, reports)
         coords = self.coordination.committing(plan)
         coords.holders["alignment"].coordinator.decide_with(decision)
         coords.reports(plan.epoch, [(r.partition, {"head": r.head, "records": r.feedback_count, "metrics": r.metrics})
@@ -255,6 +257,23 @@ class Committer:
             self.attempts.abort(plan, reason=why[:2000])
             raise CheckpointError(f"{plan.kind} {plan.checkpoint_id} attempt {plan.attempt_id} of job "
                                   f"{plan.job_id} is not committed: {why}")
+
+    def refuse_fork_schemas(self, plan: EpochPlan, reports: Sequence[EpochReport]) -> None:
+        """A fork's first epoch (``EpochPlan.first_of_fork``): abort the attempt and raise
+        ForkRefused when the body gives a variable another schema than the parent's checkpoint
+        has, naming the variable and both schemas; whether the data checks are on or not."""
+        restored = {h: schema_string(ds.schema) for h, ds in plan.restore_datasets().items()}
+        differ = []
+        for head in sorted(plan.heads):
+            new = schema_string(next((r.schema for r in reports if r.head == head and r.schema), ""))
+            if head in restored and new and new != restored[head]:
+                differ.append(f"variable {head}: ({restored[head]}) in the parent, ({new}) in the fork")
+        if differ:
+            parent = plan.forked_from or {}
+            why = (f"a fork of job {parent.get('job_id')} at epoch {parent.get('epoch')} keeps its parent's variables' "
+                   f"schemas, and this body changes them: {'; '.join(differ)}")
+            self.attempts.abort(plan, reason=why[:2000])
+            raise ForkRefused(f"epoch {plan.epoch} of job {plan.job_id} is not committed: {why}")
 
     @staticmethod
     def _manifest(plan: EpochPlan, **content: Any) -> Manifest:

@@ -63,6 +63,7 @@ class IterationJob:
         coordinators: Mapping[str, Coordinator] | None = None,
         publication_family: Sequence[str] = (),
         rewound_from: Mapping[str, Any] | None = None,
+        forked_from: Mapping[str, Any] | None = None,
         may_publish: Callable[[], None] | None = None,
         lease_id: str | None = None,
         output_owner: OutputOwner | None = None,
@@ -75,7 +76,9 @@ class IterationJob:
         same store) whose published versions this job's publications replace and may delete (a
         scheduled batch's earlier generations). ``rewound_from``: this job is a generation that
         recomputes job ``job_id`` from ``epoch`` (include.runs.generations: its first checkpoint is
-        copied from there). ``may_publish``: raises to refuse publishing the terminated job's
+        copied from there). ``forked_from``: this job is a fork of job ``job_id``'s checkpoint
+        ``checkpoint_id`` (epoch ``epoch``; include.runs.forks: its first checkpoint is a copy of
+        it, and every plan names it). ``may_publish``: raises to refuse publishing the terminated job's
         outputs (an older generation's, once a newer one exists). ``lease_id``: the job whose
         lease a run of this one holds (the base of its generations, include.runs.generations: one
         run of any generation at a time); default this job. ``output_owner``: who this job
@@ -90,6 +93,7 @@ class IterationJob:
         self.config = config
         self.warm_start = warm_start
         self.rewound_from = dict(rewound_from) if rewound_from else None
+        self.forked_from = dict(forked_from) if forked_from else None
         self.may_publish = may_publish
         self.store_options = dict(store_options or {})
         self.store = store or open_store(config.checkpoint_root, **self.store_options)

@@ -43,6 +43,8 @@ class EpochPlan:
     tolerance: float | None
     # the checkpoint epoch 0 warm-starts from ({"job_id", "checkpoint_id"}), in another job's log
     warm_start: dict[str, Any] | None = None
+    # the job is a fork of another's checkpoint ({"job_id", "checkpoint_id", "epoch"}: include.runs.forks)
+    forked_from: dict[str, Any] | None = None
     # "drain" for a finish that a drain request started before the job terminated by itself
     stop: str | None = None
     # the epoch's inbox (coordinator -> its events, as dicts) and the coordinators' snapshots
@@ -66,6 +68,13 @@ class EpochPlan:
     @property
     def epoch(self) -> int:
         return self.checkpoint_id
+
+    @property
+    def first_of_fork(self) -> bool:
+        """The plan is a fork's first epoch: it restores the copy of its parent's checkpoint,
+        computed by the parent's params (include.runs.forks)."""
+        return self.forked_from is not None and self.kind == "epoch" \
+            and self.parent_id == self.forked_from.get("checkpoint_id")
 
     @property
     def heads(self) -> dict[str, list[str]]:

@@ -6,7 +6,8 @@ job's internal state, never a dataset. An output's version is the checkpoint it 
 from (``v-<job>-<checkpoint>``): a retried or restored epoch, a finish run again, report the
 same version, never a second one. Every run of every task of one job carries the same logical
 job (``iterations.<job_id>``) and the run id of its generation: one logical job per iteration
-job, each task's run a child of it."""
+job, each task's run a child of it. A fork's logical job names the job and checkpoint it was
+forked from (``forkedFrom``)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,10 @@ def job_lineage(job, *, epoch: int | None = None, checkpoint_id: int | None = No
     logical = {"name": f"iterations.{base}", "generation": config.job_id,
                "runId": str(uuid.uuid5(_RUNS, f"{config.checkpoint_root}\n{config.job_id}")),
                "epoch": epoch, "checkpointId": checkpoint_id}
+    forked = getattr(job, "forked_from", None)
+    if forked:  # a fork names the job and checkpoint it started from (include.runs.forks)
+        logical["forkedFrom"] = {"job": f"iterations.{forked['job_id']}", "checkpointId": forked["checkpoint_id"],
+                                 "epoch": forked["epoch"]}
     outputs = []
     for p in published:
         namespace, name = dataset_name(p["uri"])

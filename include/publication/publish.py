@@ -35,7 +35,8 @@ class HeldLease(Protocol):
 class PublishingJob(Protocol):
     """What a Publisher needs of its job (an IterationJob gives it): the job's configuration,
     checkpoint log, store and store options, the lease its run holds (None outside a run), who
-    owns its output and whether the run takes the output over."""
+    owns its output, whether the run takes the output over, and the checkpoint of another job
+    it was forked from (include.runs.forks; None for a job that is not a fork)."""
 
     config: JobConfig
     log: CheckpointLog
@@ -44,6 +45,7 @@ class PublishingJob(Protocol):
     lease: HeldLease | None
     output_owner: OutputOwner
     take_over: bool
+    forked_from: Mapping[str, Any] | None
 
 
 class Publisher:
@@ -135,7 +137,8 @@ class Publisher:
     def publications(self, manifest: Manifest, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """What checkpoint ``manifest`` published, one record per output, in the form an
         orchestrator announces it (an Airflow asset event, an OpenLineage output dataset):
-        ``{"name", "uri", "extra": {"job_id", "checkpoint_id", "version", ...}}``. ``version``
+        ``{"name", "uri", "extra": {"job_id", "checkpoint_id", "version", ...}}`` (a fork's also
+        ``forked_from``: its parent's job id, checkpoint and epoch). ``version``
         names the publication (the same for a retry, another for a recompute). A final
         checkpoint's outputs (``names``: None, the recorded publications): also ``rows``,
         ``format`` and ``replaces``, the version it replaced, when it replaced one. An epoch
@@ -144,10 +147,12 @@ class Publisher:
             return []
         stamp = {"job_id": manifest.job_id, "checkpoint_id": manifest.checkpoint_id}
         version = version_of(stamp)
+        forked = self.job.forked_from
+        parent = {"forked_from": {k: forked[k] for k in ("job_id", "checkpoint_id", "epoch")}} if forked else {}
 
         def record(name: str, **extra: Any) -> dict[str, Any]:
             return {"name": name, "uri": output_uri(self.config.output_path, name),
-                    "extra": {**stamp, "version": version, **extra}}
+                    "extra": {**stamp, "version": version, **parent, **extra}}
 
         if manifest.kind != "final":
             return [record(name) for name in sorted(names or ())]

@@ -8,6 +8,7 @@ __all__, __getattr__, __dir__ = lazy_surface(__name__, {
         "check_borders", "epoch_line", "metrics_text", "owner_of", "resolve_attempt", "warm_up_checks"
     ],
     "epoch_run": ["EpochOutcome", "EpochRun"],
+    "forks": ["check_fork", "forks_of", "read_fork"],
     "generations": ["Lineage", "check_rewind_to", "open_newest", "retire"],
     "job_opening": ["OpenedJob", "open_job"],
     "overview": ["check_report", "job_overview", "list_jobs"],

@@ -36,9 +36,11 @@ from include.checkpoints.job_records import now_iso
 from include.checkpoints.layout import check_job_id
 from include.checkpoints.manifest import DatasetRef, Manifest
 from include.contract.body import resolve_body
+from include.epoch.aligner import TerminationCriteria
 from include.epoch.job import IterationJob
 from include.errors import CheckpointCorrupted, CheckpointError, ConfigError, ObjectNotFound
 from include.publication.pinned_inputs import pinned_input_changes
+from include.runs.forks import read_fork, redecide, seed_fork
 from include.runs.leases import Holder, JobLease
 from include.runs.ownership import JobOwner, OwnershipError, owner_key, read_owner
 from include.store import ObjectStore
@@ -214,6 +216,11 @@ def check_rewind(store: ObjectStore, source: str, epoch: int, owner: JobOwner) -
     into their own), and ``source`` keeps epoch checkpoint ``epoch - 1`` to start from."""
     epoch = check_rewind_to(epoch)
     _check_owner(store, source, owner, "this run differs", "it cannot rewind the job")
+    forked = read_fork(store, _REWOUND.sub(r"\g<base>", source))
+    if forked is not None and epoch <= forked["epoch"]:
+        raise ConfigError(f"rewind_to={epoch}: job {source} is a fork of {forked['job_id']} at epoch "
+                          f"{forked['epoch']}: its own epochs start at {forked['epoch'] + 1}; rewind to one of them, "
+                          f"or fork {forked['job_id']} again")
     src = CheckpointLog(store, source)
     if epoch > 0:
         try:
@@ -344,16 +351,27 @@ def job_options(lineage: Lineage, log_id: str) -> dict[str, Any]:
 
 
 def seed(job: "IterationJob") -> Manifest | None:
-    """Before a rewound generation's first epoch: its first checkpoint, ``epoch - 1``, a copy of
-    the one it rewinds, whose objects are copied into its own log (each verified against its
-    SHA-256 as it is read: a damaged source is refused). Idempotent: a seeded log is left alone,
-    a copy that died half way is made again. The staged outputs of that epoch are not copied:
-    they were published by the generation that made them."""
-    rewound = job.rewound_from
-    if not rewound or int(rewound["epoch"]) == 0 or job.log.latest_id() is not None:
+    """Before the first epoch of a log that starts from another's checkpoint, its first
+    checkpoint: a copy of that one, whose objects are copied into its own log (each verified
+    against its SHA-256 as it is read: a damaged source is refused). The one rule of jobs from
+    jobs: a rewound generation starts from checkpoint ``epoch - 1`` of the generation it
+    rewinds (a scheduled batch's recompute is one), a fork from its parent's checkpoint
+    (include.runs.forks: its record and input pin written first, only read from the parent, its
+    termination decided again by its own params). Idempotent: a seeded log is left alone, a copy
+    that died half way is made again. The staged outputs of that epoch are not copied: they were
+    published by the job that made them."""
+    if job.log.latest_id() is not None:
         return None
-    source = CheckpointLog(job.store, check_job_id(rewound["job_id"]))
-    start = source.load(int(rewound["epoch"]) - 1, verify="sizes")
+    rewound = job.rewound_from
+    if rewound:
+        if int(rewound["epoch"]) == 0:
+            return None
+        source, cid = CheckpointLog(job.store, check_job_id(rewound["job_id"])), int(rewound["epoch"]) - 1
+    elif job.forked_from:
+        source, cid = seed_fork(job, job.forked_from)
+    else:
+        return None
+    start = source.load(cid, verify="sizes")
     src_root, own_root = source.layout.root + "/", job.log.layout.root + "/"
 
     def copied(ref):
@@ -370,6 +388,9 @@ def seed(job: "IterationJob") -> Manifest | None:
     manifest = dataclasses.replace(
         start, job_id=job.config.job_id, variables={k: dataset(v) for k, v in start.variables.items()},
         outputs={}, extra_objects=tuple(copied(f) for f in start.extra_objects), committed_at="")
+    if not rewound:  # a fork goes on, or ends, by its own params
+        manifest = redecide(manifest, TerminationCriteria(job.config.max_epochs, job.config.tolerance,
+                                                          job.body_meta.get("convergence_metric")))
     job.log.seed(manifest)
     log.info("job %s: starts from checkpoint %d of %s (copied, verified): epoch %d is next",
              job.config.job_id, start.checkpoint_id, source.job_id, start.checkpoint_id + 1)

@@ -11,6 +11,8 @@ from typing import Any, Callable, Mapping, Sequence
 import include.runs.generations as generations
 from include.contract.config import JobConfig
 from include.epoch.job import IterationJob
+from include.errors import ConfigError
+from include.runs.forks import check_fork
 from include.runs.generations import Lineage, check_rewind_to
 from include.runs.ownership import JobOwner
 from include.runs.schedule import Generation, Schedule
@@ -44,11 +46,17 @@ def open_job(config: JobConfig, store: ObjectStore, *, owner: JobOwner, hold: Ca
     ``batch_date``: a scheduled job's batch (include.runs.schedule): the generation of that date,
     warm-started from the previous batch; ``recompute`` recomputes that date.
     ``arrivals``: what the asset events that started the run say arrived.
+    ``config.fork_from``: a new job that starts from another job's checkpoint
+    (include.runs.forks.check_fork: refused here, before anything is written, when it cannot).
     ``job_options``: the rest of ``IterationJob``'s options (checks, coordinators, output_owner...).
     """
     rewind_to = check_rewind_to(rewind_to)
     options = dict(store_options or {})
     schedule = generation = None
+    if config.fork_from is not None and (batch_date is not None or rewind_to is not None):
+        raise ConfigError(f"fork_from {config.fork_from!r}: a fork starts a new job, "
+                          + ("not a scheduled job's batch (each warm-starts from the batch before it)"
+                             if batch_date is not None else "not a rewind of one (rewind_to): give one of them"))
     if batch_date is not None:
         schedule = Schedule(store, config.job_id)
         lineage = schedule.lineage(batch_date)
@@ -59,10 +67,11 @@ def open_job(config: JobConfig, store: ObjectStore, *, owner: JobOwner, hold: Ca
                  "may_publish": lambda: schedule.check_may_publish(generation), "lease_id": lineage.base}
         log_id = generation.job_id
     else:
+        forked_from = check_fork(store, config, owner.dag_id)  # refused before anything is written
         log_id, lineage = generations.attach(
             store, config.job_id, run, rewind_to=rewind_to, owner=owner, hold=lambda: hold(config.job_id),
             input_changes=generations.input_changes_of(store, config, options, on_input_change))
-        extra = generations.job_options(lineage, log_id)
+        extra = {**generations.job_options(lineage, log_id), "forked_from": forked_from}
     job = IterationJob(dataclasses.replace(config, job_id=log_id), store, store_options=options,
                        arrivals=list(arrivals), **extra, **job_options)
     return OpenedJob(job=job, lineage=lineage, schedule=schedule, generation=generation)

@@ -146,6 +146,10 @@ class JobOverview:
     generations: list[GenerationView] = field(default_factory=list)  # none: the job was never rewound
     # committed checkpoints whose manifest is refused (its epoch's ``damage`` says why): neither kept nor retired
     damaged_checkpoints: list[int] = field(default_factory=list)
+    # the job is a fork (include.runs.forks): {"job_id", "checkpoint_id", "epoch"} of its parent; None: not one
+    forked_from: dict[str, Any] | None = None
+    # the forks of this job in the same store: {"job_id", "checkpoint_id", "epoch"} each, by job id
+    forks: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -11,6 +11,7 @@ from include.checkpoints.layout import ATTEMPT_ID_PATTERN, JOB_ID_PATTERN, JobLa
 from include.checkpoints.manifest import Manifest
 from include.checks.report_view import CheckView, check_view
 from include.errors import CheckpointCorrupted, CheckpointError, ConfigError, ObjectNotFound
+from include.runs.forks import forks_of, read_fork
 from include.runs.generations import lineage_of
 from include.runs.overview_model import (
     AttemptView,
@@ -185,7 +186,16 @@ class OverviewReader:
             finish=self._finish(final, sizes, checks) if final is not None else None,
             rejected=sorted(i for k in self._keys("rejected") if (i := JobLayout.parse_id(k)) is not None),
             generations=self._generations(), damaged_checkpoints=sorted(damaged),
+            forked_from=self._forked_from(), forks=forks_of(self.store, self.job_id),
         )
+
+    def _forked_from(self) -> dict[str, Any] | None:
+        """The parent of a fork (include.runs.forks); a damaged record is reported and shown as none."""
+        try:
+            return read_fork(self.store, self.job_id)
+        except CheckpointCorrupted as e:
+            report_foreign(self.store, self.layout.fork(), str(e))
+            return None
 
     def _generations(self) -> list[GenerationView]:
         found = lineage_of(self.store, self.job_id)

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 from airflow.sdk import DAG, Param, TaskGroup
 from airflow.sdk.definitions.param import ParamsDict
 
-from include.checkpoints import JOB_ID_REGEX
+from include.checkpoints import FORK_FROM_REGEX, JOB_ID_REGEX
 from include.process import (  # noqa: F401 (LOCAL_DIR: for the DAG files)
     COMMIT_IN_HEAD,
     EPOCHS_PER_BATCH,
@@ -162,6 +162,13 @@ def job_params(
                                        "from a copy of checkpoint rewind_to - 1, computes the epochs from there "
                                        "and replaces the outputs in one step when it ends; the rewound one stays "
                                        "readable. Empty: go on with the newest generation. See docs/airflow.md."),
+        "fork_from": param(None, type=["null", "string"], pattern=FORK_FROM_REGEX,
+                           description="Start this run's job (a new job_id) from another job of this DAG: JOB "
+                                       "(its newest kept epoch) or JOB:EPOCH (its checkpoint of that epoch), "
+                                       "copied and verified; from there the job runs with this run's params "
+                                       "(damping, k, tolerance, max_epochs...). The body and its variables' "
+                                       "schemas must be the parent's. Empty: the job starts at epoch 0, or goes "
+                                       "on. See docs/airflow.md, Forking a job."),
         "on_input_change": param(on_input_change, type="string", enum=["refuse", "restart"],
                                  description="When the input is no longer what the job pinned at its first epoch "
                                              "(a file added, gone or rewritten): refuse = fail naming the file "
@@ -178,7 +185,7 @@ def job_params(
                                           "trigger the next batch (a linked run of this DAG)."),
     }
     if scheduled:  # each batch is a log of its own, pinned when it starts: ``recompute`` reads the input anew
-        del params["on_input_change"], params["verify_epoch"]
+        del params["on_input_change"], params["verify_epoch"], params["fork_from"]
         params["recompute"] = param(
             False, type="boolean",
             description="Recompute this date's batch from the checkpoint it started from and replace "

@@ -19,13 +19,15 @@ from openlineage.client.facet_v2 import RunFacet, dataset_version_dataset, outpu
 class IterationsRunFacet(RunFacet):
     """The logical iteration job a task's run is part of: ``job`` (``iterations.<job_id>``) and
     ``jobRunId`` (its generation's run id: the same for every task of every batch of it),
-    ``generation`` (the checkpoint log), ``epoch`` and ``checkpointId`` when the task had one."""
+    ``generation`` (the checkpoint log), ``epoch`` and ``checkpointId`` when the task had one,
+    ``forkedFrom`` for a fork: the logical job, checkpoint and epoch it started from."""
 
     job: str
     jobRunId: str
     generation: str
     epoch: int | None = None
     checkpointId: int | None = None
+    forkedFrom: dict | None = None
 
     @staticmethod
     def _get_schema() -> str:
@@ -53,4 +55,5 @@ def operator_lineage(recorded: Mapping[str, Any] | None):
         outputs=outputs,
         run_facets={"iterations": IterationsRunFacet(job=job["name"], jobRunId=job["runId"],
                                                      generation=job["generation"], epoch=job.get("epoch"),
-                                                     checkpointId=job.get("checkpointId"))})
+                                                     checkpointId=job.get("checkpointId"),
+                                                     forkedFrom=job.get("forkedFrom"))})

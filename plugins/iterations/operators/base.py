@@ -14,7 +14,8 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from iterations.operators.task_context import batch_id_of, permanent_errors, run_of
 
 JOB_FIELDS = ("job_id", "checkpoint_root", "output_path", "output_format", "max_epochs", "tolerance", "num_partitions",
-              "retain_last", "retain_batches", "retain_history", "full_checkpoint_every", "on_damaged_checkpoint")
+              "retain_last", "retain_batches", "retain_history", "full_checkpoint_every", "on_damaged_checkpoint",
+              "fork_from")
 
 
 class DataChecksLink(BaseOperatorLink):

@@ -92,6 +92,8 @@ class ContinuationOperator(IterationOperator, TriggerDagRunOperator):
         if "recompute" in conf:  # a scheduled DAG's param (a run conf holds only the DAG's params)
             conf["recompute"] = False  # a continuation goes on with the batch's generation
         conf["rewind_to"] = None  # ... and with the generation a rewind started
+        if "fork_from" in conf:
+            conf["fork_from"] = None  # ... and with the job a fork started (its record names the parent)
         if "take_over" in conf:
             conf["take_over"] = False  # the job is this DAG's now: nothing left to take over
         if self.scheduled:

@@ -197,6 +197,16 @@ def _visible(access: JobAccess, store: Any, job_id: str) -> None:
         raise job_not_found(store, job_id)
 
 
+def _overview(access: JobAccess, store: Any, job_id: str, metric: str | None):
+    """The job's overview with only the relatives (its parent, its forks) the user may see too."""
+    view = job_overview(store, job_id, metric=metric)
+    if view.forked_from and not access.visible(store, [view.forked_from["job_id"]]):
+        view.forked_from = {**view.forked_from, "job_id": None}  # the page says: a job you may not see
+    seen = set(access.visible(store, [f["job_id"] for f in view.forks]))
+    view.forks = [f for f in view.forks if f["job_id"] in seen]
+    return view
+
+
 @app.get("/", response_class=HTMLResponse)
 def index(request: Request, user: GetUserDep, root: str | None = None) -> HTMLResponse:
     def render() -> str:
@@ -221,7 +231,7 @@ def job_view(request: Request, user: GetUserDep, job_id: str, root: str | None =
         access = JobAccess(user)
         where, store = open_root(root, access)
         _visible(access, store, job_id)
-        return page.job_page(job_overview(store, job_id, metric=metric), where, _base(request), batch=batch,
+        return page.job_page(_overview(access, store, job_id, metric), where, _base(request), batch=batch,
                              page=page_number)
 
     return _html(render)
@@ -326,7 +336,7 @@ def api_job(user: GetUserDep, job_id: str, root: str | None = None, metric: str 
         access = JobAccess(user)
         where, store = open_root(root, access)
         _visible(access, store, job_id)
-        return {"root": where, **job_overview(store, job_id, metric=metric).to_dict()}
+        return {"root": where, **_overview(access, store, job_id, metric).to_dict()}
 
     return JSONResponse(_finite(_json(read)))
 

@@ -171,6 +171,27 @@ def _generations(view: JobOverview, base: str, q: str) -> str:
     return f'<p class="meta">generations (a rewind recomputes the job as a new one):</p><ul id="generations">{"".join(items)}</ul>'
 
 
+def _family(view: JobOverview, base: str, q: str) -> str:
+    """The job's parent, when it is a fork, and its forks (include.runs.forks), each linked."""
+    def job(job_id: Any) -> str:
+        if job_id is None:
+            return "a job you may not see"
+        return f'<a href="{esc(f"{base}jobs/{quote(str(job_id))}?{q}")}"><code>{esc(job_id)}</code></a>'
+
+    parts = []
+    src = view.forked_from
+    if isinstance(src, dict):
+        parts.append(f'<p class="meta" id="forked-from">a fork of {job(src.get("job_id"))} at epoch '
+                     f'{int_text(src.get("epoch"))} (checkpoint {int_text(src.get("checkpoint_id"))}): its epochs '
+                     f'before {int_text((src.get("epoch") or 0) + 1)} are its parent\'s</p>')
+    forks = [f for f in (view.forks or []) if isinstance(f, dict)]
+    if forks:
+        items = "".join(f"<li>{job(f.get('job_id'))} from epoch {int_text(f.get('epoch'))}</li>" for f in forks)
+        parts.append(f'<p class="meta">forks (new jobs started from a checkpoint of this one):</p>'
+                     f'<ul id="forks">{items}</ul>')
+    return "".join(parts)
+
+
 def job_page(view: JobOverview, root: str, base: str, batch: str | None = None, page: int | None = None) -> str:
     """``batch``: the batch (DAG run) the page was opened for; its rows are highlighted.
     ``page``: the page of the epoch table (``PAGE_SIZE`` epochs; default: the one with the
@@ -196,7 +217,7 @@ def job_page(view: JobOverview, root: str, base: str, batch: str | None = None, 
 · {esc(_count(len(retired), 'earlier checkpoint'))} retired by retention (their data deleted; their metrics and history kept)
 {f'· savepoints: {esc(", ".join(map(str, view.savepoints)))}' if view.savepoints else ''}
 {f'· <b class="fail">damaged</b> (its manifest is refused; the epoch says why): {esc(", ".join(map(str, damaged)))}' if damaged else ''}
-{f'· rejected by a rewind: {esc(", ".join(map(str, view.rejected)))}' if view.rejected else ''}</p>{_generations(view, base, q)}"""
+{f'· rejected by a rewind: {esc(", ".join(map(str, view.rejected)))}' if view.rejected else ''}</p>{_generations(view, base, q)}{_family(view, base, q)}"""
     others = [m for m in view.metric_names if m != metric]
     switch = " ".join(f'<a href="{esc(f"{base}jobs/{quote(view.job_id)}?{_q(root=root, metric=m)}")}">{esc(m)}</a>'
                       for m in others)
