@@ -159,6 +159,19 @@ def test_a_fork_goes_on_from_its_parents_checkpoint_with_its_own_params(spark, t
     html = job_page(job_overview(store, "pr"), str(store_root), "/iterations/")
     assert '<ul id="forks">' in html and "/iterations/jobs/pr-d60?" in html and "from epoch 3" in html
 
+    # a relative the user may not see: a parent is not named, a fork not listed
+    from iterations.views.app import visible_overview
+
+    class Access:  # sees every job but pr and pr-more
+        def visible(self, store, job_ids):
+            return [j for j in job_ids if j not in ("pr", "pr-more")]
+
+    hidden = visible_overview(Access(), store, "pr-d60", None)
+    assert hidden.forked_from == {"job_id": None, "checkpoint_id": 3, "epoch": 3}
+    assert "a fork of a job you may not see at epoch 3" in job_page(hidden, str(store_root), "/iterations/")
+    assert [f["job_id"] for f in visible_overview(Access(), store, "pr", None).forks] == \
+        ["pr-d60", "pr-plan", "pr-short"]
+
     # a later run of the fork goes on as the fork (with or without fork_from): it is done
     again = IterationRunner(config("pr-d60", 0.6), spark)
     assert again.job.forked_from["job_id"] == "pr" and again.run().epochs_computed == []

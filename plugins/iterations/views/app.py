@@ -197,7 +197,7 @@ def _visible(access: JobAccess, store: Any, job_id: str) -> None:
         raise job_not_found(store, job_id)
 
 
-def _overview(access: JobAccess, store: Any, job_id: str, metric: str | None):
+def visible_overview(access: JobAccess, store: Any, job_id: str, metric: str | None):
     """The job's overview with only the relatives (its parent, its forks) the user may see too."""
     view = job_overview(store, job_id, metric=metric)
     if view.forked_from and not access.visible(store, [view.forked_from["job_id"]]):
@@ -231,7 +231,7 @@ def job_view(request: Request, user: GetUserDep, job_id: str, root: str | None =
         access = JobAccess(user)
         where, store = open_root(root, access)
         _visible(access, store, job_id)
-        return page.job_page(_overview(access, store, job_id, metric), where, _base(request), batch=batch,
+        return page.job_page(visible_overview(access, store, job_id, metric), where, _base(request), batch=batch,
                              page=page_number)
 
     return _html(render)
@@ -336,7 +336,7 @@ def api_job(user: GetUserDep, job_id: str, root: str | None = None, metric: str 
         access = JobAccess(user)
         where, store = open_root(root, access)
         _visible(access, store, job_id)
-        return {"root": where, **_overview(access, store, job_id, metric).to_dict()}
+        return {"root": where, **visible_overview(access, store, job_id, metric).to_dict()}
 
     return JSONResponse(_finite(_json(read)))
 
