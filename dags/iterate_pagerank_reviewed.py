@@ -1,11 +1,13 @@
-"""PageRank whose outputs a person approves before they are published.
+"""PageRank whose ranks a person approves before anyone sees them (write, audit, publish).
 
-The same job as ``iterate_pagerank``; when it ends, its ``finish`` task asks for approval
-(Airflow's human-in-the-loop: the UI's Required Actions, or the REST API) and shows the job's
-final metrics and data checks. Approve: the final checkpoint is taken and the ranks are
-published, once. Reject: nothing is published and the job is suspended at its latest
-checkpoint; triggering the DAG again with the same ``job_id`` asks again. The task waits for
-the answer without holding a worker slot.
+The same job as ``iterate_pagerank``; when it ends, ``finish`` takes the final checkpoint and
+stages the ranks as a version no reader sees, ``review`` asks the user ``reviewer`` (Airflow's
+human-in-the-loop: the UI's Required Actions, or the REST API) showing the staged ranks: rows,
+schema, data checks, the top nodes and how far they moved since the published version. Approve:
+``publish`` switches the ranks, once, with one asset event. Reject, or no answer within a day:
+the staged ranks are deleted, nothing visible changed, and triggering the DAG again with the
+same ``job_id`` asks again. The user who triggered a run may not approve it. The wait holds no
+worker slot.
 """
 
 from __future__ import annotations
@@ -32,4 +34,6 @@ dag = iteration_dag(
     checks_file="include/pagerank_checks.json",
     tags=("approval",),
     approve_publication=True,
+    approvers=("reviewer",),  # user ids of the auth manager (SimpleAuthManager: user names)
+    approval_timeout=24 * 3600,
 )

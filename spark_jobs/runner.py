@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 from include.checkpoints import AlignmentDecision, HeadStatus, Manifest
 from include.contract import JobConfig
 from include.epoch import DEFAULT_CHECKS, Check, DataCheckFailed, EpochPlan
+from include.errors import CheckpointError
 from include.runs import (
     LEASE_TTL_S,
     EpochRun,
@@ -97,6 +98,7 @@ class IterationRunner:
         rewind_to: int | None = None,
         driver_tail_bytes: int | None = None,
         on_input_change: str = "refuse",
+        reviewed: bool = False,
     ):
         """``warm_start``: a final checkpoint (of another job, same store) epoch 0 starts from.
         ``coordinators``: extra coordinators by name (``include.epoch.coordinators``).
@@ -127,7 +129,11 @@ class IterationRunner:
         ``driver_tail_bytes``: on a classic session, an epoch's variable whose previous value
         took at most this many bytes in the store is collected and written by the driver
         instead of a shuffle and Spark's Python workers (``EpochExecutor``); None: 4 MiB, -1:
-        never."""
+        never.
+        ``reviewed``: nothing of the job is published before a person approves it: when it
+        terminates, ``run`` publishes nothing; ``review()`` stages the outputs (versions no reader
+        sees) and returns what a reviewer needs; ``approve(by)`` publishes what was staged, once;
+        ``reject(by, why)`` deletes it (include.publication.review; docs/library.md)."""
         self.store_options = dict(store_options or {})
         store = store or open_store(config.checkpoint_root, **self.store_options)
         self.holder = Holder.this_process()
@@ -138,7 +144,7 @@ class IterationRunner:
 
         opened = open_job(config, store, owner=owner_of(config, None), hold=hold, rewind_to=rewind_to,
                           on_input_change=on_input_change, store_options=self.store_options, checks=checks,
-                          warm_start=warm_start, coordinators=coordinators)
+                          warm_start=warm_start, coordinators=coordinators, reviewed=reviewed)
         self.lineage = opened.lineage
         self.job = opened.job
         self.config = opened.job.config
@@ -185,6 +191,47 @@ class IterationRunner:
         return retire(self.job.store, self.lineage.base, generation,
                                   owner_of(self.config, dag_id),
                                   self.holder)
+
+    def _held(self, step):
+        """``step(run)`` with the job's lease held by this process, released after."""
+        run = EpochRun(self.job, run={"runner": "library", "host": self.holder.host, "pid": self.holder.pid})
+        run.start(self.holder, take_over=self.take_over, lease_wait=self.lease_wait, validate=False)
+        try:
+            return step(run)
+        finally:
+            run.end()
+
+    def _awaiting(self, run: EpochRun) -> Manifest:
+        final = run.state.latest
+        if not self.job.publisher.awaits_approval(final):
+            raise CheckpointError(f"job {self.config.job_id} has no publication awaiting approval (latest checkpoint "
+                                  f"{final.checkpoint_id if final else None}, {run.state.status.value}): it is "
+                                  "approved once its final checkpoint is, for a job run with reviewed=True")
+        return final
+
+    def review(self) -> dict[str, Any]:
+        """A reviewed job that terminated: its outputs staged (not published) and what a person
+        reviews of them (include.publication.review: rows, schema, data checks, the difference
+        from the published version); ``review_markdown(...)`` shows it as text."""
+        from include.publication import stage_for_review
+
+        return self._held(lambda run: stage_for_review(self.job, self._awaiting(run)))
+
+    def approve(self, by: str | None = None) -> dict[str, str]:
+        """Publish what ``review`` staged (the approval recorded once; each output exactly once
+        across retries): output name -> where."""
+        def approve(run: EpochRun) -> dict[str, str]:
+            final = run.state.latest
+            if self.job.log.reviews.approval(final.checkpoint_id if final else -1) is None:
+                self.job.publisher.approve(self._awaiting(run), by)
+            return run.conclude()
+
+        return self._held(approve)
+
+    def reject(self, by: str | None = None, why: str = "rejected") -> int:
+        """Delete what ``review`` staged: nothing visible changed; ``review`` may stage again.
+        How many files were deleted."""
+        return self._held(lambda run: self.job.publisher.reject(self._awaiting(run), by, why))
 
     def verify_epoch(self, epoch: int, *, scratch_dir: str | None = None):
         """The determinism audit (docs/writing-a-body.md; include.epoch.restore.Restorer.verify_epoch)

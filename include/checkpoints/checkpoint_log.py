@@ -1,8 +1,8 @@
 """The checkpoint log of a job: attempt-scoped staging, single-winner commits, verified restores
 and idempotent commit and abort (docs/design.md, "Rules of the store"; flink-ml's ``Checkpoints``). The keys are
 ``include.checkpoints.layout``'s; the records beside the checkpoints (batches, publications, control) and
-retention hang off the log as ``log.batches``, ``log.publications``, ``log.control`` and
-``log.retention``.
+retention hang off the log as ``log.batches``, ``log.publications``, ``log.control``,
+``log.reviews`` and ``log.retention``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from include.checkpoints.head_state import EpochReport
-from include.checkpoints.job_records import Batches, Control, Publications, now_iso
+from include.checkpoints.job_records import Batches, Control, Publications, Reviews, now_iso
 from include.checkpoints.layout import JobLayout, report_foreign
 from include.checkpoints.manifest import Manifest, verify_bytes
 from include.checkpoints.retention import TOMBSTONE, Retention
@@ -71,6 +71,7 @@ class CheckpointLog:
         self.batches = Batches(store, self.layout)
         self.publications = Publications(store, self.layout)
         self.control = Control(store, self.layout)
+        self.reviews = Reviews(store, self.layout)
         self.retention = Retention(self)
 
     # --- reading ------------------------------------------------------------------------

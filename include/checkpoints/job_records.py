@@ -15,7 +15,15 @@ from typing import Any, Mapping
 
 from include.checkpoints.layout import ATTEMPT_ID_PATTERN, JobLayout, check_attempt_id, report_foreign
 from include.checkpoints.lifecycle import StopMode
-from include.checkpoints.record_schemas import BATCH, BATCH_START, PUBLICATION, STOP_REQUEST, DamagedRecord
+from include.checkpoints.record_schemas import (
+    BATCH,
+    BATCH_START,
+    PUBLICATION,
+    REVIEW_ANSWER,
+    STAGED,
+    STOP_REQUEST,
+    DamagedRecord,
+)
 from include.errors import ObjectNotFound
 from include.process.failpoints import clock_skew
 from include.store import ObjectStore
@@ -173,4 +181,82 @@ class Control:
         return sorted(out)
 
 
-__all__ = ["Batches", "Control", "Publications", "now_iso"]
+class Reviews:
+    """A reviewed job's publications (include.publication.publish.Publisher): per final
+    checkpoint, what its finish staged, the review shown to a person, and their answers (one
+    approval, written once; any number of rejections)."""
+
+    def __init__(self, store: ObjectStore, layout: JobLayout):
+        self.store, self.layout = store, layout
+
+    def _get(self, key: str) -> bytes | None:
+        try:
+            return self.store.get(key)
+        except ObjectNotFound:
+            return None
+
+    def record_staged(self, checkpoint_id: int, record: Mapping[str, Any]) -> None:
+        self.store.put(self.layout.review(checkpoint_id, "staged"),
+                       json.dumps({**record, "checkpoint_id": checkpoint_id, "at": now_iso()}, sort_keys=True,
+                                  indent=1).encode())
+
+    def staged(self, checkpoint_id: int) -> dict[str, Any] | None:
+        """What the finish staged for checkpoint ``checkpoint_id``; None if nothing is staged."""
+        key = self.layout.review(checkpoint_id, "staged")
+        data = self._get(key)
+        if data is None:
+            return None
+        record = STAGED.load(data, self.store.location(key))
+        if record["checkpoint_id"] != checkpoint_id:
+            raise DamagedRecord(f"{self.store.location(key)} is the staged record of checkpoint "
+                                f"{record['checkpoint_id']}, not {checkpoint_id}")
+        return record
+
+    def forget_staged(self, checkpoint_id: int) -> None:
+        self.store.delete([self.layout.review(checkpoint_id, "staged")])
+
+    def record_review(self, checkpoint_id: int, review: Mapping[str, Any]) -> None:
+        self.store.put(self.layout.review(checkpoint_id, "review"),
+                       json.dumps({**review, "at": now_iso()}, sort_keys=True, indent=1, default=str).encode())
+
+    def review(self, checkpoint_id: int) -> dict[str, Any] | None:
+        """The review shown to a person (a JSON object, shown as text only; None if none)."""
+        data = self._get(self.layout.review(checkpoint_id, "review"))
+        try:
+            record = json.loads(data) if data is not None else None
+        except ValueError:
+            return None
+        return record if isinstance(record, dict) else None
+
+    def approve(self, checkpoint_id: int, by: str | None) -> dict[str, Any]:
+        """Record the approval, once (create-if-absent): the first one recorded wins."""
+        key = self.layout.review(checkpoint_id, "approved")
+        record = {"checkpoint_id": checkpoint_id, "decision": "approved", "by": by, "at": now_iso()}
+        self.store.put_if_absent(key, json.dumps(record, sort_keys=True).encode())
+        return self.approval(checkpoint_id) or record
+
+    def approval(self, checkpoint_id: int) -> dict[str, Any] | None:
+        key = self.layout.review(checkpoint_id, "approved")
+        data = self._get(key)
+        if data is None:
+            return None
+        record = REVIEW_ANSWER.load(data, self.store.location(key))
+        if (record["checkpoint_id"], record["decision"]) != (checkpoint_id, "approved"):
+            raise DamagedRecord(f"{self.store.location(key)} is not the approval of checkpoint {checkpoint_id}")
+        return record
+
+    def reject(self, checkpoint_id: int, by: str | None, why: str) -> None:
+        n = len(self.rejections(checkpoint_id))
+        self.store.put(self.layout.review(checkpoint_id, f"rejected-{n + 1:04d}"), json.dumps(
+            {"checkpoint_id": checkpoint_id, "decision": "rejected", "by": by, "why": why[:2000], "at": now_iso()},
+            sort_keys=True).encode())
+
+    def rejections(self, checkpoint_id: int) -> list[dict[str, Any]]:
+        prefix = self.layout.review(checkpoint_id, "x").rsplit("/", 1)[0] + "/rejected-"
+        out = []
+        for o in self.store.list(prefix):
+            out.append(REVIEW_ANSWER.load(self.store.get(o.key), self.store.location(o.key)))
+        return out
+
+
+__all__ = ["Batches", "Control", "Publications", "Reviews", "now_iso"]

@@ -128,6 +128,12 @@ class JobLayout:
     def publication(self, checkpoint_id: int, sink: str) -> str:
         return f"{self.root}/published/{checkpoint_id:010d}/{check_attempt_id(sink)}.json"
 
+    def review(self, checkpoint_id: int, record: str) -> str:
+        """A record of the review of final checkpoint ``checkpoint_id``'s publication
+        (include.checkpoints.job_records.Reviews): ``staged``, ``review``, ``approved``,
+        ``rejected-<n>``."""
+        return f"{self.root}/reviews/{checkpoint_id:010d}/{check_attempt_id(record)}.json"
+
     def savepoint(self, checkpoint_id: int) -> str:
         return f"{self.root}/savepoints/{checkpoint_id:010d}.json"
 

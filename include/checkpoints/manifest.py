@@ -73,12 +73,18 @@ class Manifest:
     # how the checkpoint's epoch was computed, for people (include.epoch.commit.Committer._history): who
     # ran it, its phases' seconds, the epoch's other attempts; never read by the runtime
     history: dict[str, Any] = field(default_factory=dict)
+    # a reviewed job's per-epoch outputs not published yet (they wait for the approval of the
+    # job's publication: include.publication.publish), carried from checkpoint to checkpoint:
+    # epoch checkpoint id -> output name -> dataset; kept (and verified when staged) as they are
+    pending_outputs: dict[int, dict[str, DatasetRef]] = field(default_factory=dict)
 
     @property
     def objects(self) -> list[FileRef]:
         """Every object this checkpoint references (what GC must never delete)."""
         refs = list(self.extra_objects)
-        for ds in list(self.variables.values()) + list(self.outputs.values()):
+        datasets = [*self.variables.values(), *self.outputs.values(),
+                    *(ds for outputs in self.pending_outputs.values() for ds in outputs.values())]
+        for ds in datasets:
             refs.extend(ds.files)
         return refs
 
@@ -113,6 +119,9 @@ class Manifest:
             "lifecycle": self.lifecycle.to_dict(),
             "coordinators": self.coordinators,
             "history": self.history,
+            **({"pending_outputs": {str(cid): {k: v.to_dict() for k, v in sorted(outputs.items())}
+                                    for cid, outputs in sorted(self.pending_outputs.items())}}
+               if self.pending_outputs else {}),
         }
 
     def to_bytes(self) -> bytes:
@@ -155,6 +164,8 @@ class Manifest:
                 lifecycle=Lifecycle.from_dict(d.get("lifecycle")),
                 coordinators=d.get("coordinators", {}),
                 history=d["history"] if isinstance(d.get("history"), dict) else {},
+                pending_outputs={int(cid): {k: DatasetRef.from_dict(v) for k, v in outputs.items()}
+                                 for cid, outputs in d.get("pending_outputs", {}).items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise CheckpointCorrupted(f"manifest {where} is not a valid manifest: {type(e).__name__}: {e}") from None

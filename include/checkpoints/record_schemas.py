@@ -141,11 +141,27 @@ INPUT_PIN = RecordKind("input pin (iterations.input/1)", {
 INPUT_FILES_PIN = RecordKind("input pin (iterations.input-files/1)", {
     "format": _one_of("iterations.input-files/1"), "uri": _str(), "files": lambda v: isinstance(v, list)},
     {"pinned_at": _str(empty=True)})
+#: what a reviewed job's finish staged of its outputs (include.publication.publish.Publisher.stage):
+#: one item per output version, final or per-epoch, with the keys it writes (each checked again,
+#: by shape, before anything is deleted by it) and, once copied, the record its publication writes
+STAGED = RecordKind("staged publication record", {
+    "checkpoint_id": _int(), "location": _str(), "format": _one_of("parquet", "delta"),
+    "items": _list_of(lambda v: isinstance(v, Mapping) and _one_of("final", "increment")(v.get("kind"))
+                      and _str(_NAME)(v.get("name")) and _int()(v.get("checkpoint_id"))
+                      and _str(VERSION_PATTERN)(v.get("version")) and isinstance(v.get("keys"), list)
+                      and all(isinstance(k, str) for k in v["keys"]))},
+    {"complete": lambda v: isinstance(v, bool), "made_location": lambda v: isinstance(v, bool), "at": _str(empty=True),
+     "records": lambda v: isinstance(v, Mapping)})
+#: a person's answer to the review of a publication (approved: create-if-absent, once; rejected:
+#: one record per rejection)
+REVIEW_ANSWER = RecordKind("review answer", {
+    "checkpoint_id": _int(), "decision": _one_of("approved", "rejected")},
+    {"by": _opt(_str(empty=True)), "why": _str(empty=True), "at": _str(empty=True)})
 #: the partition count a log's input's size gave it (include.contract.sizing.log_partitions)
 SIZING = RecordKind("sizing record (iterations.sizing/1)", {
     "format": _one_of("iterations.sizing/1"), "num_partitions": lambda v: _int(1)(v) and v <= 100_000},
     {"input_bytes": _opt(_int()), "partition_input_bytes": _int(1)})
 
 __all__ = ["BATCH", "BATCH_START", "DamagedOutputRecord", "DamagedRecord", "INCREMENT", "INPUT_FILES_PIN", "INPUT_PIN",
-           "OUTPUT_MANIFEST", "PUBLICATION", "RecordKind", "SAVEPOINT", "SCHEDULED_DATE", "SCHEDULED_GENERATION", "SIZING",
-           "STOP_REQUEST", "VERSION_PATTERN"]
+           "OUTPUT_MANIFEST", "PUBLICATION", "REVIEW_ANSWER", "RecordKind", "SAVEPOINT", "SCHEDULED_DATE",
+           "SCHEDULED_GENERATION", "SIZING", "STAGED", "STOP_REQUEST", "VERSION_PATTERN"]

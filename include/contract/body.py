@@ -104,6 +104,11 @@ class IterationBody(ABC):
             cls.parameters = parameters_of(cls.params_type)
     # the body's name in messages ("PageRank"); None: ``name``
     title: ClassVar[str | None] = None
+    # how a person reviews a staged output before it is published (include.publication.review),
+    # output name -> {"keys": (columns naming a row; default: the head's of that name), "ranked_by":
+    # a numeric column whose top rows are shown with how far they moved, "top": how many (10),
+    # "shift": True to show how far each row's numeric values moved (centroids)}
+    review: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
 
     def coordinators(self, params: Any, input: Any, store_options: Mapping[str, Any]) -> dict[str, Any]:
         """The job's coordinators (``include.epoch.coordinators.Coordinator``) by name, created for a
@@ -175,6 +180,8 @@ class IterationBody(ABC):
             "epoch_outputs": list(cls.epoch_outputs),
             "expectations": [dict(e) for e in cls.expectations],
             "facts": list(cls.facts),
+            "review": {name: {k: list(v) if isinstance(v, tuple) else v for k, v in hints.items()}
+                       for name, hints in cls.review.items()},
         }
 
 

@@ -105,7 +105,23 @@ class Attempts:
             parent_metrics={} if forked else dict(latest.decision.metrics) if latest is not None and latest.decision
             else None,
             forked_from=job.forked_from,
+            pending_outputs=self._pending_outputs(latest),
         )
+
+    def _pending_outputs(self, latest: Manifest | None) -> dict[str, dict[str, Any]] | None:
+        """A reviewed job's per-epoch outputs still to publish once its publication is approved:
+        the latest checkpoint's pending ones and its own (include.publication.publish); None for
+        a job that publishes them as each epoch commits."""
+        if not self.job.reviewed or latest is None:
+            return None
+        pending = dict(latest.pending_outputs)
+        if latest.kind == "epoch" and latest.outputs:
+            done = self.log.publications.of(latest.checkpoint_id)
+            left = {k: v for k, v in latest.outputs.items() if k not in done}
+            if left:
+                pending[latest.checkpoint_id] = left
+        return {str(cid): {k: v.to_dict() for k, v in sorted(outputs.items())}
+                for cid, outputs in sorted(pending.items())} or None
 
     def plan_epoch(self, batch_id: str | None = None, state: JobState | None = None, *,
                    run: Mapping[str, Any] | None = None, settle: bool = True) -> EpochPlan:

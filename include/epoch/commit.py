@@ -286,6 +286,7 @@ class Committer:
             batch_id=plan.batch_id,
             num_partitions=plan.num_partitions,
             body={"name": plan.body["name"], "params": plan.body.get("params", {})},
+            pending_outputs=plan.pending_datasets(),
             **content,
         )
 

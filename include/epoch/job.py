@@ -68,6 +68,7 @@ class IterationJob:
         lease_id: str | None = None,
         output_owner: OutputOwner | None = None,
         arrivals: Sequence[Mapping[str, Any]] = (),
+        reviewed: bool = False,
     ):
         """``warm_start``: the final checkpoint (of another job in the same store) whose
         variables epoch 0 starts from, through the body's ``warm_start``; used only while this
@@ -84,7 +85,10 @@ class IterationJob:
         run of any generation at a time); default this job. ``output_owner``: who this job
         publishes as (include.publication.output_owners); default this job of its store, outside
         Airflow. ``arrivals``: what the asset events that started this run say arrived
-        (include.publication.arrivals.arrival), recorded with the input's version when it is pinned."""
+        (include.publication.arrivals.arrival), recorded with the input's version when it is pinned.
+        ``reviewed``: nothing of the job is published before a person approved its publication
+        (include.publication.publish: the final outputs and every per-epoch output are staged,
+        reviewed, then switched at once); a DAG author's safeguard, off by default."""
         if warm_start is not None and warm_start.kind != "final":
             raise CheckpointError(
                 f"a job warm-starts from a final checkpoint; checkpoint {warm_start.checkpoint_id} "
@@ -108,6 +112,7 @@ class IterationJob:
                                                         dag_id=None, body=body_reference(config.body))
         self.take_over = False  # the run takes the job and its output locations over (start_run)
         self.arrivals = [dict(a) for a in arrivals]
+        self.reviewed = bool(reviewed)
         self._input: Any = None  # input_spec(), once
         self._partitions: int | None = None  # num_partitions, once
         self.coordination = Coordination(self, coordinators)

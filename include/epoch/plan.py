@@ -63,6 +63,9 @@ class EpochPlan:
     # same instead of writing it again (``shareable``; docs/design.md, rules of the store); off for
     # a full checkpoint (JobConfig.full_checkpoint_every) and for the finish
     share_unchanged: bool = False
+    # a reviewed job's per-epoch outputs not published yet, carried into the checkpoint this
+    # attempt commits (include.checkpoints.manifest.Manifest.pending_outputs, as dicts)
+    pending_outputs: dict[str, dict[str, Any]] | None = None
     adopted: bool = False  # a complete earlier attempt is reused instead of running again
 
     @property
@@ -111,6 +114,10 @@ class EpochPlan:
 
     def input_spec(self) -> InputSpec:
         return InputSpec.from_dict(self.input)
+
+    def pending_datasets(self) -> dict[int, dict[str, DatasetRef]]:
+        return {int(cid): {k: DatasetRef.from_dict(v) for k, v in outputs.items()}
+                for cid, outputs in (self.pending_outputs or {}).items()}
 
     def restore_datasets(self) -> dict[str, DatasetRef]:
         return {k: DatasetRef.from_dict(v) for k, v in (self.restore or {}).items()}

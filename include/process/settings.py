@@ -106,6 +106,8 @@ EPOCHS_PER_BATCH = _declare("ITERATIONS_EPOCHS_PER_BATCH", "int", None, "deploye
                             "Overrides the epochs per batch of every iteration DAG.")
 INPUT_POLL_SECONDS = _declare("ITERATIONS_INPUT_POLL_SECONDS", "float", 5.0, "deployer",
                               "Seconds between two looks for new input of the wait_input sensor.")
+APPROVAL_TIMEOUT = _declare("ITERATIONS_APPROVAL_TIMEOUT", "float", None, "deployer",
+                            "Overrides the approval_timeout (seconds) of every reviewed iteration DAG.")
 COMMIT_IN_HEAD = _declare("ITERATIONS_COMMIT_IN_HEAD", "text", None, "deployer",
                           "1 or 0 (true, false): overrides iteration_dag(commit_in_head=...) of every iteration DAG.")
 COLLECT_AT_EXIT = _declare("ITERATIONS_COLLECT_AT_EXIT", "flag", False, "caller",

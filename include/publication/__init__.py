@@ -1,9 +1,9 @@
-"""Publication: the outputs' two-phase commit, their owners, approvals, pinned inputs, lineage names."""
+"""Publication: the outputs' two-phase commit, their owners, reviews, pinned inputs, lineage names."""
 
 from include.process.surface import lazy_surface
 
 __all__, __getattr__, __dir__ = lazy_surface(__name__, {
-    "approval": ["APPROVE", "REJECT", "asked_about", "publication_request"],
+    "review": ["APPROVE", "REJECT", "compare", "review_markdown", "review_of", "stage_for_review"],
     "openlineage": ["job_lineage"],
     "output_owners": ["OutputOwner"],
     "outputs": ["output_of_uri", "output_uri", "publish_dataset", "publish_delta", "published"],

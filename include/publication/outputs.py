@@ -159,34 +159,43 @@ def check_output_path_outside_stores(output_path: str | None, **store_options: A
                           "overlap a checkpoint root; choose another output_path")
 
 
-def publish_dataset(source: ObjectStore, out: ObjectStore, name: str, ds: DatasetRef, stamp: Mapping[str, Any],
-                    *, history: PublicationHistory | None = None) -> bool:
-    """Copy ``ds`` (objects of ``source``) under a new version of output ``name`` and switch the
-    manifest to it. ``stamp`` names the checkpoint: job_id, checkpoint_id, attempt_id.
-    ``history``: the publisher's record of what it wrote; the versions it lists, other than the
-    new one and the one it replaces, are deleted (none without a history).
-    True if this call published, False if the same checkpoint was already published."""
+def stage_version(source: ObjectStore, out: ObjectStore, name: str, ds: DatasetRef, stamp: Mapping[str, Any],
+                  *, history: PublicationHistory | None = None) -> dict[str, Any]:
+    """Copy ``ds`` (objects of ``source``) under a new version of output ``name``, recorded in
+    ``history`` first (the keys it will write), every byte verified: a version no reader sees
+    until ``switch_version`` names it. Returns its record (the manifest the switch writes)."""
     check_not_in_store(out, name)
-    try:
-        current = _manifest(out, name)
-    except DamagedRecord as e:  # replaced by this publication; nothing it names is deleted (only history)
-        log.warning("output %s: replacing a manifest that is not a valid one: %s", out.location(name), e)
-        current = None
-    if current and (current["job_id"], current["checkpoint_id"]) == (stamp["job_id"], stamp["checkpoint_id"]):
-        return False
-    if current and current["job_id"] == stamp["job_id"] and int(current["checkpoint_id"]) > int(stamp["checkpoint_id"]):
-        raise OutputError(f"output {out.location(name)} holds checkpoint {current['checkpoint_id']} of job "
-                          f"{stamp['job_id']}: an older checkpoint ({stamp['checkpoint_id']}) never replaces it")
-    location = out.location()
     version = version_of(stamp)
     if history is not None:
-        history.wrote(location, name, version, _version_keys(name, version, ds))
-    manifest = _copy_version(source, out, name, ds, stamp)
-    files = manifest["files"]
-    manifest["replaces"] = current["version"] if current else None
+        history.wrote(out.location(), name, version, _version_keys(name, version, ds))
+    return _copy_version(source, out, name, ds, stamp)
+
+
+def _current(out: ObjectStore, name: str) -> dict[str, Any] | None:
+    try:
+        return _manifest(out, name)
+    except DamagedRecord as e:  # replaced by this publication; nothing it names is deleted (only history)
+        log.warning("output %s: replacing a manifest that is not a valid one: %s", out.location(name), e)
+        return None
+
+
+def switch_version(out: ObjectStore, name: str, record: Mapping[str, Any], *,
+                   history: PublicationHistory | None = None) -> bool:
+    """Make the staged version ``record`` (``stage_version``'s) output ``name``'s current one:
+    one write of ``_PUBLISHED.json``. The versions ``history`` lists, other than the new one
+    and the one it replaces, are deleted afterwards (none without a history). True if this call
+    switched, False if that checkpoint was already the current version."""
+    current = _current(out, name)
+    if current and (current["job_id"], current["checkpoint_id"]) == (record["job_id"], record["checkpoint_id"]):
+        return False
+    if current and current["job_id"] == record["job_id"] and int(current["checkpoint_id"]) > int(record["checkpoint_id"]):
+        raise OutputError(f"output {out.location(name)} holds checkpoint {current['checkpoint_id']} of job "
+                          f"{record['job_id']}: an older checkpoint ({record['checkpoint_id']}) never replaces it")
+    manifest = {**record, "replaces": current["version"] if current else None}
     out.put(f"{name}/{PUBLISHED}", json.dumps(manifest, indent=1).encode())  # the switch
     if history is not None:
-        keep = {version, current["version"] if current else None}
+        location = out.location()
+        keep = {manifest["version"], manifest["replaces"]}
         for old, keys in sorted(history.written(location, name).items()):
             if old in keep:
                 continue
@@ -196,9 +205,41 @@ def publish_dataset(source: ObjectStore, out: ObjectStore, name: str, ds: Datase
             log.info("output %s: deleted version %s (%d files) of an earlier publication", out.location(name), old,
                      len(owned))
     log.info("published output %s of job %s checkpoint %s to %s (%d files, %d rows%s)",
-             name, stamp["job_id"], stamp["checkpoint_id"], out.location(name), len(files), ds.rows,
-             f", replacing {current['version']}" if current else "")
+             name, record["job_id"], record["checkpoint_id"], out.location(name), len(record["files"]),
+             record["rows"], f", replacing {manifest['replaces']}" if manifest["replaces"] else "")
     return True
+
+
+def discard_version(out: ObjectStore, name: str, record: Mapping[str, Any], *,
+                    history: PublicationHistory | None = None) -> int:
+    """Delete a staged version that will not be published (``stage_version``'s ``record``): its
+    files only, never one the current manifest names; how many were deleted."""
+    current = _current(out, name)
+    if current is not None and current.get("version") == record["version"]:
+        raise OutputError(f"output {out.location(name)}: version {record['version']} is the published one; "
+                          "it is not discarded")
+    owned = [f["key"] for f in record["files"] if _owned_key(name, record["version"], f["key"])]
+    out.delete(owned)
+    if history is not None:
+        history.retired(out.location(), name, record["version"])
+    return len(owned)
+
+
+def publish_dataset(source: ObjectStore, out: ObjectStore, name: str, ds: DatasetRef, stamp: Mapping[str, Any],
+                    *, history: PublicationHistory | None = None) -> bool:
+    """Copy ``ds`` (objects of ``source``) under a new version of output ``name`` and switch the
+    manifest to it (``stage_version``, then ``switch_version``). ``stamp`` names the checkpoint:
+    job_id, checkpoint_id, attempt_id. ``history``: the publisher's record of what it wrote; the
+    versions it lists, other than the new one and the one it replaces, are deleted (none without
+    a history). True if this call published, False if the same checkpoint was already published."""
+    check_not_in_store(out, name)
+    current = _current(out, name)
+    if current and (current["job_id"], current["checkpoint_id"]) == (stamp["job_id"], stamp["checkpoint_id"]):
+        return False
+    if current and current["job_id"] == stamp["job_id"] and int(current["checkpoint_id"]) > int(stamp["checkpoint_id"]):
+        raise OutputError(f"output {out.location(name)} holds checkpoint {current['checkpoint_id']} of job "
+                          f"{stamp['job_id']}: an older checkpoint ({stamp['checkpoint_id']}) never replaces it")
+    return switch_version(out, name, stage_version(source, out, name, ds, stamp, history=history), history=history)
 
 
 def output_uri(output_path: str, name: str) -> str:
@@ -240,20 +281,37 @@ INCREMENTS = "_increments"
 _INCREMENT_NAME = re.compile(r"(?P<job>[A-Za-z0-9][A-Za-z0-9_.\-]{0,127})-(?P<cid>[0-9]{10})\.json")
 
 
+def increment_key(name: str, stamp: Mapping[str, Any]) -> str:
+    """The record that makes checkpoint ``stamp``'s increment of per-epoch output ``name`` visible."""
+    return f"{name}/{INCREMENTS}/{stamp['job_id']}-{int(stamp['checkpoint_id']):010d}.json"
+
+
+def stage_increment(source: ObjectStore, out: ObjectStore, name: str, ds: DatasetRef,
+                    stamp: Mapping[str, Any]) -> dict[str, Any]:
+    """Copy ``ds`` (one epoch's output) under its version of output ``name``, verified: invisible
+    until ``append_increment`` writes its record. Returns that record."""
+    check_not_in_store(out, name)
+    return _copy_version(source, out, name, ds, stamp)
+
+
+def append_increment(out: ObjectStore, name: str, record: Mapping[str, Any]) -> bool:
+    """The append: one create-if-absent write of the increment's record (``stage_increment``'s);
+    True if this call appended it, False if it was there already."""
+    if not out.put_if_absent(increment_key(name, record), json.dumps(dict(record), indent=1).encode()):
+        return False
+    log.info("appended epoch %s of job %s to output %s (%d rows)", record["checkpoint_id"], record["job_id"],
+             out.location(name), record["rows"])
+    return True
+
+
 def publish_increment(source: ObjectStore, out: ObjectStore, name: str, ds: DatasetRef,
                       stamp: Mapping[str, Any]) -> bool:
     """Append ``ds`` (one epoch's output) to output ``name``; True if this call published it,
     False if that checkpoint's increment was already there."""
     check_not_in_store(out, name)
-    cid = int(stamp["checkpoint_id"])
-    record_key = f"{name}/{INCREMENTS}/{stamp['job_id']}-{cid:010d}.json"
-    if out.exists(record_key):
+    if out.exists(increment_key(name, stamp)):
         return False
-    record = _copy_version(source, out, name, ds, stamp)
-    if not out.put_if_absent(record_key, json.dumps(record, indent=1).encode()):  # the append
-        return False
-    log.info("appended epoch %s of job %s to output %s (%d rows)", cid, stamp["job_id"], out.location(name), ds.rows)
-    return True
+    return append_increment(out, name, stage_increment(source, out, name, ds, stamp))
 
 
 @dataclass(frozen=True)

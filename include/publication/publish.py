@@ -4,25 +4,32 @@
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Mapping, Protocol, Sequence
 
 from include.checkpoints.checkpoint_log import CheckpointLog
 from include.checkpoints.lifecycle import Lifecycle, OperatorState
-from include.checkpoints.manifest import JobState, Manifest
+from include.checkpoints.manifest import DatasetRef, JobState, Manifest
 from include.contract.config import JobConfig
-from include.errors import CheckpointError, IterationError
+from include.errors import CheckpointError, IterationError, PermanentStoreError
 from include.process.failpoints import failpoint, trace
 from include.publication.output_owners import OutputOwner, claim_output
 from include.publication.outputs import (
+    append_increment,
     check_not_in_store,
+    discard_version,
+    increment_key,
     output_uri,
     publish_dataset,
     publish_delta,
     publish_increment,
+    stage_increment,
+    stage_version,
+    switch_version,
     version_of,
 )
 from include.publication.outputs import published as current_publication
-from include.store import ObjectStore, open_store
+from include.store import LocalStore, ObjectStore, open_store
 
 log = logging.getLogger("iterations")
 
@@ -36,7 +43,8 @@ class PublishingJob(Protocol):
     """What a Publisher needs of its job (an IterationJob gives it): the job's configuration,
     checkpoint log, store and store options, the lease its run holds (None outside a run), who
     owns its output, whether the run takes the output over, and the checkpoint of another job
-    it was forked from (include.runs.forks; None for a job that is not a fork)."""
+    it was forked from (include.runs.forks; None for a job that is not a fork), and whether a
+    person approves its publication first."""
 
     config: JobConfig
     log: CheckpointLog
@@ -46,6 +54,7 @@ class PublishingJob(Protocol):
     output_owner: OutputOwner
     take_over: bool
     forked_from: Mapping[str, Any] | None
+    reviewed: bool
 
 
 class Publisher:
@@ -79,54 +88,183 @@ class Publisher:
     def notify_checkpoint_complete(self, manifest: Manifest) -> dict[str, str]:
         """Commit the outputs a committed checkpoint covers (FLIP-147's notifyCheckpointComplete
         for two-phase-commit sinks): an epoch checkpoint's per-epoch outputs are appended to their
-        output, a final checkpoint's outputs replace theirs. Called after every commit and again on
-        every restore (the latest checkpoint's outputs may be the ones a crash left unpublished).
+        output, a final checkpoint's outputs replace theirs (after the per-epoch outputs it still
+        carries: ``pending_outputs``). Called after every commit and again on every restore (the
+        latest checkpoint's outputs may be the ones a crash left unpublished).
+
+        A reviewed job (``job.reviewed``) publishes nothing until a person approved its final
+        checkpoint's publication (``stage``, ``approve``): its epochs' outputs wait in its
+        checkpoints, and the approved publication switches what ``stage`` copied.
 
         Exactly once per sink and checkpoint: a sink whose publication is recorded is skipped
         (it is fully finished); the others are published, each idempotently, then recorded. Once
         every sink of an epoch checkpoint is published its staged files are deleted, so no later
         checkpoint leaves staged data behind. Returns output name -> where it was published."""
-        if not manifest.outputs or not self.config.output_path:
+        if not (manifest.outputs or manifest.pending_outputs) or not self.config.output_path:
             return {}
-        done = self.log.publications.of(manifest.checkpoint_id)
-        if all(name in done for name in manifest.outputs):
-            return {name: done[name]["location"] for name in sorted(manifest.outputs)}
+        items = self._items(manifest)
+        done = {cid: self.log.publications.of(cid) for cid in {cid for _, cid, _, _ in items}}
+        if all(name in done[cid] for _, cid, name, _ in items):
+            return {name: done[manifest.checkpoint_id][name]["location"] for name in sorted(manifest.outputs)}
+        if self.job.reviewed and self.log.reviews.approval(manifest.checkpoint_id) is None:
+            return {}  # staged, reviewed and approved first (stage, approve)
         job = self.job
         if job.lease is not None:
             job.lease.check()  # a run that lost the job publishes nothing
-        out = open_store(self.config.output_path, **job.store_options)
-        if not self._output_claimed:
-            claim_output(out, job.output_owner, take_over=job.take_over)
-            self._output_claimed = True
-        stamp = {"job_id": manifest.job_id, "checkpoint_id": manifest.checkpoint_id, "attempt_id": manifest.attempt_id}
+        out = self._output()
+        staged = self.log.reviews.staged(manifest.checkpoint_id) if self.job.reviewed else None
+        records = (staged or {}).get("records") or {}
         published = {}
-        for name, ds in sorted(manifest.outputs.items()):
-            if name in done:
-                published[name] = done[name]["location"]
+        for kind, cid, name, ds in items:
+            if name in done[cid]:
+                if cid == manifest.checkpoint_id:
+                    published[name] = done[cid][name]["location"]
                 continue
-            failpoint("publish.before_output", job=manifest.job_id, checkpoint=manifest.checkpoint_id, output=name)
+            stamp = self._stamp(manifest, cid, ds)
+            failpoint("publish.before_output", job=manifest.job_id, checkpoint=cid, output=name)
+            record = records.get(f"{kind}/{cid}/{name}")
             if self.config.output_format == "delta":
                 check_not_in_store(out, name)
                 where = out.url(name)
-                mode = "overwrite" if manifest.kind == "final" else "append"
+                mode = "overwrite" if kind == "final" else "append"
                 publish_delta(self.store, where, ds, stamp, store_options=job.store_options, mode=mode)
-            elif manifest.kind == "final":
-                publish_dataset(self.store, out, name, ds, stamp, history=self.history)
+            elif kind == "final":
+                if record is not None:
+                    switch_version(out, name, record, history=self.history)
+                else:
+                    publish_dataset(self.store, out, name, ds, stamp, history=self.history)
                 where = out.location(name)
             else:
-                publish_increment(self.store, out, name, ds, stamp)
+                if record is not None:
+                    append_increment(out, name, record)
+                else:
+                    publish_increment(self.store, out, name, ds, stamp)
                 where = out.location(name)
-            failpoint("publish.after_output", job=manifest.job_id, checkpoint=manifest.checkpoint_id, output=name)
-            trace("output.published", job=manifest.job_id, checkpoint=manifest.checkpoint_id, output=name,
-                  kind=manifest.kind, rows=ds.rows)
-            self.log.publications.record(manifest.checkpoint_id, name, {
+            failpoint("publish.after_output", job=manifest.job_id, checkpoint=cid, output=name)
+            trace("output.published", job=manifest.job_id, checkpoint=cid, output=name,
+                  kind=manifest.kind if cid == manifest.checkpoint_id else "epoch", rows=ds.rows)
+            self.log.publications.record(cid, name, {
                 "location": where, "format": self.config.output_format, "rows": ds.rows,
-                "attempt_id": manifest.attempt_id})
-            published[name] = where
-            log.info("job %s checkpoint %d: sink %s PUBLISHED to %s", manifest.job_id, manifest.checkpoint_id, name, where)
+                "attempt_id": stamp["attempt_id"]})
+            if cid == manifest.checkpoint_id:
+                published[name] = where
+            log.info("job %s checkpoint %d: sink %s PUBLISHED to %s", manifest.job_id, cid, name, where)
         if manifest.kind == "epoch":
             self._release_staged(manifest)
+        elif manifest.pending_outputs:  # their increments are published: the copies in the checkpoints go
+            self.store.delete([f.key for outputs in manifest.pending_outputs.values()
+                               for ds in outputs.values() for f in ds.files])
+        if staged is not None:
+            self.log.reviews.forget_staged(manifest.checkpoint_id)
         return published
+
+    @staticmethod
+    def _items(manifest: Manifest) -> list[tuple[str, int, str, DatasetRef]]:
+        """(kind, checkpoint id, output name, dataset) of everything ``manifest`` publishes, in
+        the order it is published: the per-epoch outputs it carries, oldest first, then its own."""
+        items = [("increment", cid, name, ds) for cid, outputs in sorted(manifest.pending_outputs.items())
+                 for name, ds in sorted(outputs.items())]
+        kind = "final" if manifest.kind == "final" else "increment"
+        return items + [(kind, manifest.checkpoint_id, name, ds) for name, ds in sorted(manifest.outputs.items())]
+
+    def _stamp(self, manifest: Manifest, cid: int, ds: DatasetRef) -> dict[str, Any]:
+        """The stamp of the publication of ``ds``, checkpoint ``cid``'s output: its job, its
+        checkpoint, the attempt that wrote it (a carried per-epoch output's, from its key)."""
+        attempt = manifest.attempt_id
+        if cid != manifest.checkpoint_id and ds.files:
+            parsed = self.log.layout.epoch_and_attempt(ds.files[0].key, "attempts")
+            attempt = parsed[1] if parsed else attempt
+        return {"job_id": manifest.job_id, "checkpoint_id": cid, "attempt_id": attempt}
+
+    def _output(self) -> ObjectStore:
+        """The output location's store, claimed as this job's (once per process)."""
+        out = open_store(self.config.output_path, **self.job.store_options)
+        if not self._output_claimed:
+            claim_output(out, self.job.output_owner, take_over=self.job.take_over)
+            self._output_claimed = True
+        return out
+
+    # -- a reviewed job: stage, then approve or reject ----------------------------------------
+
+    def stage(self, manifest: Manifest) -> dict[str, Any]:
+        """Copy what final checkpoint ``manifest`` publishes (its outputs and the per-epoch
+        outputs it carries) into the output location as versions no reader sees: not named by
+        any ``_PUBLISHED.json`` or increment record, no asset event (Delta Lake outputs stay in
+        the checkpoint: a Delta version is only ever written by the publication itself). Every
+        byte is verified as it is copied. What is staged is recorded first (the keys each version
+        writes), so that a crash half way leaves nothing ``reject`` cannot delete; staging again
+        (a retried finish) copies again into the same keys. Returns the staged record."""
+        if manifest.kind != "final":
+            raise CheckpointError(f"only a final checkpoint's publication is staged, not checkpoint "
+                                  f"{manifest.checkpoint_id}")
+        if self.job.lease is not None:
+            self.job.lease.check()
+        fmt = self.config.output_format
+        try:  # a local output directory made by staging goes again if nothing is published (``reject``)
+            out = open_store(self.config.output_path, **{**self.job.store_options, "create": False})
+            made = False
+        except PermanentStoreError:  # a local directory that is not there yet
+            out, made = open_store(self.config.output_path, **self.job.store_options), True
+        items = []
+        for kind, cid, name, ds in self._items(manifest):
+            version = version_of(self._stamp(manifest, cid, ds))
+            keys = [] if fmt == "delta" else [f"{name}/{version}/part-{i:05d}.parquet" for i in range(len(ds.files))]
+            items.append({"kind": kind, "name": name, "checkpoint_id": cid, "version": version, "keys": keys})
+        record = {"location": out.location(), "format": fmt, "items": items, "complete": False,
+                  "made_location": made}
+        self.log.reviews.record_staged(manifest.checkpoint_id, record)
+        records: dict[str, Any] = {}
+        if fmt == "parquet":
+            for kind, cid, name, ds in self._items(manifest):
+                stamp = self._stamp(manifest, cid, ds)
+                records[f"{kind}/{cid}/{name}"] = (
+                    stage_version(self.store, out, name, ds, stamp, history=self.history) if kind == "final"
+                    else stage_increment(self.store, out, name, ds, stamp))
+        record = {**record, "complete": True, "records": records}
+        self.log.reviews.record_staged(manifest.checkpoint_id, record)
+        failpoint("publish.after_stage", job=manifest.job_id, checkpoint=manifest.checkpoint_id)
+        log.info("job %s checkpoint %d: %d output version(s) staged in %s for review (not published)",
+                 manifest.job_id, manifest.checkpoint_id, len(items), out.location())
+        return self.log.reviews.staged(manifest.checkpoint_id) or record
+
+    def approve(self, manifest: Manifest, by: str | None) -> None:
+        """A person approved the publication of final checkpoint ``manifest``: the approval is
+        recorded (once); from then on its publication (``notify_checkpoint_complete``) switches
+        what ``stage`` copied, each output exactly once across retries."""
+        self.log.reviews.approve(manifest.checkpoint_id, by)
+
+    def reject(self, manifest: Manifest, by: str | None, why: str) -> int:
+        """A person rejected the publication of ``manifest`` (or nobody answered in time): what
+        was staged is deleted (only the keys staging recorded, each checked by shape), the
+        rejection recorded; nothing visible ever changed. How many files were deleted."""
+        if self.log.reviews.approval(manifest.checkpoint_id) is not None:
+            raise CheckpointError(f"the publication of checkpoint {manifest.checkpoint_id} of job {manifest.job_id} "
+                                  "was approved already; it is not rejected")
+        staged = self.log.reviews.staged(manifest.checkpoint_id)
+        deleted = 0
+        if staged is not None and staged["format"] == "parquet":
+            out = open_store(self.config.output_path, **self.job.store_options)
+            for item in staged["items"]:
+                files = [{"key": k} for k in item["keys"]]
+                if item["kind"] == "final":
+                    deleted += discard_version(out, item["name"], {"version": item["version"], "files": files},
+                                               history=self.history)
+                elif not out.exists(increment_key(item["name"], {"job_id": manifest.job_id,
+                                                                 "checkpoint_id": item["checkpoint_id"]})):
+                    deleted += discard_version(out, item["name"], {"version": item["version"], "files": files})
+            if staged.get("made_location") and isinstance(out, LocalStore) and not os.listdir(out.root):
+                os.rmdir(out.root)  # staging made it: the location is as it was
+        self.log.reviews.reject(manifest.checkpoint_id, by, why)
+        self.log.reviews.forget_staged(manifest.checkpoint_id)
+        log.info("job %s checkpoint %d: publication not approved (%s): %d staged file(s) deleted, nothing published",
+                 manifest.job_id, manifest.checkpoint_id, why, deleted)
+        return deleted
+
+    def awaits_approval(self, manifest: Manifest | None) -> bool:
+        """A reviewed job's final checkpoint whose publication is neither approved nor done."""
+        return (self.job.reviewed and manifest is not None and manifest.kind == "final"
+                and bool(manifest.outputs or manifest.pending_outputs) and bool(self.config.output_path)
+                and self.log.reviews.approval(manifest.checkpoint_id) is None)
 
     def _release_staged(self, manifest: Manifest) -> None:
         """close() of an epoch's sinks: their staged files were published; delete them."""

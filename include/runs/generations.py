@@ -387,7 +387,7 @@ def seed(job: "IterationJob") -> Manifest | None:
 
     manifest = dataclasses.replace(
         start, job_id=job.config.job_id, variables={k: dataset(v) for k, v in start.variables.items()},
-        outputs={}, extra_objects=tuple(copied(f) for f in start.extra_objects), committed_at="")
+        outputs={}, pending_outputs={}, extra_objects=tuple(copied(f) for f in start.extra_objects), committed_at="")
     if not rewound:  # a fork goes on, or ends, by its own params
         manifest = redecide(manifest, TerminationCriteria(job.config.max_epochs, job.config.tolerance,
                                                           job.body_meta.get("convergence_metric")))

@@ -18,6 +18,7 @@ from airflow.sdk.definitions.param import ParamsDict
 
 from include.checkpoints import FORK_FROM_REGEX, JOB_ID_REGEX
 from include.process import (  # noqa: F401 (LOCAL_DIR: for the DAG files)
+    APPROVAL_TIMEOUT,
     COMMIT_IN_HEAD,
     EPOCHS_PER_BATCH,
     INPUT_POLL_SECONDS,
@@ -281,7 +282,9 @@ def iteration_dag(
     commit_in_head: bool = True,
     attempt_retries: int = 0,
     approve_publication: bool = False,
-    approval_timeout: float | None = None,
+    approvers: Sequence[Any] = (),
+    allow_self_approval: bool = False,
+    approval_timeout: float = 86400.0,
     dated_batches: bool | None = None,
     lineage_parents: Sequence[tuple[str, str]] = (),
 ) -> DAG:
@@ -315,12 +318,16 @@ def iteration_dag(
     reset to the checkpoint, as a new task process would be), the new attempt gets the same
     inbox. Off (0) by default: Airflow's retries take every failure.
 
-    ``approve_publication`` (off by default; a safeguard no run conf switches off): before the
-    finish publishes, a person approves it - Airflow's human-in-the-loop request on the finish
-    task, showing the job's final metrics and data checks; the task waits in
-    ``awaiting_input`` (no worker slot) for up to ``approval_timeout`` seconds (None: no limit).
-    Approve: the final checkpoint and the publication, once. Reject (or no answer in time):
-    nothing published, the job suspended, asking again when triggered with the same job_id.
+    ``approve_publication`` (off by default; a safeguard no run conf switches off): nothing of
+    a job is published before a person approved the data itself. ``finish`` takes the final
+    checkpoint and stages every output (and the per-epoch outputs, held back until then) as
+    versions no reader sees, with their review (rows, schema, data checks, the difference from
+    the published version); ``review`` asks (the standard provider's human-in-the-loop operator,
+    deferred: no worker slot) one of ``approvers`` (user ids; the user who triggered the run is
+    not one unless ``allow_self_approval``), for up to ``approval_timeout`` seconds (a day by
+    default; ``ITERATIONS_APPROVAL_TIMEOUT`` overrides it); ``publish`` switches what was staged
+    (one switch and one asset event per output) when approved, and otherwise deletes it: nothing
+    visible changed, and triggering the DAG again with the same job_id asks again.
 
     ``schedule``: a cron or timetable, or Assets (``iterations.assets.input_asset``: run when the
     input arrives). ``dated_batches`` (default: True when there is a schedule): each run is the
@@ -341,7 +348,13 @@ def iteration_dag(
     from include.store import LOCATION_PARAMS, dag_roots
     from iterations.assets import outputs_alias
     from iterations.operators.continuation import ContinuationOperator
-    from iterations.operators.epoch import EpochCommitOperator, EpochHeadOperator, FinishOperator
+    from iterations.operators.epoch import (
+        EpochCommitOperator,
+        EpochHeadOperator,
+        FinishOperator,
+        PublicationReviewOperator,
+        PublishOperator,
+    )
     from iterations.sensors.alignment import AlignmentSensor
     from iterations.sensors.input import InputSensor
 
@@ -358,8 +371,14 @@ def iteration_dag(
         raise ValueError(f"epochs_per_batch must be >= 1, got {epochs_per_batch}")
     if isinstance(attempt_retries, bool) or not isinstance(attempt_retries, int) or attempt_retries < 0:
         raise ValueError(f"attempt_retries must be an integer >= 0, got {attempt_retries!r}")
-    if approval_timeout is not None and (isinstance(approval_timeout, bool) or not approval_timeout > 0):
-        raise ValueError(f"approval_timeout must be a number of seconds > 0 or None, got {approval_timeout!r}")
+    if approve_publication:
+        from iterations.operators.review import check_approvers
+
+        approvers = check_approvers(approvers)
+        approval_timeout = APPROVAL_TIMEOUT.get() or approval_timeout
+        if isinstance(approval_timeout, bool) or not isinstance(approval_timeout, (int, float)) or \
+                not 0 < approval_timeout < float("inf"):
+            raise ValueError(f"approval_timeout must be a number of seconds > 0, got {approval_timeout!r}")
     lineage_parents = check_lineage_parents(lineage_parents)
     scheduled = schedule is not None if dated_batches is None else bool(dated_batches)
     # an input-driven DAG: its next asset event, not a sensor, starts the epochs of new input
@@ -370,6 +389,7 @@ def iteration_dag(
     defaults = {k: getattr(params.get(k), "value", None) for k in LOCATION_PARAMS}
     allowed_roots = dag_roots(defaults)  # the rule the Iterations view applies too
     common = {"body": body, "body_param_names": body_param_names, "aws_conn_id": aws_conn_id, "scheduled": scheduled,
+              "reviewed": approve_publication,
               "checks": checks, "allowed_roots": allowed_roots, "allow_take_over": allow_take_over,
               "relax_checks": relax_checks, "lease_wait": lease_wait, "output_root": defaults["output_path"],
               "lineage_parents": lineage_parents,
@@ -431,10 +451,19 @@ def iteration_dag(
                     previous_head >> first
             previous, previous_head = group, head
         finish = FinishOperator(task_id="finish", trigger_rule="none_failed", spark_mode=spark_mode,
-                                spark_conn_id=spark_conn_id, outlets=[outputs_alias(dag_id)],
-                                approval=approve_publication, approval_timeout=approval_timeout, **common)
+                                spark_conn_id=spark_conn_id,
+                                outlets=[] if approve_publication else [outputs_alias(dag_id)],
+                                approval=approve_publication, **common)
         continuation = ContinuationOperator(task_id="continue", trigger_dag_id=dag_id, **common)
         previous >> finish >> continuation
+        if approve_publication:  # write, audit, publish: finish stages, review asks, publish switches
+            review = PublicationReviewOperator(task_id="review", finish_task_id=finish.task_id, approvers=approvers,
+                                               allow_self_approval=allow_self_approval,
+                                               response_timeout=dt.timedelta(seconds=approval_timeout))
+            publish = PublishOperator(task_id="publish", trigger_rule="all_done", finish_task_id=finish.task_id,
+                                      review_task_id=review.task_id, outlets=[outputs_alias(dag_id)], **common)
+            finish >> review >> publish >> continuation
+            continuation.trigger_rule = "none_failed"  # after a publish skipped (nothing was staged)
         if commit_in_head:  # after the last head has ended, not only once it skipped its commit
             previous_head >> finish
     dag.params = ParamsDict(dict(params))  # converted and validated as in DAG(params=...)

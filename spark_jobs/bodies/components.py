@@ -42,6 +42,7 @@ class ConnectedComponents(IterationBody):
     metric_aggregations = {"unsettled": "sum"}
     convergence_metric = "unsettled"
     outputs = ("components",)
+    review = {"components": {"keys": ("node",)}}
     facts = ("input_nodes",)
     expectations = (
         {"name": "edges_point_down", "type": "expect_column_values_to_be_between",

@@ -105,6 +105,7 @@ class KMeans(IterationBody):
     convergence_metric = "max_shift"
     outputs = ("centroids", "assignments")
     epoch_outputs = ("centroid_history",)
+    review = {"centroids": {"keys": ("cluster_id",), "shift": True}}  # how far each centroid moved
     facts = ("input_points", "k")  # StepResult.facts of every epoch
     # checked before each checkpoint commits (include.checks)
     expectations = (

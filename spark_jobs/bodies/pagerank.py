@@ -52,6 +52,7 @@ class PageRank(IterationBody):
     metric_aggregations = {"l1_delta": "sum"}
     convergence_metric = "l1_delta"
     outputs = ("ranks",)
+    review = {"ranks": {"keys": ("node",), "ranked_by": "rank", "top": 10}}  # the top nodes, and how they moved
     facts = ("input_nodes",)  # StepResult.facts of every epoch
     # checked before each checkpoint commits (include.checks), on the feedback ranks and the output
     expectations = (

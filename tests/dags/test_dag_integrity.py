@@ -32,13 +32,25 @@ def test_no_import_errors(dagbag):
 
 
 def test_the_outputs_are_assets(dagbag):
-    """Every iteration DAG's finish publishes through its alias; the downstream example DAG is
-    scheduled on iterate_pagerank's."""
+    """Every iteration DAG's finish publishes through its alias (a reviewed DAG's publish task,
+    which follows the finish's staging and the review: finish >> review >> publish >> continue);
+    the downstream example DAG is scheduled on iterate_pagerank's."""
     from airflow.sdk import AssetAlias
 
     for dag_id, dag in dagbag.dags.items():
-        if dag.has_task("finish"):
-            assert dag.get_task("finish").outlets == [AssetAlias(f"{dag_id}.outputs")], dag_id
+        if not dag.has_task("finish"):
+            continue
+        publisher = "publish" if dag.has_task("review") else "finish"
+        assert dag.get_task(publisher).outlets == [AssetAlias(f"{dag_id}.outputs")], dag_id
+        if publisher == "publish":
+            assert dag.get_task("finish").outlets == [], "the finish of a reviewed DAG publishes nothing"
+            assert dag.get_task("review").downstream_task_ids == {"publish"}
+            assert dag.get_task("publish").trigger_rule == "all_done", "it deletes what was staged, whatever happened"
+            assert dag.get_task("continue").upstream_task_ids == {"finish", "publish"}
+            assert dag.get_task("review").assigned_users == [{"id": "reviewer", "name": "reviewer"}]
+            assert dag.get_task("review").defaults == ["Reject"], "no answer in time is a rejection"
+    reviewed = dagbag.dags["iterate_pagerank_reviewed"]
+    assert reviewed.get_task("review").response_timeout.total_seconds() == 86400
     downstream = dagbag.dags["pagerank_published"]
     assert list(downstream.timetable.asset_condition.objects) == [AssetAlias("iterate_pagerank.outputs")]
     assert downstream.doc_md and "iterations" in downstream.tags

@@ -77,6 +77,7 @@ class IterationOperator(BaseOperator):
         relax_checks: bool = False,
         lease_wait: float = 60.0,
         lineage_parents: Sequence[Sequence[str]] = (),
+        reviewed: bool = False,
         **kwargs: Any,
     ) -> None:
         """``checks``: the DAG's data checks (its checks file), under the run's ``checks`` param.
@@ -89,7 +90,9 @@ class IterationOperator(BaseOperator):
         ``relax_checks``: whether a run's ``checks`` param may turn off or loosen the author's
         checks (otherwise it may only add expectations). ``lease_wait``: seconds a task waits
         for another run of the job to end before it fails naming it. ``lineage_parents``: the
-        OpenLineage jobs besides the DAG's own a run may name as its parent (``iteration_dag``)."""
+        OpenLineage jobs besides the DAG's own a run may name as its parent (``iteration_dag``).
+        ``reviewed``: the DAG's author requires a person's approval of every publication
+        (``approve_publication``): nothing of its jobs is published before it (include.publication.publish)."""
         super().__init__(**kwargs)
         self.params = own_params(self.params, self.dag if self.has_dag() else None)
         self.allowed_roots = list(allowed_roots)
@@ -99,6 +102,7 @@ class IterationOperator(BaseOperator):
         self.relax_checks = relax_checks
         self.lease_wait = lease_wait
         self.lineage_parents = [list(p) for p in lineage_parents]
+        self.reviewed = reviewed
         self.checks = checks or {}
         self.body = body
         self.body_param_names = tuple(body_param_names)
@@ -115,6 +119,21 @@ class IterationOperator(BaseOperator):
             self._lineage = job_lineage(job, **what)
         except Exception as e:  # lineage is a report, not the job's work
             self.log.warning("lineage not recorded (%s: %s)", type(e).__name__, e)
+
+    def announce(self, context: Mapping[str, Any], job, manifest, published: Mapping[str, str]) -> list[str]:
+        """The asset events of what this task published (iterations.assets), once each, through
+        its outlets' alias; its lineage names the outputs with their versions."""
+        from airflow.sdk import AssetAlias
+
+        from iterations.assets import announce
+
+        if not published:
+            return []
+        publications = job.publisher.publications(manifest, names=list(published))
+        self.record_lineage(job, epoch=manifest.decision.epoch if manifest.decision else None,
+                            checkpoint_id=manifest.checkpoint_id, published=publications)
+        alias = next((o for o in self.outlets if isinstance(o, AssetAlias)), None)
+        return announce(context, alias, publications, self.log) if alias is not None else []
 
     def get_openlineage_facets_on_complete(self, task_instance: Any):
         """The OpenLineage provider's hook (iterations.lineage): the job's input, the outputs
@@ -430,7 +449,8 @@ class IterationOperator(BaseOperator):
                           run=batch_id_of(context), rewind_to=settings.get("rewind_to"),
                           on_input_change=settings.get("on_input_change"), store_options=options,
                           batch_date=self.batch_date(context) if self.scheduled else None,
-                          recompute=bool(settings.get("recompute")), arrivals=arrivals, output_owner=output_owner)
+                          recompute=bool(settings.get("recompute")), arrivals=arrivals, output_owner=output_owner,
+                          reviewed=self.reviewed)
         if opened.schedule is not None:
             self.generation = (opened.schedule, opened.generation)
         job = opened.job

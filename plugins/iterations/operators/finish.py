@@ -19,65 +19,18 @@ class FinishOperator(SparkAttemptOperator):
     ui_color = "#fde9c9"
     operator_extra_links = (DataChecksLink(),)
 
-    def __init__(self, *, approval: bool = False, approval_timeout: float | None = None, **kwargs: Any) -> None:
-        """``approval``: a person approves each publication first (Airflow's human-in-the-loop
-        request, answered in the UI's Required Actions or the REST API; the task waits for the
-        answer in ``awaiting_input``, holding no worker slot). ``approval_timeout``: seconds to
-        wait for it; no answer in time is a rejection. None: no limit."""
+    def __init__(self, *, approval: bool = False, **kwargs: Any) -> None:
+        """``approval``: a person approves each publication (``review`` and ``publish`` follow
+        this task): once the final checkpoint commits, its outputs are staged and reviewed
+        (include.publication.review), not published; the review goes to XCom ``review``."""
         super().__init__(**kwargs)
         self.approval = approval
-        self.approval_timeout = approval_timeout
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         with permanent_errors():
             return self._finish(context)
 
-    def publication_answered(self, context: Mapping[str, Any], event: dict[str, Any] | None = None,
-                             asked: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Resumed with a person's answer to the approval request (or its timeout)."""
-        with permanent_errors():
-            return self._finish(context, answer=(asked, event or {}))
-
-    def _verdict(self, context: Mapping[str, Any], run, drain: bool, answer) -> str | None:
-        """None once a person approved publishing from the job's latest checkpoint; why not, when
-        they rejected it (or did not answer in time). Without an answer to that question yet,
-        the request is made and the task waits for it (``awaiting_input``)."""
-        import datetime as dt
-
-        from airflow.sdk.exceptions import TaskAwaitingInput
-        from airflow.sdk.execution_time.hitl import upsert_hitl_detail
-
-        from include.publication import APPROVE, REJECT, asked_about, publication_request
-
-        question = asked_about(run.job, run.state)
-        if answer is not None:
-            asked, event = answer
-            if asked == question:
-                chosen = list(event.get("chosen_options") or [])
-                user = event.get("responded_by_user") or {}
-                by = user.get("name") or user.get("id") if isinstance(user, dict) else user
-                if event.get("timedout") or "error" in event or not chosen:
-                    return f"publication not approved: no answer within {self.approval_timeout:.0f} s" \
-                        if self.approval_timeout else "publication not approved: no answer"
-                if chosen == [APPROVE]:
-                    self.log.info("publication of job %s checkpoint %s approved by %s", question["job_id"],
-                                  question["checkpoint_id"], by)
-                    return None
-                return f"publication rejected by {by}"
-            self.log.info("the approval answered was asked about %s; the job is at %s now: asking again", asked,
-                          question)
-        subject, body = publication_request(run.job, run.state, drain=drain)
-        upsert_hitl_detail(ti_id=context["task_instance"].id, options=[APPROVE, REJECT], subject=subject, body=body,
-                           params={})
-        self.log.info("job %s: waiting for a person to approve publishing from checkpoint %s (Required Actions "
-                      "in the UI); the task holds no worker slot while it waits, but the DAG runs one run at a time: "
-                      "its other runs wait until this is answered%s", question["job_id"], question["checkpoint_id"],
-                      f" or {self.approval_timeout:.0f} s have passed" if self.approval_timeout else
-                      " (no approval_timeout is set)")
-        timeout = dt.timedelta(seconds=self.approval_timeout) if self.approval_timeout else None
-        raise TaskAwaitingInput(method_name="publication_answered", kwargs={"asked": question}, timeout=timeout)
-
-    def _finish(self, context: Mapping[str, Any], answer=None) -> dict[str, Any]:
+    def _finish(self, context: Mapping[str, Any]) -> dict[str, Any]:
         from include.checkpoints import HeadStatus, StopMode
         from include.runs import Step
 
@@ -87,12 +40,6 @@ class FinishOperator(SparkAttemptOperator):
         param = self.settings(context).get("stop", "none")
         step = run.boundary(asked=StopMode.parse(param) if param != "none" else None)
         why = "requested" if run.requested else f"stop param of run {context['run_id']}"
-        if step in (Step.FINISH, Step.DRAIN) and self.approval:
-            refused = self._verdict(context, run, step is Step.DRAIN, answer)
-            if refused is not None:
-                self.log.warning("job %s: %s: nothing is published; the job is suspended at checkpoint %s",
-                                 job.config.job_id, refused, run.state.latest.checkpoint_id)
-                step, why = Step.SUSPEND, refused
         if step in (Step.FINISH, Step.DRAIN):
             if step is Step.DRAIN:
                 self.log.info("job %s: draining at checkpoint %d (%s)", job.config.job_id,
@@ -109,11 +56,13 @@ class FinishOperator(SparkAttemptOperator):
         result: dict[str, Any] = {"status": state.status.value, "job_id": job.config.job_id,
                                   "checkpoint_id": state.latest.checkpoint_id if state.latest else None,
                                   "next_epoch": state.next_epoch}
-        if state.status is HeadStatus.TERMINATED:
+        if state.status is HeadStatus.TERMINATED and self.approval and job.publisher.awaits_approval(state.latest):
+            result["review"] = self.stage_for_review(context, job, state.latest)
+        elif state.status is HeadStatus.TERMINATED:
             result["published"] = published
             for name, where in published.items():
                 self.log.info("output %s published to %s", name, where)
-            result["announced"] = self._announce(context, job, state.latest, published)
+            result["announced"] = self.announce(context, job, state.latest, published)
             if self.scheduled:
                 schedule, generation = self.generation
                 schedule.complete(generation)
@@ -129,17 +78,13 @@ class FinishOperator(SparkAttemptOperator):
         run.end()  # the batch's work is done: the next batch (or another run) may take the job
         return result
 
-    def _announce(self, context: Mapping[str, Any], job, manifest, published: Mapping[str, str]) -> list[str]:
-        """The asset events of what this finish published (iterations.assets), once each."""
-        from airflow.sdk import AssetAlias
+    def stage_for_review(self, context: Mapping[str, Any], job, final) -> dict[str, str]:
+        """A reviewed job's final checkpoint: its outputs staged (not published) and what a
+        reviewer needs pushed for the ``review`` task (XCom ``review``) and kept in the store."""
+        from include.publication import stage_for_review
 
-        from iterations.assets import announce
-
-        if not published:
-            return []
-        publications = job.publisher.publications(manifest, names=list(published))
-        self.record_lineage(job, epoch=manifest.decision.epoch if manifest.decision else None,
-                            checkpoint_id=manifest.checkpoint_id,
-                            published=publications)
-        alias = next((o for o in self.outlets if isinstance(o, AssetAlias)), None)
-        return announce(context, alias, publications, self.log) if alias is not None else []
+        review = stage_for_review(job, final)
+        context["ti"].xcom_push(key="review", value=review)
+        self.log.info("job %s: the outputs of final checkpoint %d are staged in %s, not published: the review task "
+                      "asks for approval", job.config.job_id, final.checkpoint_id, review["staged_in"])
+        return {"checkpoint_id": final.checkpoint_id, "staged_in": review["staged_in"]}
