@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from include.contract.config import JobConfig
 
@@ -82,17 +82,19 @@ def s3_published_ranks(endpoint: str, prefix: str) -> dict:
     return dict(zip(got["node"], got["rank"]))
 
 
-def write_dag_file(folder, dag_id: str, body: str, *, epochs_per_batch: int, **params: Any) -> str:
+def write_dag_file(folder, dag_id: str, body: str, *, epochs_per_batch: int, dag_options: Mapping[str, Any] = {},
+                   **params: Any) -> str:
     """A DAG file of one ``iteration_dag`` in the DAGs folder ``folder`` (made if missing),
-    ``<dag_id>_dag.py``, its ``job_params`` the keywords ``params`` written as literals; the
-    folder's path (a test's ``AIRFLOW__CORE__DAGS_FOLDER``)."""
+    ``<dag_id>_dag.py``, its ``job_params`` the keywords ``params`` and its other arguments
+    ``dag_options``, written as literals; the folder's path (a test's ``AIRFLOW__CORE__DAGS_FOLDER``)."""
     os.makedirs(folder, exist_ok=True)
     args = ", ".join(f"{k}={v!r}" for k, v in params.items())
+    options = "".join(f", {k}={v!r}" for k, v in dag_options.items())
     with open(os.path.join(folder, f"{dag_id}_dag.py"), "w") as f:
         f.write('# an Airflow DAG (Airflow\'s safe mode parses files that say "airflow" and "dag")\n'
                 "from iterations.dag_factory import iteration_dag, job_params\n\n"
                 f"dag = iteration_dag(dag_id={dag_id!r}, body={body!r}, params=job_params({args}),\n"
-                f"                    epochs_per_batch={epochs_per_batch})\n")
+                f"                    epochs_per_batch={epochs_per_batch}{options})\n")
     return str(folder)
 
 

@@ -150,7 +150,7 @@ STAGED = RecordKind("staged publication record", {
                       and _str(_NAME)(v.get("name")) and _int()(v.get("checkpoint_id"))
                       and _str(VERSION_PATTERN)(v.get("version")) and isinstance(v.get("keys"), list)
                       and all(isinstance(k, str) for k in v["keys"]))},
-    {"complete": lambda v: isinstance(v, bool), "made_location": lambda v: isinstance(v, bool), "at": _str(empty=True),
+    {"complete": lambda v: isinstance(v, bool), "made_location": _opt(_str()), "at": _str(empty=True),
      "records": lambda v: isinstance(v, Mapping)})
 #: a person's answer to the review of a publication (approved: create-if-absent, once; rejected:
 #: one record per rejection)

@@ -42,7 +42,7 @@ POINTS = frozenset({
     "head.before_plan", "head.after_plan", "head.after_run", "epoch.before_write", "tail.partition_written",
     "epoch.before_align", "align.before_read", "align.before_decide", "coordinator.triggered",
     "commit.before_write", "commit.after_write", "commit.after_release", "epoch.before_land",
-    "publish.before_output",
+    "publish.before_output", "publish.after_stage",
     "publish.after_output", "finish.before_plan", "finish.after_plan", "finish.after_run",
     "finish.before_final_checkpoint", "finish.after_final_checkpoint",
 })

@@ -11,7 +11,7 @@ from include.checkpoints.checkpoint_log import CheckpointLog
 from include.checkpoints.lifecycle import Lifecycle, OperatorState
 from include.checkpoints.manifest import DatasetRef, JobState, Manifest
 from include.contract.config import JobConfig
-from include.errors import CheckpointError, IterationError, PermanentStoreError
+from include.errors import CheckpointError, IterationError
 from include.process.failpoints import failpoint, trace
 from include.publication.output_owners import OutputOwner, claim_output
 from include.publication.outputs import (
@@ -200,11 +200,13 @@ class Publisher:
         if self.job.lease is not None:
             self.job.lease.check()
         fmt = self.config.output_format
-        try:  # a local output directory made by staging goes again if nothing is published (``reject``)
-            out = open_store(self.config.output_path, **{**self.job.store_options, "create": False})
-            made = False
-        except PermanentStoreError:  # a local directory that is not there yet
-            out, made = open_store(self.config.output_path, **self.job.store_options), True
+        made = None  # the first local directory staging makes: it goes again if nothing is published (``reject``)
+        location = self.config.output_location
+        if location.is_local:
+            here = location.path
+            while not os.path.exists(here) and os.path.dirname(here) != here:
+                made, here = here, os.path.dirname(here)
+        out = open_store(self.config.output_path, **self.job.store_options)  # not claimed: nothing is published yet
         items = []
         for kind, cid, name, ds in self._items(manifest):
             version = version_of(self._stamp(manifest, cid, ds))
@@ -252,8 +254,15 @@ class Publisher:
                 elif not out.exists(increment_key(item["name"], {"job_id": manifest.job_id,
                                                                  "checkpoint_id": item["checkpoint_id"]})):
                     deleted += discard_version(out, item["name"], {"version": item["version"], "files": files})
-            if staged.get("made_location") and isinstance(out, LocalStore) and not os.listdir(out.root):
-                os.rmdir(out.root)  # staging made it: the location is as it was
+            made = staged.get("made_location")
+            if isinstance(made, str) and isinstance(out, LocalStore) and \
+                    (out.root == made or out.root.startswith(made.rstrip(os.sep) + os.sep)):
+                here = out.root  # the directories staging made, if empty again: the location is as it was
+                while not os.listdir(here):
+                    os.rmdir(here)
+                    if here == made:
+                        break
+                    here = os.path.dirname(here)
         self.log.reviews.reject(manifest.checkpoint_id, by, why)
         self.log.reviews.forget_staged(manifest.checkpoint_id)
         log.info("job %s checkpoint %d: publication not approved (%s): %d staged file(s) deleted, nothing published",

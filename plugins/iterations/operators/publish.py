@@ -36,22 +36,22 @@ class PublishOperator(IterationOperator):
 
         ti = context["ti"]
         review = ti.xcom_pull(task_ids=self.finish_task_id, key="review")
-        if not review:
-            raise AirflowSkipException("the finish staged no publication in this batch: nothing to publish")
         job, _ = self.iteration_job(context)
+        if not review:
+            return self._left_staged(context, job)
         run = EpochRun(job, batch_id=batch_id_of(context), run=run_of(context))
         state = self.start(context, run, validate=False)
-        final = state.latest
-        if final is None or final.kind != "final" or final.checkpoint_id != review["checkpoint_id"]:
-            raise AirflowSkipException(f"job {job.config.job_id} is at checkpoint "
-                                       f"{final.checkpoint_id if final else None} now, not at the reviewed final "
-                                       f"checkpoint {review['checkpoint_id']}: nothing of this review is published")
-        answer = ti.xcom_pull(task_ids=self.review_task_id) or {}
-        about = (answer.get("job_id"), answer.get("checkpoint_id")) == (review["job_id"], review["checkpoint_id"])
-        user = answer.get("responded_by_user") or {}
-        by = user.get("name") or user.get("id") if isinstance(user, dict) else None
-        result: dict[str, Any] = {"job_id": job.config.job_id, "checkpoint_id": final.checkpoint_id}
         try:
+            final = state.latest
+            if final is None or final.kind != "final" or final.checkpoint_id != review["checkpoint_id"]:
+                raise AirflowSkipException(f"job {job.config.job_id} is at checkpoint "
+                                           f"{final.checkpoint_id if final else None} now, not at the reviewed final "
+                                           f"checkpoint {review['checkpoint_id']}: nothing of this review is published")
+            answer = ti.xcom_pull(task_ids=self.review_task_id) or {}
+            about = (answer.get("job_id"), answer.get("checkpoint_id")) == (review["job_id"], review["checkpoint_id"])
+            user = answer.get("responded_by_user") or {}
+            by = user.get("name") or user.get("id") if isinstance(user, dict) else None
+            result: dict[str, Any] = {"job_id": job.config.job_id, "checkpoint_id": final.checkpoint_id}
             if about and answer.get("chosen_options") == ["Approve"] and not answer.get("timedout"):
                 self.log.info("job %s: the publication of final checkpoint %d was approved by %s", job.config.job_id,
                               final.checkpoint_id, by)
@@ -80,3 +80,22 @@ class PublishOperator(IterationOperator):
             return result
         finally:
             run.end()
+
+    def _left_staged(self, context: Mapping[str, Any], job) -> dict[str, Any]:
+        """No review in this batch: skipped, after deleting what a finish that failed after
+        staging left (read first without the lease: usually there is nothing)."""
+        from include.runs import EpochRun
+        from iterations.operators.task_context import batch_id_of, run_of
+
+        final = job.log.latest(verify="none")
+        if final is None or not job.publisher.awaits_approval(final) or job.log.reviews.staged(final.checkpoint_id) is None:
+            raise AirflowSkipException("the finish staged no publication in this batch: nothing to publish")
+        run = EpochRun(job, batch_id=batch_id_of(context), run=run_of(context))
+        state = self.start(context, run, validate=False)
+        try:
+            deleted = job.publisher.reject(state.latest, None, "the finish ended without a review of what it staged")
+        finally:
+            run.end()
+        self.log.warning("job %s: the finish ended without a review: %d staged file(s) deleted, nothing published",
+                         job.config.job_id, deleted)
+        raise AirflowSkipException("nothing was reviewed in this batch: nothing is published")
