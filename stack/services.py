@@ -39,6 +39,8 @@ from stack.spark import StandaloneCluster
 BUCKETS = ("iterations-checkpoints", "iterations-outputs", "iterations-inputs")  # as minio-init
 WORKERS = ("worker-1", "worker-2")  # the Celery workers' host names
 ADMIN = "admin"
+#: the user who approves the reviewed DAGs' publications (dags/iterate_pagerank_reviewed.py)
+REVIEWER = "reviewer"
 S3_KEY_ID = "stack-key-id"  # moto accepts any credentials; the stack's components get these
 
 # The order ``stop`` goes in: clients of a service before the service.
@@ -175,7 +177,7 @@ class Stack:
             "AIRFLOW__API_AUTH__JWT_SECRET": s["jwt_secret"],
             "AIRFLOW__API__SECRET_KEY": s["api_secret_key"],
             "AIRFLOW__CORE__FERNET_KEY": s["fernet_key"],
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin,{REVIEWER}:user",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": os.path.join(airflow_home, "passwords.json"),
             "AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME": "0.25",  # as docker-compose.yaml
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(p["triggerer_logs"]),
@@ -227,7 +229,7 @@ class Stack:
                 "postgres_password": secrets.token_hex(16), "redis_password": secrets.token_hex(16),
                 "s3_secret": secrets.token_urlsafe(24), "jwt_secret": secrets.token_urlsafe(32),
                 "api_secret_key": secrets.token_urlsafe(32), "fernet_key": _fernet_key(),
-                "admin_password": secrets.token_urlsafe(12),
+                "admin_password": secrets.token_urlsafe(12), "reviewer_password": secrets.token_urlsafe(12),
             },
             "sessions": {},
             "started": time.time(),
@@ -372,7 +374,7 @@ class Stack:
         fd = os.open(env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC,
                      0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump({ADMIN: self.admin_password()}, f)
+            json.dump({ADMIN: self.admin_password(), REVIEWER: self.state["secrets"]["reviewer_password"]}, f)
         airflow = _bin("airflow")
         done = subprocess.run([airflow, "db", "migrate"], env=env, cwd=ROOT, capture_output=True, text=True,
                               timeout=max(timeout, 300))
@@ -404,8 +406,10 @@ class Stack:
                        timeout, self.log(name), proc)
         return wait
 
-    def token(self) -> str:
-        body = json.dumps({"username": ADMIN, "password": self.admin_password()}).encode()
+    def token(self, user: str = ADMIN) -> str:
+        """A JWT of ``user`` (the admin, or the reviewer) from its password."""
+        password = self.admin_password() if user == ADMIN else self.state["secrets"][f"{user}_password"]
+        body = json.dumps({"username": user, "password": password}).encode()
         req = urllib.request.Request(self.url + "/auth/token", data=body, method="POST",
                                      headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(req, timeout=30) as resp:

@@ -16,7 +16,9 @@ import re
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
+import urllib.request
 from datetime import datetime
 
 import pytest
@@ -447,63 +449,135 @@ def test_a_finish_killed_after_it_published_makes_one_asset_event_and_one_downst
     assert len(downstream()) == 1
 
 
-def test_a_publication_waits_for_approval_rejected_then_approved(stack, api, holds):
-    """iterate_pagerank_reviewed's finish asks a person (Airflow's human-in-the-loop) before it
-    publishes, showing the final metrics and data checks, and waits in awaiting_input (no worker
-    slot). Rejected through the REST API: nothing published, no asset event, the job suspended.
-    Triggered again: asked again; approved: published, and the finish, killed right after it
-    published, is retried without asking again: one publication, one asset event."""
+def test_a_publication_is_approved_on_the_staged_data_exactly_once(stack, api, holds):
+    """Write, audit, publish on the stack (iterate_pagerank_reviewed): the finish stages the ranks
+    as a version no reader sees and the review task asks the user ``reviewer`` (Airflow's
+    human-in-the-loop, deferred to the triggerer: no process waits) with the staged data's
+    review. The admin, who triggered the run, may not answer (403). Rejected: the staged version
+    deleted, the output location as it was, no asset event. Triggered again: asked again, the
+    finish SIGKILLed right after staging and retried; approved, the publish task SIGKILLed right
+    after the switch and retried: one version, one asset event."""
     dag, job = "iterate_pagerank_reviewed", "pr-stack-reviewed"
-    conf, _ = _job(stack, job, seed=41, epochs=1)  # one batch: it ends with the finish
+    conf, _ = _job(stack, job, seed=41, epochs=2)  # one batch: it ends with the finish
     uri, manifest = f"{OUTPUTS}/{job}/ranks", f"{job}/ranks/_PUBLISHED.json"
     api.unpause(dag)
 
+    def path(run_id: str, task: str) -> str:
+        return f"/api/v2/dags/{dag}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances/{task}"
+
     def asked(run_id: str) -> dict:
         deadline = time.monotonic() + 400
-        while (ti := api.task_instances(dag, run_id).get("finish", {})).get("state") != "awaiting_input":
-            assert ti.get("state") not in ("success", "failed"), f"the finish ended without asking: {ti}"
-            assert time.monotonic() < deadline, f"the finish never asked: {ti}, {api.log_tail()}"
+        while (ti := api.task_instances(dag, run_id).get("review", {})).get("state") != "deferred":
+            assert ti.get("state") not in ("success", "failed", "skipped"), f"the review ended without asking: {ti}"
+            assert time.monotonic() < deadline, f"the review never asked: {ti}, {api.log_tail()}"
             time.sleep(2)
-        assert not processes_titled(f"{run_id} finish"), "no process waits for the answer"
-        return api.get(f"/api/v2/dags/{dag}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances/finish/-1/"
-                       "hitlDetails")
+        assert not processes_titled(f"{run_id} review"), "no process waits for the answer"
+        return api.get(f"{path(run_id, 'review')}/-1/hitlDetails")
 
-    def answer(run_id: str, option: str) -> None:
-        api._request("PATCH", f"/api/v2/dags/{dag}/dagRuns/{urllib.parse.quote(run_id, safe='')}/taskInstances/"
-                              f"finish/-1/hitlDetails", {"chosen_options": [option]})
+    def answer(run_id: str, option: str, user: str) -> None:
+        request = urllib.request.Request(stack.url + f"{path(run_id, 'review')}/-1/hitlDetails", method="PATCH",
+                                         data=json.dumps({"chosen_options": [option]}).encode(),
+                                         headers={"Content-Type": "application/json",
+                                                  "Authorization": f"Bearer {stack.token(user)}"})
+        with urllib.request.urlopen(request, timeout=30):
+            pass
 
     def events() -> list[dict]:
-        return _finish_events(api, dag, uri)
+        got = api.get(f"/api/v2/assets/events?source_dag_id={dag}&limit=1000")
+        return [e for e in got["asset_events"] if e["uri"] == uri]
 
+    def objects() -> dict[str, str]:
+        pages = _s3(stack).get_paginator("list_objects_v2").paginate(Bucket="iterations-outputs", Prefix=f"{job}/")
+        return {o["Key"]: o["ETag"] for page in pages for o in page.get("Contents", [])}
+
+    before = objects()
     first = api.trigger(dag, conf)
     request = asked(first)
     assert request["subject"] == f"Publish the outputs of job {job}?" and request["options"] == ["Approve", "Reject"]
+    assert request["assigned_users"] == [{"id": "reviewer", "name": "reviewer"}], "not the admin, who triggered it"
     body = request["body"]
-    assert "terminated: max\\_epochs" in body or "terminated:" in body, body
-    assert "| feedback records |" in body and "| l1\\_delta |" in body, body
-    assert re.search(r"Data checks of checkpoint 0: \d+ of \d+ passed", body), body
-    answer(first, "Reject")
+    escaped_version = "v-" + job + "-"  # as the Markdown shows it: every "-" escaped
+    assert "**ranks** → " + escaped_version.replace("-", "\\-") in body and "schema `node " in body, body
+    assert "Nothing is published there yet" in body and "Data checks of the final checkpoint" in body, body
+    assert "Top 10 by rank:" in body, body
+    staged = objects()
+    assert staged and all("/ranks/v-" in k for k in staged) and manifest not in staged, staged
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        answer(first, "Approve", "admin")
+    assert refused.value.code == 403, "the user who triggered the run may not approve it"
+    answer(first, "Reject", "reviewer")
     assert api.wait_run(dag, first) == "success", api.log_tail()
-    assert _keys(stack, "iterations-outputs", f"{job}/") == [], "rejected: nothing published"
+    assert objects() == before, "rejected: the output location as it was, nothing staged behind"
     assert events() == []
-    result = api.get(f"/api/v2/dags/{dag}/dagRuns/{urllib.parse.quote(first, safe='')}/taskInstances/finish/"
-                     "xcomEntries/return_value")["value"]
-    assert result["status"] == "SUSPENDED", result
+    result = api.get(f"{path(first, 'publish')}/xcomEntries/return_value")["value"]
+    assert result["status"] == "SUSPENDED" and result["rejected"] == "rejected by reviewer", result
 
-    second = api.trigger(dag, conf)
-    asked(second)
-    with armed(holds, f"publish.after_output@job={job}", "kill-once") as point:
-        answer(second, "Approve")
+    with armed(holds, f"publish.after_stage@job={job}", "kill-once") as staging:
+        second = api.trigger(dag, conf)
+        asked(second)
+    assert os.path.exists(os.path.join(holds, f"{staging}.fired")), "the finish was killed after it staged"
+    assert api.task_instances(dag, second)["finish"]["try_number"] == 2
+    with armed(holds, f"publish.after_output@job={job}", "kill-once") as switch:
+        answer(second, "Approve", "reviewer")
         assert api.wait_run(dag, second) == "success", api.log_tail()
-    assert os.path.exists(os.path.join(holds, f"{point}.fired")), "the approved finish was killed after it published"
-    finish = api.task_instances(dag, second)["finish"]
-    assert finish["try_number"] == 2, finish
+    assert os.path.exists(os.path.join(holds, f"{switch}.fired")), "the publish was killed after the switch"
+    assert api.task_instances(dag, second)["publish"]["try_number"] == 2
     published = json.loads(_s3(stack).get_object(Bucket="iterations-outputs", Key=manifest)["Body"].read())
     [event] = events()
-    assert event["source_run_id"] == second and event["extra"]["version"] == published["version"]
-    retry_log = glob.glob(os.path.join(api.home, "logs", f"dag_id={dag}", f"run_id={second}", "task_id=finish",
-                                       "attempt=2.log"))
-    assert retry_log and "waiting for a person" not in open(retry_log[0]).read(), "the retry does not ask again"
+    assert (event["source_task_id"], event["source_run_id"]) == ("publish", second)
+    assert event["extra"]["version"] == published["version"] and published["replaces"] is None
+    versions = {k.split("/")[2] for k in objects() if k.startswith(f"{job}/ranks/v-")}
+    assert versions == {published["version"]}, "one version: nothing staged left beside it"
+
+
+def test_a_fork_on_the_stack_goes_on_from_its_parents_checkpoint_and_only_reads_it(stack, api):
+    """fork_from on the stack (S3 store, Celery): a PageRank job of 4 epochs (two batches), then a
+    fork of its checkpoint 2 at another damping. The fork's epochs 3 and 4 equal numpy's from the
+    parent's checkpoint 2; every object of the parent's directory is as it was (same keys, same
+    ETags); the fork's asset event names its parent."""
+    import numpy as np
+    import pandas as pd
+
+    from include.checkpoints.checkpoint_log import CheckpointLog
+    from include.store import open_store
+    from tests.integration.test_forks import pagerank_steps
+
+    parent, fork = "pr-stack-parent", "pr-stack-fork"
+    conf, _ = _job(stack, parent, seed=53, epochs=4)
+    api.trigger("iterate_pagerank", conf)
+    _wait_job(api, parent, batches=2)
+    prefix = "ckpt/jobs/" + parent + "/"
+
+    def parent_objects() -> dict[str, str]:
+        pages = _s3(stack).get_paginator("list_objects_v2").paginate(Bucket="iterations-checkpoints", Prefix=prefix)
+        return {o["Key"]: o["ETag"] for page in pages for o in page.get("Contents", [])}
+
+    before = parent_objects()
+    fork_conf = {**conf, "job_id": fork, "output_path": f"{OUTPUTS}/{fork}", "fork_from": f"{parent}:2",
+                 "damping": 0.6, "max_epochs": 5}
+    run_id = api.trigger("iterate_pagerank", fork_conf)
+    assert api.wait_run("iterate_pagerank", run_id) == "success", api.log_tail()
+    assert parent_objects() == before, "the parent's store is only read"
+
+    store = open_store(CHECKPOINTS, endpoint_url=stack.s3_endpoint, region="us-east-1", access_key_id="stack-key-id",
+                       secret_access_key=stack.state["secrets"]["s3_secret"])
+
+    def ranks(job: str, checkpoint: int) -> dict:
+        import io
+
+        manifest = CheckpointLog(store, job).load(checkpoint, verify="full")
+        frame = pd.concat(pd.read_parquet(io.BytesIO(store.get(f.key))) for f in manifest.variables["ranks"].files)
+        return dict(zip(frame["node"], frame["rank"]))
+
+    graph = graph_with_dangling(120, 0.04, seed=53)  # _job's graph
+    expected = pagerank_steps(graph, ranks(parent, 2), 0.6, 2)
+    for epoch, want in zip((3, 4), expected):
+        got = ranks(fork, epoch)
+        assert got.keys() == want.keys() and max(abs(got[k] - want[k]) for k in want) < 1e-12, epoch
+    assert np.isclose(sum(expected[-1].values()), 1.0)
+    [event] = [e for e in api.get("/api/v2/assets/events?source_dag_id=iterate_pagerank&limit=1000")["asset_events"]
+               if e["uri"] == f"{OUTPUTS}/{fork}/ranks"]
+    assert event["extra"]["forked_from"] == {"job_id": parent, "checkpoint_id": 2, "epoch": 2}
 
 
 def test_a_dag_scheduled_on_its_input_runs_a_batch_per_publication(stack, api):

@@ -343,7 +343,7 @@ def test_every_credential_is_required_from_the_env_file_with_no_default(compose)
     credentials = {name for name, _, _ in refs if CREDENTIAL.search(name)}
     assert credentials >= {"AIRFLOW_JWT_SECRET", "AIRFLOW_API_SECRET_KEY", "AIRFLOW_FERNET_KEY",
                            "MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD", "POSTGRES_PASSWORD",
-                           "AIRFLOW_ADMIN_PASSWORD"}, credentials
+                           "AIRFLOW_ADMIN_PASSWORD", "AIRFLOW_REVIEWER_PASSWORD"}, credentials
     for name, op, arg in refs:
         if name in credentials:
             assert op == ":?", f"${{{name}}} must be ${{{name}:?message}}, not {op or 'bare'}"
@@ -381,13 +381,15 @@ def test_every_airflow_service_has_the_same_secrets(compose):
         assert airflow["AIRFLOW__API__SECRET_KEY"] == e["AIRFLOW_API_SECRET_KEY"], name
         assert f":{e['POSTGRES_PASSWORD']}@postgres:5432/" in airflow["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"], name
     assert env(compose["services"]["postgres"])["POSTGRES_PASSWORD"] == e["POSTGRES_PASSWORD"]
-    for name, service in compose["services"].items():  # the admin password: the api-server only
-        assert ("AIRFLOW_ADMIN_PASSWORD" in (service.get("environment") or {})) == (name == "airflow-apiserver"), name
+    for name, service in compose["services"].items():  # the users' passwords: the api-server only
+        for password in ("AIRFLOW_ADMIN_PASSWORD", "AIRFLOW_REVIEWER_PASSWORD"):
+            assert (password in (service.get("environment") or {})) == (name == "airflow-apiserver"), name
 
 
 def test_the_admin_password_comes_from_the_env_file(compose, tmp_path, monkeypatch):
     """SimpleAuthManager takes its users' passwords from a JSON file (generating, and printing,
-    the missing ones): the api-server's entrypoint writes AIRFLOW_ADMIN_PASSWORD there, readable
+    the missing ones): the api-server's entrypoint writes AIRFLOW_ADMIN_PASSWORD (and the
+    reviewer's, AIRFLOW_REVIEWER_PASSWORD) there, readable
     by its user only, then runs the image's entrypoint. Run here as it is in the container, up to
     that last exec (there is no /entrypoint on this machine)."""
     from airflow.api_fastapi.auth.managers.simple.simple_auth_manager import SimpleAuthManager
@@ -404,7 +406,8 @@ def test_the_admin_password_comes_from_the_env_file(compose, tmp_path, monkeypat
     path = tmp_path / "passwords.json"
     password = 'a "quoted" pa$$word \\ with: colons, commas'
     environment.update({"AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(path),
-                        "AIRFLOW_ADMIN_PASSWORD": password, "PATH": os.environ.get("PATH", "")})
+                        "AIRFLOW_ADMIN_PASSWORD": password, "AIRFLOW_REVIEWER_PASSWORD": "reviewer's",
+                        "PATH": os.environ.get("PATH", "")})
     path.write_text('{"old": "stale"}')
     os.chmod(path, 0o644)
     done = subprocess.run([sys.executable, "-c", entrypoint[4], *api["command"]], env=environment,
@@ -413,12 +416,12 @@ def test_the_admin_password_comes_from_the_env_file(compose, tmp_path, monkeypat
     assert "FileNotFoundError" in done.stderr and failed_at, done.stderr
     assert entrypoint[4].splitlines()[int(failed_at[1]) - 1].strip().startswith('os.execv("/entrypoint"'), done.stderr
     assert os.stat(path).st_mode & 0o777 == 0o600
-    user = filled_env()["AIRFLOW_ADMIN_USER"]
-    assert environment["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] == f"{user}:admin"
+    user, reviewer = filled_env()["AIRFLOW_ADMIN_USER"], filled_env()["AIRFLOW_REVIEWER_USER"]
+    assert environment["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS"] == f"{user}:admin,{reviewer}:user"
     monkeypatch.setenv("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE", str(path))
     assert conf.get("core", "simple_auth_manager_passwords_file") == str(path)
     assert SimpleAuthManager.get_generated_password_file() == str(path)
-    assert SimpleAuthManager.get_passwords() == {user: password}
+    assert SimpleAuthManager.get_passwords() == {user: password, reviewer: "reviewer's"}
     airflow = env(compose["services"]["airflow-scheduler"])
     assert airflow["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] == \
         env(api)["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"] == "/opt/airflow/simple_auth_manager_passwords.json"
