@@ -253,6 +253,8 @@ class EpochExecutor:
             variables = body.init(data, ctx)
         elif plan.warm_start and plan.parent_id is None:  # epoch 0 from another job's final state
             variables = body.warm_start(restored, data, ctx)
+        elif plan.first_of_fork:  # a fork's first epoch: its parent's state, made to fit the fork's params
+            variables = body.fork(restored, data, ctx)
         else:
             variables = restored
         result = body.step(variables, data, ctx)

@@ -148,6 +148,15 @@ class IterationBody(ABC):
         variables, ``data`` this job's (possibly changed) input. Default: use them as they are."""
         return dict(previous)
 
+    def fork(
+        self, variables: Mapping[str, "DataFrame"], data: Mapping[str, "DataFrame"], ctx: EpochContext
+    ) -> dict[str, "DataFrame"]:
+        """The variables a fork's first epoch starts from (include.runs.forks): ``variables`` are
+        its parent's at the epoch it forks, ``ctx.params`` the fork's own (they may differ: a
+        body whose state depends on a parameter, such as k-means' number of centroids on ``k``,
+        makes the state fit the fork's here). Default: the parent's, as they are."""
+        return dict(variables)
+
     @abstractmethod
     def step(
         self, variables: Mapping[str, "DataFrame"], data: Mapping[str, "DataFrame"], ctx: EpochContext

@@ -122,7 +122,7 @@ class Publisher:
                 continue
             stamp = self._stamp(manifest, cid, ds)
             failpoint("publish.before_output", job=manifest.job_id, checkpoint=cid, output=name)
-            record = records.get(f"{kind}/{cid}/{name}")
+            record = self._staged(out, records.get(f"{kind}/{cid}/{name}"), ds, stamp)
             if self.config.output_format == "delta":
                 check_not_in_store(out, name)
                 where = out.url(name)
@@ -157,6 +157,25 @@ class Publisher:
         if staged is not None:
             self.log.reviews.forget_staged(manifest.checkpoint_id)
         return published
+
+    @staticmethod
+    def _staged(out: ObjectStore, record: Mapping[str, Any] | None, ds: DatasetRef,
+                stamp: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """``record`` (what ``stage`` copied of ``ds``) if it is still exactly that - the same
+        version, the same files by size and SHA-256, each there in the output with its size -
+        else None, and the output is copied again: a publication never names a file the
+        checkpoint does not vouch for, nor one that is gone."""
+        if not isinstance(record, Mapping) or record.get("version") != version_of(stamp):
+            return None
+        files = record.get("files") or []
+        if [(f.get("size"), f.get("sha256")) for f in files] != [(f.size, f.sha256) for f in ds.files]:
+            return None
+        there = {o.key: o.size for o in out.list(f"{record['name']}/{record['version']}/")}
+        if any(there.get(f.get("key")) != f.get("size") for f in files):
+            log.warning("output %s: the staged version %s is not all there any more: copied again",
+                        out.location(str(record.get("name"))), record["version"])
+            return None
+        return record
 
     @staticmethod
     def _items(manifest: Manifest) -> list[tuple[str, int, str, DatasetRef]]:

@@ -132,25 +132,30 @@ class KMeans(IterationBody):
         return load_points(raw, params)
 
     # -- k-means++ ----------------------------------------------------------------------------
-    def initial_centroids(self, data: Mapping[str, Any], params: KMeansParams) -> list[list[float]]:
+    def initial_centroids(self, data: Mapping[str, Any], params: KMeansParams,
+                          start: Sequence[Sequence[float]] = ()) -> list[list[float]]:
         """Deterministic k-means++ (see the module docstring): on the driver when the points are
         small enough to collect once (``LOCAL_INIT_VALUES``) or to hold for Lloyd's passes
         (``_points_on_driver``: then the passes of this process run on the driver from the
         first), else one Spark job per round; the same picks either way
-        (spark_jobs.bodies.kmeans_kernels.best_candidate)."""
+        (spark_jobs.bodies.kmeans_kernels.best_candidate). ``start``: centroids already chosen
+        (a fork with a larger k): the rounds after them pick the rest."""
         import numpy as np
 
         from spark_jobs.bodies import kmeans_kernels as K
 
         points, dim = data["points"].select("__x"), data["dim"]
-        chosen: list[np.ndarray] = []
-        held = _points_on_driver(data, params.k, passes=params.k)  # k rounds: worth holding the points
+        chosen: list[np.ndarray] = [np.array(c, dtype=float) for c in start]
+        rounds = range(len(chosen), params.k)
+        held = _points_on_driver(data, params.k, passes=len(rounds))  # the rounds: worth holding the points
         if held is None and data["num_points"] * dim <= LOCAL_INIT_VALUES:
             held = [_points_matrix(points.toArrow(), dim)]  # collected for k-means++ only
         if held is not None:
             X = np.concatenate(held) if held else np.zeros((0, dim))
             hashes, d2 = K.point_hashes(X), None
-            for round_ in range(params.k):
+            for c in chosen:
+                d2 = K.exact_d2(X, c) if d2 is None else np.minimum(d2, K.exact_d2(X, c))
+            for round_ in rounds:
                 best = K.best_candidate(X, hashes, params.seed, round_, d2)
                 if best is None:
                     self._too_few_distinct(params, chosen, data)
@@ -158,7 +163,7 @@ class KMeans(IterationBody):
                 new = K.exact_d2(X, chosen[-1])
                 d2 = new if d2 is None else np.minimum(d2, new)
             return [c.tolist() for c in chosen]
-        for round_ in range(params.k):
+        for round_ in rounds:
             found = points.mapInArrow(_round_function(params.seed, round_, np.array(chosen), dim),
                                       "key double, x array<double>").collect()
             found = [r for r in found if r["key"] is not None]
@@ -182,6 +187,23 @@ class KMeans(IterationBody):
 
         centroids = self.initial_centroids(data, ctx.params)
         return {"centroids": local_frame(ctx.spark, list(enumerate(centroids)),
+                                         _schema(("cluster_id", "int"), ("center", "doubles")))}
+
+    def fork(self, variables: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> dict[str, DataFrame]:
+        """A fork with another ``k``: with fewer clusters, the centroids of the lowest cluster ids
+        stay; with more, k-means++ picks the new ones given the parent's (``initial_centroids``
+        from them, deterministic from the fork's seed); with the same k, the parent's as they are."""
+        from spark_jobs.frames import local_frame, rows_of
+
+        ids, C = _centers(rows_of(variables["centroids"]))
+        k = ctx.params.k
+        if len(C) == k:
+            return dict(variables)
+        order = sorted(range(len(ids)), key=lambda i: ids[i])
+        kept = [C[i].tolist() for i in order[:k]]
+        centers = kept if len(kept) == k else self.initial_centroids(data, ctx.params, start=kept)
+        log.info("k-means fork: %d centroids from the parent's %d (k=%d)", len(centers), len(C), k)
+        return {"centroids": local_frame(ctx.spark, list(enumerate(centers)),
                                          _schema(("cluster_id", "int"), ("center", "doubles")))}
 
     # -- an epoch -----------------------------------------------------------------------------

@@ -7,8 +7,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -21,8 +19,8 @@ from include.runs.generations import seed
 from include.runs.overview import job_overview
 from include.runs.ownership import OwnershipError, claim, read_owner
 from include.store import open_store
+from spark_jobs import run_job
 from spark_jobs.runner import IterationRunner
-from tests.conftest import ROOT
 from tests.helpers import graph_with_dangling, pagerank_config, read_published, write_edges
 
 pytestmark = pytest.mark.spark
@@ -70,7 +68,7 @@ def pagerank_steps(graph, ranks: dict, damping: float, epochs: int) -> list[dict
     return history
 
 
-def test_a_fork_goes_on_from_its_parents_checkpoint_with_its_own_params(spark, tmp_path):
+def test_a_fork_goes_on_from_its_parents_checkpoint_with_its_own_params(spark, tmp_path, capsys):
     graph = graph_with_dangling(30, 0.12, seed=5)
     edges = write_edges(tmp_path / "edges.csv", graph)
     store_root = tmp_path / "store"
@@ -132,13 +130,10 @@ def test_a_fork_goes_on_from_its_parents_checkpoint_with_its_own_params(spark, t
     assert json.loads(store.get(probe.log.layout.plan(3, plan.attempt_id)))["forked_from"]["job_id"] == "pr"
 
     # a fork from the job's newest epoch by run_job, with more epochs: it goes on from epoch 5
-    done = subprocess.run([sys.executable, "-m", "spark_jobs.run_job", "--job-id", "pr-more", "--body", "pagerank",
-                           "--input", edges, "--checkpoint-root", str(store_root), "--num-partitions", "3",
-                           "--output-path", str(tmp_path / "out" / "pr-more"), "--param", "damping=0.85",
-                           "--max-epochs", "8", "--tolerance", "0", "--fork-from", "pr"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert run_job.main(["--job-id", "pr-more", "--body", "pagerank", "--input", edges, "--checkpoint-root",
+                         str(store_root), "--num-partitions", "3", "--output-path", str(tmp_path / "out" / "pr-more"),
+                         "--param", "damping=0.85", "--max-epochs", "8", "--tolerance", "0", "--fork-from", "pr"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["forked_from"] == {"job_id": "pr", "checkpoint_id": 5, "epoch": 5}
     assert summary["epochs_computed"] == [6, 7] and summary["restored_from"] == 5
     more = pagerank_steps(graph, variable(store, "pr", 5), 0.85, 2)[-1]
@@ -254,3 +249,35 @@ def test_a_fork_whose_body_changes_a_variables_schema_is_refused_at_its_first_co
     log = CheckpointLog(open_store(str(tmp_path / "store")), "pr-float")
     assert log.latest_id() == 2, "only the copy of the parent's checkpoint"
     assert all(log.is_aborted(3, a) for a in log.attempt_ids(3))
+
+
+def test_a_kmeans_fork_with_another_k_keeps_its_parents_centroids_and_picks_the_rest(spark, tmp_path):
+    """k is one of the params a fork may change: the body makes the state fit (IterationBody.fork):
+    the parent's centroids stay (the lowest cluster ids when k shrinks), k-means++ picks the new ones."""
+    import pandas as pd
+
+    from include.contract.config import JobConfig
+    from tests.integration.test_kmeans import blobs
+
+    blobs(tmp_path / "points.parquet", n=240, seed=4)
+
+    def config(job_id, k, **kw):
+        return JobConfig(job_id=job_id, body="kmeans", input=str(tmp_path / "points.parquet"),
+                         checkpoint_root=str(tmp_path / "store"), body_params={"k": k, "seed": 3},
+                         max_epochs=4, tolerance=0.0, num_partitions=2, retain_last=10, **kw)
+
+    IterationRunner(config("km", 3), spark).run()
+    store = open_store(str(tmp_path / "store"))
+
+    def centroids(job_id, checkpoint_id):
+        manifest = CheckpointLog(store, job_id).load(checkpoint_id, verify="full")
+        frame = pd.concat(pd.read_parquet(store.local_path(f.key)) for f in manifest.variables["centroids"].files)
+        return {int(i): list(c) for i, c in zip(frame["cluster_id"], frame["center"])}
+
+    parent = centroids("km", 1)
+    for k in (5, 2):
+        result = IterationRunner(config(f"km-{k}", k, fork_from="km:1"), spark).run()
+        assert result.epochs_computed == [2, 3] and result.status.value == "TERMINATED"
+        assert len(centroids(f"km-{k}", 3)) == k, "the data checks' centroids_count (k centroids) passed"
+        assert sorted(result.outputs["centroids"].toPandas()["cluster_id"]) == list(range(k))
+    assert len(parent) == 3
