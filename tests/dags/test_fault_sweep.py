@@ -18,6 +18,8 @@ ELSEWHERE = {
     "coordinator.triggered": "a coordinator's snapshot: tests/integration/test_coordinator_events.py",
     "epoch.before_land": "the library runner's, before it waits for a commit behind the next epoch: "
                          "tests/faults/test_sweep.py (kill in the overlap)",
+    "publish.after_stage": "a reviewed job's finish, its outputs staged: tests/dags/test_stack.py (a publication "
+                           "approved on the staged data exactly once)",
 }
 
 

@@ -531,9 +531,9 @@ def test_a_publication_is_approved_on_the_staged_data_exactly_once(stack, api, h
 
 
 def test_a_fork_on_the_stack_goes_on_from_its_parents_checkpoint_and_only_reads_it(stack, api):
-    """fork_from on the stack (S3 store, Celery): a PageRank job of 2 epochs (one batch), then a
-    fork of its checkpoint 1 at another damping. The fork's epochs 2 and 3 equal numpy's from the
-    parent's checkpoint 1; every object of the parent's directory is as it was (same keys, same
+    """fork_from on the stack (S3 store, Celery): a PageRank job of 1 epoch, then a fork of its
+    checkpoint 0 at another damping. The fork's epochs 1 and 2 equal numpy's from the parent's
+    checkpoint 0; every object of the parent's directory is as it was (same keys, same
     ETags); the fork's asset event names its parent."""
     import numpy as np
     import pandas as pd
@@ -543,7 +543,7 @@ def test_a_fork_on_the_stack_goes_on_from_its_parents_checkpoint_and_only_reads_
     from tests.integration.test_forks import pagerank_steps
 
     parent, fork = "pr-stack-parent", "pr-stack-fork"
-    conf, _ = _job(stack, parent, seed=53, epochs=2)
+    conf, _ = _job(stack, parent, seed=53, epochs=1)
     api.trigger("iterate_pagerank", conf)
     _wait_job(api, parent, batches=1)
     prefix = "ckpt/jobs/" + parent + "/"
@@ -553,8 +553,8 @@ def test_a_fork_on_the_stack_goes_on_from_its_parents_checkpoint_and_only_reads_
         return {o["Key"]: o["ETag"] for page in pages for o in page.get("Contents", [])}
 
     before = parent_objects()
-    fork_conf = {**conf, "job_id": fork, "output_path": f"{OUTPUTS}/{fork}", "fork_from": f"{parent}:1",
-                 "damping": 0.6, "max_epochs": 4}
+    fork_conf = {**conf, "job_id": fork, "output_path": f"{OUTPUTS}/{fork}", "fork_from": f"{parent}:0",
+                 "damping": 0.6, "max_epochs": 3}
     run_id = api.trigger("iterate_pagerank", fork_conf)
     assert api.wait_run("iterate_pagerank", run_id) == "success", api.log_tail()
     assert parent_objects() == before, "the parent's store is only read"
@@ -570,14 +570,14 @@ def test_a_fork_on_the_stack_goes_on_from_its_parents_checkpoint_and_only_reads_
         return dict(zip(frame["node"], frame["rank"]))
 
     graph = graph_with_dangling(120, 0.04, seed=53)  # _job's graph
-    expected = pagerank_steps(graph, ranks(parent, 1), 0.6, 2)
-    for epoch, want in zip((2, 3), expected):
+    expected = pagerank_steps(graph, ranks(parent, 0), 0.6, 2)
+    for epoch, want in zip((1, 2), expected):
         got = ranks(fork, epoch)
         assert got.keys() == want.keys() and max(abs(got[k] - want[k]) for k in want) < 1e-12, epoch
     assert np.isclose(sum(expected[-1].values()), 1.0)
     [event] = [e for e in api.get("/api/v2/assets/events?source_dag_id=iterate_pagerank&limit=1000")["asset_events"]
                if e["uri"] == f"{OUTPUTS}/{fork}/ranks"]
-    assert event["extra"]["forked_from"] == {"job_id": parent, "checkpoint_id": 1, "epoch": 1}
+    assert event["extra"]["forked_from"] == {"job_id": parent, "checkpoint_id": 0, "epoch": 0}
 
 
 def test_a_dag_scheduled_on_its_input_runs_a_batch_per_publication(stack, api):
