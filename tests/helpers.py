@@ -295,3 +295,17 @@ def publish_edges(output_path: str, graph, *, job: str, checkpoint: int, parts: 
     publish_dataset(source, out, "edges", DatasetRef("{}", tuple(files)),
                     {"job_id": job, "checkpoint_id": checkpoint, "attempt_id": f"f{checkpoint}-abc"})
     return json.loads(out.get(f"edges/{PUBLISHED}"))
+
+
+def tree_digest(root) -> dict[str, str]:
+    """Every file under the directory ``root`` (relative path) with the SHA-256 of its bytes;
+    empty when there is no such directory."""
+    import hashlib
+
+    out = {}
+    for d, _dirs, names in os.walk(root):
+        for n in names:
+            path = os.path.join(d, n)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, root)] = hashlib.sha256(f.read()).hexdigest()
+    return out

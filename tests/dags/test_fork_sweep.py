@@ -22,8 +22,8 @@ from include.store import LocalStore
 from tests.conftest import ROOT
 from tests.dags.conftest import airflow, asset_events
 from tests.docs import block
-from tests.helpers import graph_with_dangling
-from tests.integration.test_forks import pagerank_steps, tree_digest, variable
+from tests.helpers import graph_with_dangling, tree_digest
+from tests.integration.test_forks import pagerank_steps, variable
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

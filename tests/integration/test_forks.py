@@ -5,7 +5,6 @@ the parent is only read; refused forks say why before anything is written."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 
 import numpy as np
@@ -21,17 +20,9 @@ from include.runs.ownership import OwnershipError, claim, read_owner
 from include.store import open_store
 from spark_jobs import run_job
 from spark_jobs.runner import IterationRunner
-from tests.helpers import graph_with_dangling, pagerank_config, read_published, write_edges
+from tests.helpers import graph_with_dangling, pagerank_config, read_published, tree_digest, write_edges
 
 pytestmark = pytest.mark.spark
-
-
-def tree_digest(root) -> dict[str, str]:
-    """Every file under ``root`` (a directory) -> its SHA-256."""
-    out = {}
-    for path in sorted(p for p in root.rglob("*") if p.is_file()):
-        out[str(path.relative_to(root))] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return out
 
 
 def variable(store, job_id: str, checkpoint_id: int, name: str = "ranks") -> dict:

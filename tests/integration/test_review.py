@@ -6,7 +6,6 @@ comparison equals one computed by hand from the published files."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import numpy as np
@@ -20,20 +19,10 @@ from include.publication import review_markdown
 from include.publication.outputs import published, published_increments
 from include.store import open_store
 from spark_jobs.runner import IterationRunner
-from tests.helpers import graph_with_dangling, pagerank_config, read_published, write_edges
+from tests.helpers import graph_with_dangling, pagerank_config, read_published, tree_digest, write_edges
 from tests.integration.test_kmeans import blobs
 
 pytestmark = pytest.mark.spark
-
-
-def files_of(root) -> dict[str, str]:
-    """Every file under ``root`` -> its SHA-256 ({} when there is no such directory)."""
-    out = {}
-    for dirpath, _, names in os.walk(root):
-        for name in names:
-            path = os.path.join(dirpath, name)
-            out[os.path.relpath(path, root)] = hashlib.sha256(open(path, "rb").read()).hexdigest()
-    return out
 
 
 def test_a_reviewed_kmeans_job_publishes_nothing_before_it_is_approved(spark, tmp_path):
@@ -55,7 +44,7 @@ def test_a_reviewed_kmeans_job_publishes_nothing_before_it_is_approved(spark, tm
         IterationRunner(dataclass_copy(config, job_id="other"), spark, reviewed=True).approve("alice")
 
     review = runner.review()
-    staged = files_of(out)
+    staged = tree_digest(out)
     assert staged and all("/v-km-" in "/" + k for k in staged), "staged: versions only, no manifest, no record"
     with pytest.raises(OutputError):
         published(str(out), "centroids")
@@ -76,7 +65,7 @@ def test_a_reviewed_kmeans_job_publishes_nothing_before_it_is_approved(spark, tm
     assert [r["by"] for r in log.reviews.rejections(final.checkpoint_id)] == ["bob"]
 
     runner.review()  # asked again: staged again from the checkpoints, which kept everything
-    gone = next(k for k in sorted(files_of(out)) if k.startswith("centroids/v-km-"))
+    gone = next(k for k in sorted(tree_digest(out)) if k.startswith("centroids/v-km-"))
     os.unlink(out / gone)  # a staged file lost before the approval: the publication copies it again
     published_now = runner.approve("alice")
     assert (out / gone).exists()
@@ -85,9 +74,9 @@ def test_a_reviewed_kmeans_job_publishes_nothing_before_it_is_approved(spark, tm
     assert [cid for _, cid in history.checkpoints] == [0, 1, 2, 3, 4, 5] and history.rows == 18
     assert published(str(out), "centroids").checkpoint_id == final.checkpoint_id
     assert log.reviews.approval(final.checkpoint_id)["by"] == "alice"
-    before = files_of(out)
+    before = tree_digest(out)
     assert runner.approve("alice") == published_now, "approved and published: a second approval changes nothing"
-    assert files_of(out) == before
+    assert tree_digest(out) == before
     assert not any(f.key.startswith("jobs/km/attempts/") and "/_outputs/centroid_history" in f.key
                    for f in store.list("jobs/km/attempts/")), "the waiting copies go once published"
 
@@ -108,13 +97,13 @@ def test_the_review_compares_with_the_published_version_as_a_hand_computation(sp
 
     IterationRunner(config(0.85), spark).run()  # published without a review
     before = read_published(out, "ranks")
-    unreviewed = files_of(out)
+    unreviewed = tree_digest(out)
     rewound = IterationRunner(config(0.6), spark, rewind_to=1, reviewed=True)
     assert rewound.run().published == {}
-    assert files_of(out) == unreviewed
+    assert tree_digest(out) == unreviewed
     review = rewound.review()
     [ranks] = review["outputs"]
-    now = pd.concat(pd.read_parquet(os.path.join(out, k)) for k in sorted(files_of(out)) if "/v-pr.r1-" in "/" + k)
+    now = pd.concat(pd.read_parquet(os.path.join(out, k)) for k in sorted(tree_digest(out)) if "/v-pr.r1-" in "/" + k)
     assert ranks["rows"] == len(now) == len(before)
 
     # by hand: the staged ranks against the published ones, by node
@@ -157,7 +146,7 @@ def test_a_centroid_shift_in_the_review_is_the_distance_each_centroid_moved(spar
     again.run()
     review = again.review()
     [centroids] = [o for o in review["outputs"] if o["name"] == "centroids"]
-    staged = [k for k in files_of(out) if k.startswith("centroids/v-km.r1-")]
+    staged = [k for k in tree_digest(out) if k.startswith("centroids/v-km.r1-")]
     now = pd.concat(pd.read_parquet(out / k) for k in staged).set_index("cluster_id")
     shifts = {i: float(np.linalg.norm(now.loc[i, ["x", "y", "z"]].to_numpy(float) - was.loc[i, ["x", "y", "z"]].to_numpy(float)))
               for i in now.index}
@@ -168,5 +157,5 @@ def test_a_centroid_shift_in_the_review_is_the_distance_each_centroid_moved(spar
     _, body = review_markdown(review)
     assert "Shift (distance from the published values): largest" in body
     again.reject("dave", "another seed")
-    assert [k for k in files_of(out) if "v-km.r1-" in k] == []
+    assert [k for k in tree_digest(out) if "v-km.r1-" in k] == []
     assert published(str(out), "centroids").job_id == "km"

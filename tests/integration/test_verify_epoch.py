@@ -5,27 +5,14 @@ for a body with an unseeded random; the store and the outputs are left byte for 
 
 from __future__ import annotations
 
-import hashlib
-import os
-
 import pytest
 
 from include.errors import ConfigError
 from spark_jobs import run_job
 from spark_jobs.runner import IterationRunner
-from tests.helpers import graph_with_dangling, pagerank_config, write_edges
+from tests.helpers import graph_with_dangling, pagerank_config, tree_digest, write_edges
 
 pytestmark = pytest.mark.spark
-
-
-def tree_digest(root) -> dict[str, str]:
-    """Every file under ``root`` with the SHA-256 of its bytes."""
-    out = {}
-    for d, _dirs, names in os.walk(root):
-        for n in names:
-            path = os.path.join(d, n)
-            out[os.path.relpath(path, root)] = hashlib.sha256(open(path, "rb").read()).hexdigest()
-    return out
 
 
 def test_a_shipped_body_verifies_identical_and_a_random_one_is_flagged(spark, tmp_path, capsys):
