@@ -8,6 +8,8 @@ are output samples, trees and diagrams: nothing to run."""
 
 from __future__ import annotations
 
+import ast
+import gc
 import glob
 import os
 import re
@@ -66,3 +68,19 @@ def block(page: str, start: str) -> Block:
     if len(found) != 1:
         raise AssertionError(f"{page}: {len(found)} code blocks start with {start!r}; one was expected")
     return found[0]
+
+
+def parse_python(path: str) -> ast.Module:
+    """The syntax tree of the Python file ``path``, parsed with the garbage collector off: in a
+    test worker that ran Spark, a collection during the parse finalizes py4j objects whose
+    gateway is gone, and CPython 3.11 then fails the parse with "AST constructor recursion
+    depth mismatch" (a SystemError, seen in a CI run)."""
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(source)
+    finally:
+        if enabled:
+            gc.enable()

@@ -14,14 +14,14 @@ import re
 import pytest
 
 from tests.conftest import ROOT
-from tests.docs import RUN_TAGS, block, blocks, pages
+from tests.docs import RUN_TAGS, block, blocks, pages, parse_python
 
 
 def claims() -> dict[tuple[str, int], list[str]]:
     """(page, line of the block) -> the test files that read it with ``block(page, start)``."""
     out: dict[tuple[str, int], list[str]] = {}
     for path in glob.glob(os.path.join(ROOT, "tests", "**", "*.py"), recursive=True):
-        tree = ast.parse(open(path, encoding="utf-8").read())
+        tree = parse_python(path)
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "block" and len(node.args) == 2 \
                     and all(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args):

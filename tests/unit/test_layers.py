@@ -11,6 +11,8 @@ import os
 import subprocess
 import sys
 
+from tests.docs import parse_python
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -87,7 +89,7 @@ def test_no_module_imports_another_modules_private_name():
     for path in python_files():
         if not path.startswith(("include/", "plugins/", "spark_jobs/", "dags/", "examples/")):
             continue
-        tree = ast.parse(open(os.path.join(ROOT, path)).read())
+        tree = parse_python(os.path.join(ROOT, path))
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
                     and node.module.split(".")[0] in ("include", "spark_jobs", "iterations"):
