@@ -92,6 +92,10 @@ def run_dag(dag_id: str, conf: dict, allowed_roots: tuple[str, ...] = ()) -> int
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__LOGGING__CALLSITE_PARAMETERS": "",  # task logs without loc=file.py:123
     }
+    # the embedded Spark Connect server starts (its JVM, seconds) while Airflow's database is
+    # migrated and the DAG run made; the run's first task finds it up, or waits for its start lock
+    starter = subprocess.Popen([sys.executable, "-m", "spark_jobs.connect_server", "start"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     print(f"airflow db migrate (AIRFLOW_HOME={env['AIRFLOW_HOME']})")
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True)
     print(f"airflow dags test {dag_id} --conf '{json.dumps(conf)}'", flush=True)
@@ -104,6 +108,9 @@ def run_dag(dag_id: str, conf: dict, allowed_roots: tuple[str, ...] = ()) -> int
         if shown is not None:
             print("  " + shown, flush=True)
     code = proc.wait()
+    started, _ = starter.communicate()
+    if starter.returncode != 0:  # the first task started it, or said why it could not
+        print(f"(starting the Spark Connect server beforehand failed: {started.strip()[-500:]})", file=sys.stderr)
     log = "".join(lines)
     if code != 0 or "state=success" not in log:
         print(log[-4000:], file=sys.stderr)
