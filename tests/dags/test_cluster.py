@@ -152,7 +152,7 @@ def fault_conf(job, edges, bucket, epochs) -> dict:
 def test_a_worker_lost_in_the_middle_of_an_epoch(cluster, holds, airflow_env, spark, moto_endpoint, bucket,
                                                  tmp_path):
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(40, 0.1, seed=22))
-    epochs, log_path = 3, tmp_path / "dags_test.log"  # the worker lost in the middle one
+    epochs, log_path = 2, tmp_path / "dags_test.log"  # the worker lost in the second one, epoch 1
     victim = None
     with armed(holds, WORKER_LOST_AT):
         proc = start_dags_test(cluster_env(airflow_env, cluster, moto_endpoint, "connect"),

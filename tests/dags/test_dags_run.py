@@ -48,7 +48,7 @@ def test_iterate_pagerank(airflow_env, spark, tmp_path):
     through Airflow's Stats, received here by a StatsD listener on loopback."""
     edges = write_edges(tmp_path / "edges.csv", graph_with_dangling(30, 0.12, seed=5))
     conf = {"job_id": "pr-dag", "input_path": edges, "checkpoint_root": str(tmp_path / "store"),
-            "output_path": str(tmp_path / "out"), "max_epochs": 5, "tolerance": 0, "num_partitions": 3,
+            "output_path": str(tmp_path / "out"), "max_epochs": 4, "tolerance": 0, "num_partitions": 3,
             "damping": 0.85, "retain_last": 10}
     statsd = StatsdListener()
     lineage = tmp_path / "openlineage.jsonl"  # the OpenLineage provider's file transport
@@ -62,21 +62,21 @@ def test_iterate_pagerank(airflow_env, spark, tmp_path):
         statsd.close()
     lines = [re.search(r"epoch (\d+) committed: feedback=(\d+) l1_delta=(\S+)", line) for line in log.splitlines()]
     committed = {int(m[1]): (int(m[2]), float(m[3])) for m in lines if m}
-    assert sorted(committed) == list(range(5)), "one progress line per epoch"
+    assert sorted(committed) == list(range(4)), "one progress line per epoch"
     scoped = "airflow.iterations.iterate_pagerank.pr-dag.epoch"
     for name in ("airflow.iterations.epoch", scoped):  # tagged (tags dropped by plain StatsD) and by name
-        assert statsd.values(f"{name}.number", "g") == [0, 1, 2, 3, 4], statsd.lines[:50]
-        assert statsd.values(f"{name}.feedback", "g") == [committed[e][0] for e in range(5)]
-        assert statsd.values(f"{name}.metric.l1_delta", "g") == pytest.approx([committed[e][1] for e in range(5)], rel=1e-3)
-        assert len(statsd.values(f"{name}.duration", "ms")) == 5 and min(statsd.values(f"{name}.duration", "ms")) > 0
+        assert statsd.values(f"{name}.number", "g") == [0, 1, 2, 3], statsd.lines[:50]
+        assert statsd.values(f"{name}.feedback", "g") == [committed[e][0] for e in range(4)]
+        assert statsd.values(f"{name}.metric.l1_delta", "g") == pytest.approx([committed[e][1] for e in range(4)], rel=1e-3)
+        assert len(statsd.values(f"{name}.duration", "ms")) == 4 and min(statsd.values(f"{name}.duration", "ms")) > 0
         sizes = statsd.values(f"{name}.checkpoint_bytes", "g")
-        assert len(sizes) == 5 and min(sizes) > 0
-        assert statsd.values(f"{name}.committed", "c") == [1] * 5
+        assert len(sizes) == 4 and min(sizes) > 0
+        assert statsd.values(f"{name}.committed", "c") == [1] * 4
     published = read_published(tmp_path / "out", "ranks")
     ours = dict(zip(published["node"], published["rank"]))
 
     reference = JobConfig(job_id="pr-lib", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "lib"),
-                          max_epochs=5, tolerance=0.0, num_partitions=3)
+                          max_epochs=4, tolerance=0.0, num_partitions=3)
     assert ours == ranks_of(IterationRunner(reference, spark).run().outputs["ranks"])
 
     job = IterationJob(JobConfig(job_id="pr-dag", body="pagerank", input=edges, checkpoint_root=str(tmp_path / "store")))
@@ -90,7 +90,7 @@ def test_iterate_pagerank(airflow_env, spark, tmp_path):
     assert f"output {uri}: asset event for version v-pr-dag-{final_id} ({len(ours)} rows)" in log
     first_events = lineage_events(lineage)
     again = dags_test({**airflow_env, **ol_env}, "iterate_pagerank", conf)
-    assert "job pr-dag is TERMINATED: epoch 5 is not needed" in again, "a finished job computes nothing"
+    assert "job pr-dag is TERMINATED: epoch 4 is not needed" in again, "a finished job computes nothing"
     assert job.log.latest_id() == final_id, "a second run commits nothing"
     assert dict(zip(*read_published(tmp_path / "out", "ranks")[["node", "rank"]].T.values)) == ours
     assert [e["extra"] for e in asset_events(airflow_env, uri)] == [first], "the same publication: no second event"
@@ -107,7 +107,7 @@ def test_iterate_pagerank(airflow_env, spark, tmp_path):
         {"epoch_0.run", "finish", "continue"}
     heads = [e["run"]["facets"]["iterations"] for e in first_events
              if e["eventType"] == "COMPLETE" and e["job"]["name"].endswith(".run")]
-    assert sorted(h["epoch"] for h in heads) == [0, 1, 2, 3, 4]
+    assert sorted(h["epoch"] for h in heads) == [0, 1, 2, 3]
     assert {(i["namespace"], i["name"]) for e in events for i in e.get("inputs", [])} == {("file", edges)}
     finishes = [e for e in events if e["eventType"] == "COMPLETE" and e["job"]["name"] == "iterate_pagerank.finish"]
     assert len(finishes) == 2
@@ -123,10 +123,10 @@ def test_iterate_pagerank(airflow_env, spark, tmp_path):
     rewound = dags_test(airflow_env, "iterate_pagerank", {**conf, "rewind_to": 3})
     assert "generation pr-dag.r1 recomputes it from epoch 3 of pr-dag" in rewound
     assert "job pr-dag.r1: starts from checkpoint 2 of pr-dag (copied, verified): epoch 3 is next" in rewound
-    assert [e for e in range(8) if f"epoch {e} committed" in rewound] == [3, 4]
+    assert [e for e in range(8) if f"epoch {e} committed" in rewound] == [3]
     assert published_job(tmp_path / "out", "ranks") == "pr-dag.r1"
     assert dict(zip(*read_published(tmp_path / "out", "ranks")[["node", "rank"]].T.values)) == ours, \
-        "epochs 3 and 4 again from checkpoint 2: the ranks of the run it replaced, bit for bit"
+        "epoch 3 again from checkpoint 2: the ranks of the run it replaced, bit for bit"
     assert job.log.latest_id() == final_id, "the rewound generation is left as it was"
     recomputed = published_of(tmp_path / "out", "ranks")
     assert [e["extra"] for e in asset_events(airflow_env, uri)] == [first, {

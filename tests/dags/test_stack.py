@@ -104,7 +104,8 @@ def test_a_job_of_two_batches_with_a_celery_worker_killed_mid_epoch(stack, api, 
     """Epoch 1's run task is on a Celery worker when that worker's machine dies (every process
     of the worker: its pool, the task supervisor, the task process). The scheduler notices the
     missing heartbeat, the task runs again on the other worker with a new attempt, the killed
-    attempt never commits, and the continuations carry the job to its end."""
+    attempt never commits, and the continuations carry the job to its end. Then a fork of the
+    finished job (``_fork_of``)."""
     job = "pr-stack-killed"
     conf, edges = _job(stack, job, seed=31, epochs=3)
     run_id = api.trigger("iterate_pagerank", conf)
@@ -167,6 +168,10 @@ def test_a_job_of_two_batches_with_a_celery_worker_killed_mid_epoch(stack, api, 
         assert "'ranks' taken over from the Spark Connect session" in text, (run, task_id, text[-3000:])
         # the task logs the workers keep read as sentences: no callsite (loc=file.py:123) on a line
         assert "loc=" not in text and '"loc"' not in text, (run, task_id, text[-3000:])
+
+    # the job goes on as a fork of its checkpoint 1 at another damping (the scenario of
+    # docs/airflow.md "Forking a job" on S3 and Celery): only read, the fork's epoch numpy's
+    _fork_of(stack, api, job, conf, graph_with_dangling(120, 0.04, seed=31))
 
 
 def test_postgresql_then_the_triggerer_restarted_in_the_middle_of_a_batch(stack, api, holds, spark, tmp_path):
@@ -293,10 +298,10 @@ def _dates_state(root: str) -> dict[str, bytes]:
     return out
 
 
-def test_backfill_three_dates_then_two_again_then_recompute_one(stack, api):
+def test_backfill_three_dates_then_the_last_again_then_recompute_one(stack, api):
     """``airflow backfill create`` of three dates of the daily PageRank on PostgreSQL: each date's
     batch warm-starts from the previous date's final checkpoint and publishes under its date; a
-    backfill of the last two dates again (``--reprocess-behavior completed``) changes nothing; a
+    backfill of the last date again (``--reprocess-behavior completed``) changes nothing; a
     recompute of the middle date replaces its outputs atomically with what the same starting
     checkpoint gives."""
     work = os.path.join(stack.home, "inputs", "daily")  # under the stack's allowed roots
@@ -351,9 +356,9 @@ def test_backfill_three_dates_then_two_again_then_recompute_one(stack, api):
         text = open(path, errors="replace").read()
         assert "its modules were preloaded" in text and "imported by this process" not in text, (path, text[-3000:])
 
-    # the second date warm-starts from the first's final checkpoint again, the third from the second's
-    again = run_backfill("--reprocess-behavior", "completed", since="2026-01-02")
-    assert [r["state"] for r in again] == ["success"] * 2, api.log_tail()
+    # the last date again: it warm-starts from the second's final checkpoint again
+    again = run_backfill("--reprocess-behavior", "completed", since="2026-01-03")
+    assert [r["state"] for r in again] == ["success"], api.log_tail()
     assert _dates_state(work) == first, "re-running the batches changes nothing"
 
     before = read_published(os.path.join(work, "out", dates[1]), "ranks")
@@ -530,11 +535,13 @@ def test_a_publication_is_approved_on_the_staged_data_exactly_once(stack, api, h
     assert versions == {published["version"]}, "one version: nothing staged left beside it"
 
 
-def test_a_fork_on_the_stack_goes_on_from_its_parents_checkpoint_and_only_reads_it(stack, api):
-    """fork_from on the stack (S3 store, Celery): a PageRank job of 1 epoch, then a fork of its
-    checkpoint 0 at another damping. The fork's epochs 1 and 2 equal numpy's from the parent's
-    checkpoint 0; every object of the parent's directory is as it was (same keys, same
+def _fork_of(stack: Stack, api: StackApi, parent: str, conf: dict, graph) -> None:
+    """fork_from on the stack (S3 store, Celery), from a finished job of this module: a fork of
+    the parent's checkpoint 1 at another damping. The fork's epoch 2 equals numpy's from the
+    parent's checkpoint 1; every object of the parent's directory is as it was (same keys, same
     ETags); the fork's asset event names its parent."""
+    import io
+
     import numpy as np
     import pandas as pd
 
@@ -542,19 +549,15 @@ def test_a_fork_on_the_stack_goes_on_from_its_parents_checkpoint_and_only_reads_
     from include.store import open_store
     from tests.integration.test_forks import pagerank_steps
 
-    parent, fork = "pr-stack-parent", "pr-stack-fork"
-    conf, _ = _job(stack, parent, seed=53, epochs=1)
-    api.trigger("iterate_pagerank", conf)
-    _wait_job(api, parent, batches=1)
-    prefix = "ckpt/jobs/" + parent + "/"
+    fork, prefix = f"{parent}-fork", f"ckpt/jobs/{parent}/"
 
     def parent_objects() -> dict[str, str]:
         pages = _s3(stack).get_paginator("list_objects_v2").paginate(Bucket="iterations-checkpoints", Prefix=prefix)
         return {o["Key"]: o["ETag"] for page in pages for o in page.get("Contents", [])}
 
     before = parent_objects()
-    fork_conf = {**conf, "job_id": fork, "output_path": f"{OUTPUTS}/{fork}", "fork_from": f"{parent}:0",
-                 "damping": 0.6, "max_epochs": 3}
+    fork_conf = {**conf, "job_id": fork, "output_path": f"{OUTPUTS}/{fork}", "fork_from": f"{parent}:1",
+                 "damping": 0.6}
     run_id = api.trigger("iterate_pagerank", fork_conf)
     assert api.wait_run("iterate_pagerank", run_id) == "success", api.log_tail()
     assert parent_objects() == before, "the parent's store is only read"
@@ -563,21 +566,18 @@ def test_a_fork_on_the_stack_goes_on_from_its_parents_checkpoint_and_only_reads_
                        secret_access_key=stack.state["secrets"]["s3_secret"])
 
     def ranks(job: str, checkpoint: int) -> dict:
-        import io
-
         manifest = CheckpointLog(store, job).load(checkpoint, verify="full")
         frame = pd.concat(pd.read_parquet(io.BytesIO(store.get(f.key))) for f in manifest.variables["ranks"].files)
         return dict(zip(frame["node"], frame["rank"]))
 
-    graph = graph_with_dangling(120, 0.04, seed=53)  # _job's graph
-    expected = pagerank_steps(graph, ranks(parent, 0), 0.6, 2)
-    for epoch, want in zip((1, 2), expected):
-        got = ranks(fork, epoch)
-        assert got.keys() == want.keys() and max(abs(got[k] - want[k]) for k in want) < 1e-12, epoch
-    assert np.isclose(sum(expected[-1].values()), 1.0)
+    [want] = pagerank_steps(graph, ranks(parent, 1), 0.6, 1)
+    got = ranks(fork, 2)
+    assert got.keys() == want.keys() and max(abs(got[k] - want[k]) for k in want) < 1e-12
+    assert np.isclose(sum(want.values()), 1.0)
+    assert max(abs(got[k] - r) for k, r in ranks(parent, 2).items()) > 1e-6, "not the parent's own epoch 2"
     [event] = [e for e in api.get("/api/v2/assets/events?source_dag_id=iterate_pagerank&limit=1000")["asset_events"]
                if e["uri"] == f"{OUTPUTS}/{fork}/ranks"]
-    assert event["extra"]["forked_from"] == {"job_id": parent, "checkpoint_id": 0, "epoch": 0}
+    assert event["extra"]["forked_from"] == {"job_id": parent, "checkpoint_id": 1, "epoch": 1}
 
 
 def test_a_dag_scheduled_on_its_input_runs_a_batch_per_publication(stack, api):
