@@ -18,7 +18,10 @@ partition by partition, for the same bits (a partition's rows are summed in bloc
 Initialisation is k-means++ made deterministic by a seed: each round picks the point with the
 largest ``log(u) / D(x)^2`` (Efraimidis-Spirakis weighted sampling, weights D(x)^2), where
 ``u`` in (0, 1) is a hash of (seed, round, the point's features): the same data and seed give
-the same centroids whatever the partitioning. A cluster that loses all its points keeps its
+the same centroids whatever the partitioning. Points too many for the driver to hold
+(``LOCAL_INIT_VALUES``, ``HELD_STEP_VALUES``) start from k-means|| instead (MLlib's
+initialisation, ``_parallel_init``), made deterministic the same way: a few Spark passes
+whatever k, where k-means++ takes one per centroid. A cluster that loses all its points keeps its
 centroid; the data check ``no_empty_cluster`` refuses such an epoch unless the job lowers its
 severity to ``warning``. Input with null, NaN or infinite features, arrays of other lengths or
 of non-numbers, or fewer distinct points than k, is refused (``InputDataError`` naming the
@@ -64,6 +67,12 @@ LOCAL_STEP_VALUES = 1 << 20
 LOCAL_STEP_WORK = 1 << 26
 HELD_STEP_VALUES = 1 << 24
 HELD_STEP_WORK = 1 << 28
+# k-means|| (beyond the driver's thresholds): sampling passes, and points sampled per pass per
+# cluster (MLlib's initSteps and its 2k per step), Lloyd's passes over the weighted candidates
+PARALLEL_INIT_STEPS = 2
+PARALLEL_INIT_OVERSAMPLING = 2
+PARALLEL_INIT_LLOYD = 30
+_PARALLEL_ROUNDS = 1 << 20  # k-means||' draws use rounds of their own (u of seed, round, point)
 
 
 @dataclass(frozen=True)
@@ -71,7 +80,8 @@ class KMeansParams:
     """The parameters, each declared once: its default, description and schema."""
 
     k: int = param(3, "Number of clusters.", type="integer", minimum=1, maximum=10_000)
-    seed: int = param(42, "Seed of the deterministic k-means++ initialisation.", type="integer")
+    seed: int = param(42, "Seed of the deterministic initialisation (k-means++; k-means|| for inputs too large for "
+                      "the driver).", type="integer")
     features: tuple[str, ...] | None = param(
         None, "Feature columns (numeric), or one column of arrays or ML vectors; null: every numeric column but "
         "id, else the input's only array or vector column.", type=["null", "array"], minItems=1)
@@ -163,14 +173,17 @@ class KMeans(IterationBody):
                 new = K.exact_d2(X, chosen[-1])
                 d2 = new if d2 is None else np.minimum(d2, new)
             return [c.tolist() for c in chosen]
+        if rounds:
+            centers = _parallel_init(points, dim, params, chosen)
+            if centers is not None:
+                return centers
+            log.info("k-means||: fewer than k=%d distinct candidates; k-means++ in Spark, one pass per round",
+                     params.k)
         for round_ in rounds:
-            found = points.mapInArrow(_round_function(params.seed, round_, np.array(chosen), dim),
-                                      "key double, x array<double>").collect()
-            found = [r for r in found if r["key"] is not None]
-            if not found:
+            best = _spark_round(points, dim, params.seed, round_, chosen)
+            if best is None:
                 self._too_few_distinct(params, chosen, data)
-            best = max(found, key=lambda r: r["key"])  # an equal key is the same point (the same hash)
-            chosen.append(np.array(best["x"], dtype=float))
+            chosen.append(best)
         return [c.tolist() for c in chosen]
 
     @staticmethod
@@ -191,7 +204,7 @@ class KMeans(IterationBody):
 
     def fork(self, variables: Mapping[str, DataFrame], data: Mapping[str, Any], ctx: EpochContext) -> dict[str, DataFrame]:
         """A fork with another ``k``: with fewer clusters, the centroids of the lowest cluster ids
-        stay; with more, k-means++ picks the new ones given the parent's (``initial_centroids``
+        stay; with more, the initialisation picks the new ones given the parent's (``initial_centroids``
         from them, deterministic from the fork's seed); with the same k, the parent's as they are."""
         from spark_jobs.frames import local_frame, rows_of
 
@@ -270,6 +283,70 @@ class KMeans(IterationBody):
                                         StructType([*original, StructField("cluster_id", IntegerType())]))
         return {"centroids": centroids, "assignments": assignments}
 
+
+def _spark_round(points: DataFrame, dim: int, seed: int, round_: int, chosen: list) -> Any:
+    """k-means++'s pick of round ``round_`` over the points in Spark (one pass), or None when
+    every point is one of the chosen centroids."""
+    import numpy as np
+
+    found = points.mapInArrow(_round_function(seed, round_, np.array(chosen), dim),
+                              "key double, x array<double>").collect()
+    found = [r for r in found if r["key"] is not None]
+    if not found:
+        return None
+    best = max(found, key=lambda r: r["key"])  # an equal key is the same point (the same hash)
+    return np.array(best["x"], dtype=float)
+
+
+def _parallel_init(points: DataFrame, dim: int, params: KMeansParams, start: list) -> list[list[float]] | None:
+    """k-means|| (Bahmani et al., MLlib's initialisation) for points the driver does not hold,
+    deterministic as k-means++ is here: the first centroid is k-means++'s first pick (unless
+    centroids are given: ``start``); each of ``PARALLEL_INIT_STEPS`` Spark passes adds the
+    ``PARALLEL_INIT_OVERSAMPLING`` x k distinct points with the largest log(u) / D(x)^2 (a
+    weighted sample without replacement, u a hash of seed, step and the point); one more pass
+    counts the points nearest each candidate; on the driver, k-means++ over the candidates
+    weighted by those counts, then Lloyd's passes over them. ``PARALLEL_INIT_STEPS`` + 2 Spark
+    passes, whatever k. None when fewer than k distinct candidates were found (the caller runs
+    k-means++ round by round, which names an input with fewer than k distinct points)."""
+    import numpy as np
+
+    from spark_jobs.bodies import kmeans_kernels as K
+
+    k = params.k
+    candidates = [np.asarray(c, dtype=float) for c in start]
+    if not candidates:
+        first = _spark_round(points, dim, params.seed, 0, [])
+        if first is None:
+            return None
+        candidates.append(first)
+    per_step = PARALLEL_INIT_OVERSAMPLING * k
+    for step in range(PARALLEL_INIT_STEPS):
+        rows = points.mapInArrow(
+            _sample_function(params.seed, _PARALLEL_ROUNDS + step, np.array(candidates), dim, per_step),
+            "key double, x array<double>").collect()
+        # the partitions' samples merged: the largest keys, a repeated point once, ties by value
+        rows = sorted(((r["key"], tuple(r["x"])) for r in rows), key=lambda r: (-r[0], r[1]))
+        seen, added = {tuple(c.tolist()) for c in candidates}, 0
+        for _key, x in rows:
+            if added == per_step:
+                break
+            if x not in seen:
+                seen.add(x)
+                candidates.append(np.array(x, dtype=float))
+                added += 1
+    X = np.array(candidates)
+    partials = points.mapInArrow(_sums_function(X, dim), "cluster_id int, count long, sums array<double>").toArrow()
+    weights = np.zeros(len(X))
+    np.add.at(weights, partials.column("cluster_id").to_numpy(), partials.column("count").to_numpy())
+    picked = K.weighted_plus_plus(X, weights, params.seed, k, fixed=len(start), first_round=2 * _PARALLEL_ROUNDS)
+    if picked is None:
+        return None
+    centers = K.weighted_lloyd(X, weights, X[picked], fixed=len(start), iterations=PARALLEL_INIT_LLOYD)
+    log.info("k-means||: %d candidates from %d sampling passes, k=%d centroids (weighted k-means++ and "
+             "Lloyd's passes over them)", len(X), PARALLEL_INIT_STEPS, k)
+    return [c.tolist() for c in centers]
+
+
 # The points the driver holds for Lloyd's pass, per process: id(points frame) -> (a weak
 # reference to the frame, each partition's points as a matrix in partition order, or None when
 # one pass over them ran in Spark and none is held yet)
@@ -342,6 +419,28 @@ def _round_function(seed: int, round_: int, chosen, dim: int):
         yield pa.RecordBatch.from_pydict({"key": [best[0] if best else None], "x": [best[1] if best else None]},
                                          schema=pa.schema([("key", pa.float64()), ("x", pa.list_(pa.float64()))]))
     return best_in_partition
+
+
+def _sample_function(seed: int, round_: int, chosen, dim: int, count: int):
+    def sample_in_partition(batches):
+        import numpy as np
+        import pyarrow as pa
+
+        from spark_jobs.bodies import kmeans_kernels as K
+
+        keys, hashes, xs = np.zeros(0), np.zeros(0, dtype=np.uint64), np.zeros((0, dim))
+        for batch in batches:  # the partition's best `count` so far, and this batch's
+            X = K.matrix(batch.column("__x"), dim)
+            h = K.point_hashes(X)
+            key = K.sampling_keys(K.uniform(h, seed, round_), K.min_d2(X, chosen))
+            top = K.top_distinct(key, h, count)
+            keys, hashes, xs = (np.concatenate([keys, key[top]]), np.concatenate([hashes, h[top]]),
+                                np.concatenate([xs, X[top]]))
+            best = K.top_distinct(keys, hashes, count)
+            keys, hashes, xs = keys[best], hashes[best], xs[best]
+        yield pa.RecordBatch.from_pydict({"key": keys.tolist(), "x": xs.tolist()},
+                                         schema=pa.schema([("key", pa.float64()), ("x", pa.list_(pa.float64()))]))
+    return sample_in_partition
 
 
 def _sums_function(C, dim: int):

@@ -46,6 +46,13 @@ def exact_d2(X: np.ndarray, c: np.ndarray) -> np.ndarray:
     return np.einsum("ij,ij->i", diff, diff)
 
 
+def sampling_keys(u: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Efraimidis-Spirakis keys, log(u) / weight: the largest keys are a weighted sample without
+    replacement; -inf where the weight is 0 (never drawn)."""
+    with np.errstate(divide="ignore"):
+        return np.where(weight > 0, np.log(u) / np.where(weight > 0, weight, 1.0), -np.inf)
+
+
 def best_candidate(X: np.ndarray, hashes: np.ndarray, seed: int, round_: int,
                    d2: np.ndarray | None) -> tuple[float, int] | None:
     """k-means++'s pick among these points for round ``round_`` (Efraimidis-Spirakis weighted
@@ -54,13 +61,81 @@ def best_candidate(X: np.ndarray, hashes: np.ndarray, seed: int, round_: int,
     if len(X) == 0:
         return None
     u = uniform(hashes, seed, round_)
-    if d2 is None:
-        key = u
-    else:
-        with np.errstate(divide="ignore"):
-            key = np.where(d2 > 0, np.log(u) / np.where(d2 > 0, d2, 1.0), -np.inf)
+    key = u if d2 is None else sampling_keys(u, d2)
     i = int(np.argmax(key))
     return (float(key[i]), i) if np.isfinite(key[i]) else None
+
+
+def min_d2(X: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """Squared distance of every row to its nearest row of ``C`` (exactly 0 for a row equal to
+    one of them; +inf when ``C`` is empty)."""
+    d2 = np.full(len(X), np.inf)
+    for c in C:
+        np.minimum(d2, exact_d2(X, c), out=d2)
+    return d2
+
+
+def top_distinct(keys: np.ndarray, hashes: np.ndarray, count: int) -> np.ndarray:
+    """Rows of the ``count`` largest finite keys among distinct points (by hash: a repeated
+    point is one candidate), largest first, ties by hash: the same rows whatever order the
+    points come in. Fewer when fewer distinct points have a finite key."""
+    finite = np.flatnonzero(np.isfinite(keys))
+    take = min(len(finite), max(count, 1) * 4)
+    while True:
+        if take < len(finite):
+            top = finite[np.argpartition(-keys[finite], take - 1)[:take]]
+        else:
+            top = finite
+        top = top[np.lexsort((hashes[top], -keys[top]))]
+        _, first = np.unique(hashes[top], return_index=True)
+        distinct = top[np.sort(first)]
+        # the distinct points among the largest `take` keys are the largest distinct ones only
+        # if enough of them were found (or every finite key was looked at)
+        if len(distinct) >= count or take >= len(finite):
+            return distinct[:count]
+        take = min(len(finite), take * 4)
+
+
+def weighted_plus_plus(X: np.ndarray, weights: np.ndarray, seed: int, k: int, fixed: int,
+                       first_round: int) -> list[int] | None:
+    """k-means++ over weighted candidates (k-means||'s last step): the rows of ``X`` chosen,
+    its first ``fixed`` rows (centroids given) first; each round draws the candidate with the
+    largest log(u) / (w D(x)^2) (the first, when nothing is fixed: log(u) / w), u of (seed,
+    ``first_round`` + round, the candidate). None when fewer than k candidates can be drawn."""
+    hashes = point_hashes(X)
+    chosen = list(range(fixed))
+    d2 = min_d2(X, X[:fixed]) if fixed else None
+    w = weights.astype(np.float64).copy()
+    w[:fixed] = 0.0
+    for round_ in range(fixed, k):
+        key = sampling_keys(uniform(hashes, seed, first_round + round_), w if d2 is None else w * d2)
+        i = int(np.argmax(key))
+        if not np.isfinite(key[i]):
+            return None
+        chosen.append(i)
+        new = exact_d2(X, X[i])
+        d2 = new if d2 is None else np.minimum(d2, new)
+    return chosen
+
+
+def weighted_lloyd(X: np.ndarray, weights: np.ndarray, C: np.ndarray, fixed: int, iterations: int) -> np.ndarray:
+    """Lloyd's passes over weighted candidates from centroids ``C`` (k-means||'s refinement),
+    moving all but the first ``fixed``; an empty cluster keeps its centroid. Stops when no
+    candidate changes cluster."""
+    C = C.copy()
+    labels = None
+    for _ in range(iterations):
+        new = nearest(X, C)
+        if labels is not None and np.array_equal(new, labels):
+            break
+        labels = new
+        mass = np.bincount(labels, weights=weights, minlength=len(C))
+        sums = np.zeros_like(C)
+        np.add.at(sums, labels, X * weights[:, None])
+        moved = np.flatnonzero(mass > 0)
+        moved = moved[moved >= fixed]
+        C[moved] = sums[moved] / mass[moved, None]
+    return C
 
 
 def nearest(X: np.ndarray, C: np.ndarray) -> np.ndarray:

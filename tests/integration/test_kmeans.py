@@ -68,6 +68,58 @@ def test_init_is_kmeans_plus_plus_spread(spark, tmp_path):
     assert body.init(data, ctx)["centroids"].count() == 3
 
 
+def test_kmeans_parallel_init_for_points_the_driver_does_not_hold(spark, tmp_path, monkeypatch):
+    """Beyond what the driver collects, the initialisation is k-means||: a fixed number of Spark
+    passes whatever k (k-means++ took one per centroid), one centroid per well separated blob,
+    the same centroids on any partitioning, the centroids a fork keeps kept first, and a k above
+    the number of distinct points still refused by name."""
+    from sklearn.datasets import make_blobs
+
+    from include.errors import InputDataError
+    from spark_jobs.bodies import kmeans
+
+    for threshold in ("LOCAL_INIT_VALUES", "LOCAL_STEP_VALUES", "HELD_STEP_VALUES"):
+        monkeypatch.setattr(kmeans, threshold, 0)
+    passes = []
+    for name, label in (("_spark_round", "round"), ("_sample_function", "sample"), ("_sums_function", "weights")):
+        original = getattr(kmeans, name)
+        monkeypatch.setattr(kmeans, name, lambda *a, _f=original, _l=label, **kw: passes.append(_l) or _f(*a, **kw))
+    centres = np.array([[0, 0], [60, 60], [-60, 60], [60, -60], [-60, -60]], dtype=float)
+    X, _ = make_blobs(n_samples=3000, centers=centres, cluster_std=1.0, random_state=4)
+    pd.DataFrame({"a": X[:, 0], "b": X[:, 1]}).to_parquet(tmp_path / "p.parquet")
+    body = resolve_body("kmeans")
+    params = body.parse_params({"k": 5, "seed": 9})
+
+    def blobs_of(init) -> set[int]:
+        return {int(np.argmin(np.linalg.norm(centres - c, axis=1))) for c in init}
+
+    inits = []
+    for partitions in (2, 3):
+        data = body.load(read_input(spark, InputSpec(str(tmp_path / "p.parquet")), partitions), params)
+        passes.clear()
+        inits.append(np.array(body.initial_centroids(data, params)))
+        assert passes == ["round"] + ["sample"] * kmeans.PARALLEL_INIT_STEPS + ["weights"]
+    assert inits[0].shape == (5, 2)
+    assert np.array_equal(inits[0], inits[1]), "the same centroids on 2 and 3 partitions"
+    assert blobs_of(inits[0]) == {0, 1, 2, 3, 4}
+
+    passes.clear()
+    many = np.array(body.initial_centroids(data, body.parse_params({"k": 40, "seed": 9})))
+    assert len({tuple(c) for c in many}) == 40 and len(passes) == kmeans.PARALLEL_INIT_STEPS + 2
+
+    kept = inits[0][:2].tolist()  # a fork from k=2 to k=5 keeps its parent's two
+    forked = body.initial_centroids(data, params, start=kept)
+    assert forked[:2] == kept and blobs_of(forked) == {0, 1, 2, 3, 4}
+
+    four = np.repeat(centres[:4], 500, axis=0)  # 4 distinct points
+    pd.DataFrame({"a": four[:, 0], "b": four[:, 1]}).to_parquet(tmp_path / "four.parquet")
+    data = body.load(read_input(spark, InputSpec(str(tmp_path / "four.parquet")), 2), params)
+    with pytest.raises(InputDataError, match=r"k=5 needs at least 5 distinct points, the input has 4 distinct"):
+        body.initial_centroids(data, params)
+    params4 = body.parse_params({"k": 4, "seed": 9})
+    assert {tuple(c) for c in body.initial_centroids(data, params4)} == {tuple(c) for c in centres[:4]}
+
+
 def test_the_pass_on_the_driver_writes_the_same_bits_as_the_spark_pass(spark, tmp_path, monkeypatch):
     """Small inputs are summed by the driver over the partitions' points it holds from the first
     pass, medium ones from k-means++ or else the second pass in the process (the first runs in Spark); the
