@@ -8,8 +8,10 @@
 #                   Spark standalone, moto_server): `./run.sh stack stop` stops it (docs/cluster.md)
 #   ./run.sh ui     set up, then start the Airflow UI on this machine (airflow standalone, port
 #                   ITERATIONS_UI_PORT or 8080): `./run.sh ui stop` stops every process it started
-#   ./run.sh setup  only set up (.venv with pinned requirements, Java 17 if missing; the tests add
-#                   chromium, PostgreSQL and Redis, which only they need)
+#   ./run.sh setup  only set up (.venv with every pinned requirement, Java 17 if missing; the tests
+#                   add chromium, PostgreSQL and Redis, which only they need)
+# Each command installs only what it runs: demo requirements-demo.txt, ui requirements.txt,
+# stack requirements-stack.txt, test and setup requirements-test.txt (which includes the others).
 set -euo pipefail
 cd "$(dirname "$0")"
 ROOT=$(pwd)
@@ -61,22 +63,30 @@ ensure_stack_services() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql redis-server >/dev/null
 }
 
+# Installs one set of pinned requirements (requirements-<set>.txt; "runtime": requirements.txt)
+# into .venv, once per change of the pins: each command installs what it runs and no more.
 ensure_venv() {
-  local stamp="$VENV/.installed"
+  local set=$1
+  local file=requirements-$set.txt
+  [ "$set" = runtime ] && file=requirements.txt
+  local stamp="$VENV/.installed-$set"
   local want
   # the pins, the project's packaging, and where the checkout is (an editable install points at it)
-  want=$( (cat requirements.txt constraints.txt pyproject.toml; echo "$ROOT $UV_VERSION bytecode") | sha256sum | cut -d' ' -f1)
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then return 0; fi
+  want=$( (cat requirements*.txt constraints.txt pyproject.toml; echo "$ROOT $UV_VERSION bytecode") | sha256sum | cut -d' ' -f1)
+  local installed
+  for installed in "$stamp" "$VENV/.installed-test"; do  # the test set includes every other
+    if [ -f "$installed" ] && [ "$(cat "$installed")" = "$want" ]; then return 0; fi
+  done
   if [ ! -x "$VENV/bin/python" ]; then
     log "creating virtual environment in .venv with $($PY --version)"
     "$PY" -m venv "$VENV"
   fi
-  log "installing the pinned requirements with uv"
+  log "installing the pinned requirements with uv ($file)"
   local started=$SECONDS
   # uv installs the same pins and constraints as pip would, several times faster (bench/RESULTS.md)
   pip_quiet install -q "uv==$UV_VERSION"
   local uv=("$VENV/bin/uv" pip install -q --python "$VENV/bin/python")
-  "${uv[@]}" -r requirements.txt -c constraints.txt
+  "${uv[@]}" -r "$file" -c constraints.txt
   # pyspark-client (required by the spark provider) shares the pyspark package directory:
   # install pyspark again last so the Python files match its 4.3.0 jars. Uninstall, then install
   # from the build just cached (`--reinstall` implies `--refresh`: a second build of the sdist)
@@ -95,12 +105,13 @@ ensure_venv() {
   # to each setup): keep only what is reachable, or every fresh clone grows the cache
   "$VENV/bin/uv" cache prune -q
   log "installed in $((SECONDS - started)) s"
+  touch "$VENV/.installed"  # when the environment last changed (ensure_class_archive)
   echo "$want" > "$stamp"
 }
 
 setup() {
   ensure_java
-  ensure_venv
+  ensure_venv "${1:-test}"
   # the project's own modules too (only what changed since the last run is compiled again; a
   # file that does not compile is left to fail where it is imported, with Python's own message)
   "$VENV/bin/python" -m compileall -q -j 0 include spark_jobs plugins dags stack tests bench examples >/dev/null 2>&1 || true
@@ -125,20 +136,20 @@ case "$cmd" in
     log "ready: activate with 'source .venv/bin/activate'"
     ;;
   demo)
-    setup
+    setup demo
     exec "$VENV/bin/python" -m spark_jobs.demo "$@"
     ;;
   stack)
-    setup
+    setup stack
     ensure_stack_services
     exec "$VENV/bin/python" -m stack "$@"
     ;;
   ui)
-    setup
+    setup runtime
     exec "$VENV/bin/python" -m stack.ui "$@"
     ;;
   test)
-    setup
+    setup test
     ensure_chromium
     ensure_stack_services
     ensure_class_archive
