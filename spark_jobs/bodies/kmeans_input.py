@@ -41,15 +41,19 @@ def feature_columns(raw: DataFrame, params: Any) -> tuple[list[str], str | None]
 
 def load_points(raw: DataFrame, params: Any) -> dict[str, Any]:
     """k-means' static data (``KMeans.load``): the points, cached, with their features as one
-    array column ``__x``; the feature columns, the vector column (or None), the number of
+    array column ``__x`` (an input column of doubles as it is, cached once: ``cached_input``
+    then holds what is cached); the feature columns, the vector column (or None), the number of
     features and of points. Refuses (``InputDataError``, naming the column and a sample row)
     nulls, NaN, infinities, arrays of other lengths or of non-numbers, empty input, fewer points
     than k: one Spark job inspects every partition."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType, DoubleType
 
     from spark_jobs.bodies.kmeans_kernels import inspect_partition
 
     scalars, vector = feature_columns(raw, params)
+    as_is = vector is not None and isinstance(raw.schema[vector].dataType, ArrayType) \
+        and isinstance(raw.schema[vector].dataType.elementType, DoubleType)
     if vector is not None:
         kind = vector_kind(raw.schema[vector].dataType)
         if kind.startswith("array-of-"):
@@ -64,7 +68,12 @@ def load_points(raw: DataFrame, params: Any) -> dict[str, Any]:
             x = F.col(vector).cast("array<double>")
     else:
         x = F.array(*[F.col(f).cast("double") for f in scalars])
-    points = raw.select(*raw.columns, x.alias("__x")).cache()
+    if as_is:  # an array of doubles is __x as it is: cached once, under that name (a pass over
+        # __x then scans the cache with no projection), and named back for the outputs
+        cached = raw.select(*[F.col(c).alias("__x") if c == vector else F.col(c) for c in raw.columns]).cache()
+        points = cached.select(*[F.col("__x").alias(c) if c == vector else F.col(c) for c in raw.columns], "__x")
+    else:
+        cached = points = raw.select(*raw.columns, x.alias("__x")).cache()
     checked = points.select(sample_of(raw).alias("__row"), "__x").mapInArrow(
         inspect_partition, "n long, dim int, bad string").collect()
     try:
@@ -83,10 +92,13 @@ def load_points(raw: DataFrame, params: Any) -> dict[str, Any]:
         if n < params.k:
             raise InputDataError(f"k-means with k={params.k} needs at least {params.k} points, the input has {n}")
     except InputDataError:
-        points.unpersist()  # refused: nothing keeps the cached points
+        cached.unpersist()  # refused: nothing keeps the cached points
         raise
     features = scalars or [vector]
-    return {"points": points, "features": features, "vector": vector, "dim": dim, "num_points": n}
+    data = {"points": points, "features": features, "vector": vector, "dim": dim, "num_points": n}
+    if cached is not points:  # released with the static data (the points are a projection of it)
+        data["cached_input"] = cached
+    return data
 
 def sample_of(raw: DataFrame):
     """A row named in an error message: its id, or without an id column the whole row."""
