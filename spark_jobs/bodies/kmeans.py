@@ -162,9 +162,7 @@ class KMeans(IterationBody):
             held = [_points_matrix(points.toArrow(), dim)]  # collected for k-means++ only
         if held is not None:
             X = np.concatenate(held) if held else np.zeros((0, dim))
-            hashes, d2 = K.point_hashes(X), None
-            for c in chosen:
-                d2 = K.exact_d2(X, c) if d2 is None else np.minimum(d2, K.exact_d2(X, c))
+            hashes, d2 = K.point_hashes(X), K.min_d2(X, chosen) if chosen else None
             for round_ in rounds:
                 best = K.best_candidate(X, hashes, params.seed, round_, d2)
                 if best is None:
@@ -401,7 +399,6 @@ def _points_matrix(table: Any, dim: int) -> Any:
 
 def _round_function(seed: int, round_: int, chosen, dim: int):
     def best_in_partition(batches):
-        import numpy as np
         import pyarrow as pa
 
         from spark_jobs.bodies import kmeans_kernels as K
@@ -409,10 +406,7 @@ def _round_function(seed: int, round_: int, chosen, dim: int):
         best = None
         for batch in batches:
             X = K.matrix(batch.column("__x"), dim)
-            d2 = None
-            for c in chosen:
-                new = K.exact_d2(X, c)
-                d2 = new if d2 is None else np.minimum(d2, new)
+            d2 = K.min_d2(X, chosen) if len(chosen) else None
             found = K.best_candidate(X, K.point_hashes(X), seed, round_, d2)
             if found is not None and (best is None or found[0] > best[0]):
                 best = (found[0], X[found[1]].tolist())
