@@ -37,6 +37,17 @@ def group_of(pid: int, groups: dict[int, str]) -> str | None:
     return None
 
 
+def master_recovery_options(workdir: str) -> str:
+    """The master's JVM options that keep its applications and workers in ``workdir/recovery``:
+    a master started again after a crash reads them back and waits for them to reconnect. A
+    master without them forgets the running applications: the workers, registering again, kill
+    those applications' executors, and the applications (the Spark Connect server's) wait for
+    executors that never come, every Spark job of theirs hanging (found by tests.chaos)."""
+    recovery = os.path.join(workdir, "recovery")
+    os.makedirs(recovery, exist_ok=True)
+    return f"-Dspark.deploy.recoveryMode=FILESYSTEM -Dspark.deploy.recoveryDirectory={recovery}"
+
+
 @dataclass
 class StandaloneCluster:
     workdir: str
@@ -90,7 +101,7 @@ class StandaloneCluster:
 
     def start(self) -> "StandaloneCluster":
         os.makedirs(os.path.join(self.workdir, "logs"), exist_ok=True)
-        self._start_master()
+        self.start_master()
         for i in (1, 2):
             self.start_worker(i)
         self.wait_workers(2)
@@ -115,15 +126,15 @@ class StandaloneCluster:
                 if not choosing or attempt == attempts:
                     raise
 
-    def _start_master(self) -> None:
-        """The master on exactly its ports (``_on_exact_ports``)."""
+    def start_master(self) -> None:
+        """The master on exactly its ports (``_on_exact_ports``; chosen when not given)."""
         self._on_exact_ports("master", ("master_port", "master_ui"), self._run_master)
 
     def _run_master(self) -> None:
         spark_class = os.path.join(spark_home(), "bin", "spark-class")
         proc = self._start("master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                                       "--port", str(self.master_port), "--webui-port", str(self.master_ui)],
-                           {"SPARK_MASTER_OPTS": "-Dspark.port.maxRetries=0"})
+                           {"SPARK_MASTER_OPTS": f"-Dspark.port.maxRetries=0 {master_recovery_options(self.workdir)}"})
         wait_until(f"the standalone master on ports {self.master_port} and {self.master_ui} (UI)",
                    self._master_answers, 120, os.path.join(self.workdir, "master.log"), proc)
 

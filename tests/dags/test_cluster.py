@@ -14,6 +14,8 @@ import os
 import re
 import signal
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -266,6 +268,36 @@ def test_the_dag_in_connect_mode_with_its_server_restarted_between_epochs(cluste
         failure_free_ranks(spark, edges, epochs, tmp_path, 4)
 
 
+def test_the_master_killed_and_started_again_keeps_the_connect_application(cluster):
+    """Found by the chaos run (tests.chaos, ``spark-master``): a master SIGKILLed and started
+    again by its supervisor forgot the Spark Connect server's application; the workers,
+    registering again, killed its executors, and every later Spark job of the server waited for
+    executors that never came. With its recovery folder the new master reads the application
+    and the workers back: the same application keeps its cores, and a Spark job through the
+    server completes."""
+    def connect_apps() -> list[dict]:
+        try:
+            return [a for a in cluster.status()["activeapps"] if "Connect" in a["name"]]
+        except OSError:  # the master is starting
+            return []
+
+    [before] = connect_apps()
+    assert cluster.stack.kill("spark-master")
+    cluster.stack.restart("spark-master")
+    deadline = time.monotonic() + 180
+    while not ([a["id"] for a in connect_apps()] == [before["id"]] and cluster.alive_workers() == 2
+               and cluster.status().get("status") == "ALIVE"):
+        assert time.monotonic() < deadline, f"the application and the workers not back: {cluster.status()}"
+        time.sleep(1)
+    query = ("from pyspark.sql import SparkSession; "
+             f"s = SparkSession.builder.remote('sc://127.0.0.1:{cluster.connect_port}').getOrCreate(); "
+             "print(s.range(0, 1000, 1, 4).selectExpr('sum(id) AS n').collect()[0].n)")
+    done = subprocess.run([sys.executable, "-c", query], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0 and done.stdout.split()[-1] == "499500", done.stderr[-3000:]
+    [after] = connect_apps()
+    assert after["cores"] == before["cores"] == 2, (before, after)
+
+
 def test_the_master_binds_exactly_its_ports_or_chooses_again(tmp_path, monkeypatch):
     """Another process holding a port picked free a moment before (the race that once made a
     Spark driver's UI answer for the master): a port the caller gave fails the start, naming
@@ -283,7 +315,7 @@ def test_the_master_binds_exactly_its_ports_or_chooses_again(tmp_path, monkeypat
         given = StandaloneCluster(str(tmp_path / "given"), master_port=port)
         os.makedirs(given.workdir)
         with pytest.raises(RuntimeError, match=f"ports {port} and "):
-            given._start_master()
+            given.start_master()
         assert "master" not in given.procs
 
         picks = iter([port])
@@ -292,7 +324,7 @@ def test_the_master_binds_exactly_its_ports_or_chooses_again(tmp_path, monkeypat
         chosen = StandaloneCluster(str(tmp_path / "chosen"))
         os.makedirs(chosen.workdir)
         try:
-            chosen._start_master()
+            chosen.start_master()
             assert port not in (chosen.master_port, chosen.master_ui)
             assert chosen.status()["url"] == chosen.master_url
         finally:

@@ -212,6 +212,12 @@ def test_airflow_connections_point_at_the_services(compose):
     assert master[master.index("--port") + 1] == "7077" and master[master.index("--host") + 1] == "spark-master"
     for worker in ("spark-worker-1", "spark-worker-2"):
         assert services[worker]["command"][-1] == "spark://spark-master:7077"
+    # restarted, the master recovers its applications from a volume (else the Spark Connect
+    # server's application loses its executors and hangs: tests.chaos, spark-master)
+    options = dict(o[2:].split("=", 1) for o in services["spark-master"]["environment"]["SPARK_MASTER_OPTS"].split())
+    assert options["spark.deploy.recoveryMode"] == "FILESYSTEM"
+    assert f"spark-recovery:{options['spark.deploy.recoveryDirectory']}" in services["spark-master"]["volumes"]
+    assert "spark-recovery" in compose["volumes"] and services["spark-master"]["restart"] == "always"
 
     assert airflow["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://airflow-apiserver:8080/execution/"
     assert ("", 8080, 8080) in published(services["airflow-apiserver"])
