@@ -49,6 +49,11 @@ class TransientStoreError(StoreError):
     """The store kept failing with retryable errors until the retry budget ran out."""
 
 
+class StoreFull(StoreError):
+    """The store's filesystem cannot take a write (full, over quota, read-only): nothing was
+    written; the write can succeed once space is freed."""
+
+
 # --- checkpoints -------------------------------------------------------------------------
 
 

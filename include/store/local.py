@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import shutil
 import uuid
 from typing import Any, Iterable
 
-from include.errors import ObjectNotFound, PermanentStoreError
+from include.errors import ObjectNotFound, PermanentStoreError, StoreFull
 from include.store.base import TMP_MARK, ObjectInfo, ObjectStore, check_key
 
 log = logging.getLogger(__name__)
@@ -117,11 +118,21 @@ class LocalStore(ObjectStore):
     def _write_tmp(self, path: str, data: bytes) -> str:
         self._make_parent(path)
         tmp = f"{path}{TMP_MARK}{uuid.uuid4().hex}"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            if self.fsync:
-                f.flush()
-                os.fsync(f.fileno())
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                if self.fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+        except OSError as e:
+            try:  # no partial temporary file left behind
+                os.unlink(tmp)
+            except OSError:
+                pass
+            if e.errno in _FULL:
+                raise StoreFull(f"cannot write {len(data):,} bytes to {path}: {e.strerror} (the local store at "
+                                f"{self.root}; {_free(self.root)})") from e
+            raise
         return tmp
 
     def _fsync_dir(self, path: str) -> None:
@@ -307,3 +318,16 @@ def marker_at_or_above(path: str, marker: str) -> str | None:
         if parent == path:
             return None
         path = parent
+
+
+#: a write the filesystem cannot take: full, over quota, read-only
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+
+
+def _free(root: str) -> str:
+    """The free space of the filesystem ``root`` is on, for an error message."""
+    try:
+        st = os.statvfs(root)
+    except OSError:
+        return "its free space unknown"
+    return f"{st.f_bavail * st.f_frsize:,} bytes free of {st.f_blocks * st.f_frsize:,}"

@@ -186,3 +186,39 @@ def test_local_store_needs_no_conditional_write_probe(tmp_path):
     store.check_conditional_writes()
     store.check_conditional_writes()
     assert store.list("") == [], "nothing is written"
+
+
+@pytest.fixture
+def full_filesystem(tmp_path):
+    """A 1 MiB tmpfs (needs root: skipped elsewhere, as the chaos run's disk-full), unmounted after."""
+    import subprocess
+
+    where = tmp_path / "small"
+    where.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "test-small", str(where)], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+@pytest.mark.parametrize("write", ["put", "put_if_absent"])
+def test_a_full_filesystem_is_named_and_leaves_no_partial_file(full_filesystem, write):
+    """Found by the chaos run's disk-full: a write to a full filesystem failed with a bare
+    "[Errno 28] No space left on device" from a lease's acquisition, naming no path, and left
+    its partial temporary file behind. Now StoreFull names the key's path, the store and its
+    free space; nothing of the write is left; once space is freed the same write lands."""
+    from include.errors import StoreFull
+
+    store = LocalStore(str(full_filesystem / "store"))
+    store.put("jobs/a/small.json", b"{}")
+    with pytest.raises(StoreFull, match=r"cannot write 2,097,152 bytes to .*jobs/a/leases/big: No space left on "
+                                        r"device \(the local store at .*store; [0-9,]+ bytes free of [0-9,]+\)"):
+        getattr(store, write)("jobs/a/leases/big", b"x" * (2 << 20))
+    leftover = [os.path.join(d, f) for d, _, files in os.walk(full_filesystem) for f in files]
+    assert leftover == [str(full_filesystem / "store" / "jobs" / "a" / "small.json")], leftover
+    assert getattr(store, write)("jobs/a/leases/big", b"x" * (512 << 10)) in (None, True)
+    assert store.get("jobs/a/small.json") == b"{}"
