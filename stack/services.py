@@ -380,8 +380,7 @@ class Stack:
                               timeout=max(timeout, 300))
         if done.returncode != 0:
             raise StackError(f"airflow db migrate failed ({done.returncode}):\n{done.stderr[-3000:]}")
-        api = self._spawn("airflow-api-server", [airflow, "api-server", "--host", "127.0.0.1",
-                                                 "--port", str(self.ports["airflow"]), "--workers", "1"], env)
+        api = self._spawn_api_server(env)
         for component in ("scheduler", "dag-processor", "triggerer"):
             self._spawn(f"airflow-{component}", [airflow, component], env)
         workers = [self._spawn_worker(worker) for worker in WORKERS]
@@ -391,10 +390,14 @@ class Stack:
         wait_until("the scheduler, the triggerer and the DAGs parsed", self._airflow_ready, timeout,
                    self.log("airflow-scheduler"), self.procs["airflow-scheduler"])
 
-    def _spawn_worker(self, worker: str) -> Callable[[float], None]:
+    def _spawn_api_server(self, env: dict[str, str]) -> subprocess.Popen:
+        return self._spawn("airflow-api-server", [_bin("airflow"), "api-server", "--host", "127.0.0.1",
+                                                  "--port", str(self.ports["airflow"]), "--workers", "1"], env)
+
+    def _spawn_worker(self, worker: str, more_env: dict[str, str] | None = None) -> Callable[[float], None]:
         """Start Celery worker ``worker`` (a machine of its own: its folders, its host name);
         what waits until it is ready (it says so in its log)."""
-        name, env = f"airflow-{worker}", self.airflow_env(worker)
+        name, env = f"airflow-{worker}", {**self.airflow_env(worker), **(more_env or {})}
         os.makedirs(env["TMPDIR"], exist_ok=True)
         ready = f"{worker}@stack ready"
         before = tail(self.log(name), 10**7).count(ready)  # a worker started again logs it again
@@ -465,10 +468,11 @@ class Stack:
 
     # --- one service ------------------------------------------------------------------------------
 
-    def restart(self, name: str, timeout: float = 300) -> None:
+    def restart(self, name: str, timeout: float = 300, env: dict[str, str] | None = None) -> None:
         """Stop service ``name`` (every process of its session), then start it again the same way
-        (PostgreSQL on its data, an Airflow component, a Celery worker, a Spark worker, the Spark
-        Connect server: a new application on the cluster)."""
+        (PostgreSQL on its data, Redis empty, the Spark master on its ports, an Airflow component,
+        a Celery worker, a Spark worker, the Spark Connect server: a new application on the
+        cluster). ``env``: more environment for this start of a Celery worker (its machine's)."""
         if name not in self.sessions():
             raise StackError(f"no service {name!r} in the stack at {self.home}: {', '.join(sorted(self.sessions()))}")
         self._stop_service(name)
@@ -478,15 +482,22 @@ class Stack:
             port = self.ports["spark_connect"]
             wait_until("the old Spark Connect server to go", lambda: not listening(port), 60)
             self.spark().start_connect()
+        elif name == "spark-master":  # on its ports: the workers and the Connect server's application find it again
+            self.spark().start_master()
         elif name == "postgres":
             self._run_postgres(_postgres_user(), timeout)
+        elif name == "redis":  # empty, as a broker without persistence comes back
+            self._start_redis(timeout)
         elif name.startswith("airflow-"):
             component = name[len("airflow-"):]
             airflow = _bin("airflow")
             if component in WORKERS:
-                self._spawn_worker(component)(timeout)
+                self._spawn_worker(component, env)(timeout)
             elif component in ("scheduler", "dag-processor", "triggerer"):
                 self._spawn(name, [airflow, component], self.airflow_env())
+            elif component == "api-server":
+                api = self._spawn_api_server(self.airflow_env())
+                wait_until("the Airflow API server", self._api_up, timeout, self.log(name), api)
             else:
                 raise StackError(f"restarting {name} is not supported")
         else:

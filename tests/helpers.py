@@ -99,12 +99,25 @@ def write_dag_file(folder, dag_id: str, body: str, *, epochs_per_batch: int, dag
 
 
 def read_published(output_path, name, **store_options):
-    """The current published version of an output as one pandas DataFrame (local store)."""
+    """The current published version of an output as one pandas DataFrame (a local store, or S3
+    at ``endpoint_url`` or AWS_ENDPOINT_URL with the environment's credentials)."""
+    import io
+
     import pandas as pd
 
     from include.publication.outputs import published
 
-    return pd.concat([pd.read_parquet(f) for f in published(str(output_path), name, **store_options).locations],
+    def read(location: str) -> pd.DataFrame:
+        if not location.startswith("s3://"):
+            return pd.read_parquet(location)
+        import boto3
+
+        bucket, key = location[len("s3://"):].split("/", 1)
+        s3 = boto3.client("s3", endpoint_url=store_options.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL"),
+                          region_name="us-east-1")
+        return pd.read_parquet(io.BytesIO(s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
+
+    return pd.concat([read(f) for f in published(str(output_path), name, **store_options).locations],
                      ignore_index=True)
 
 

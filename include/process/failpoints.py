@@ -169,8 +169,11 @@ def trace(event: str, **context: object) -> None:
     if not path:
         return
     import json
+    import time
 
-    line = json.dumps({"event": event, "pid": os.getpid(), **context}, sort_keys=True, default=str)
+    # the wall clock (not skewed): the chaos run measures from it how long a fault held up the next commit
+    line = json.dumps({"event": event, "pid": os.getpid(), "time": round(time.time(), 3), **context},
+                      sort_keys=True, default=str)
     with open(path, "a") as f:  # one short line per write: appends do not interleave
         f.write(line + "\n")
 

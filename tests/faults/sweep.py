@@ -224,19 +224,20 @@ def trace_events(trace: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in trace.read_text().splitlines()] if trace.exists() else []
 
 
-def audit(out: Outcome, spark, w: Workload, cfg: JobConfig, trace: Path, work: Path,
-          hole: set[int] = frozenset(), expected: dict[str, Any] | None = None) -> Outcome:
-    """Count what was lost, duplicated or wrong once the job terminated. ``hole``: manifests
-    the scenario itself deleted (not counted as lost). ``expected``: the outputs of a run
-    without faults, when the caller has them (else computed once per input: ``reference``)."""
-    notes = []
+def audit_store(out: Outcome, cfg: JobConfig, trace: Path, hole: set[int] = frozenset()) -> list[str] | None:
+    """What any job's store and the trace must show once it terminated, counted into ``out``:
+    no gap in the checkpoint chain, every kept checkpoint verifying in full after a garbage
+    collection, no checkpoint committed and no output published twice, and (``out.garbage``) no
+    object under attempts/ that no kept checkpoint references. The notes so far; None (and a lost
+    job counted) when the job did not terminate."""
+    notes: list[str] = []
     job = IterationJob(cfg)
     latest = job.log.latest(verify="none")
     if latest is None or latest.head_state.status is not HeadStatus.TERMINATED:
         out.lost += 1
         notes.append(f"job not terminated (latest {latest and latest.checkpoint_id})")
-        out.detail = "; ".join(notes)
-        return out
+        out.detail = "; ".join([out.detail, *notes] if out.detail else notes)
+        return None
     listed = {job.log.layout.parse_id(o.key) for o in job.store.list(f"{job.log.layout.root}/checkpoints/")}
     missing = set(range(latest.checkpoint_id + 1)) - listed - set(hole)
     if missing:
@@ -264,6 +265,19 @@ def audit(out: Outcome, spark, w: Workload, cfg: JobConfig, trace: Path, work: P
     if again:
         out.duplicated += sum(n - 1 for n in again.values())
         notes.append(f"outputs published more than once {again}")
+    out.garbage = sum(1 for o in job.store.list(job.log.layout.attempts())
+                      if o.key not in referenced and not o.key.endswith("/_PLAN.json"))
+    return notes
+
+
+def audit(out: Outcome, spark, w: Workload, cfg: JobConfig, trace: Path, work: Path,
+          hole: set[int] = frozenset(), expected: dict[str, Any] | None = None) -> Outcome:
+    """Count what was lost, duplicated or wrong once the job terminated. ``hole``: manifests
+    the scenario itself deleted (not counted as lost). ``expected``: the outputs of a run
+    without faults, when the caller has them (else computed once per input: ``reference``)."""
+    notes = audit_store(out, cfg, trace, hole)
+    if notes is None:
+        return out
     if expected is None:
         expected = reference(spark, w, work)
     try:
@@ -302,8 +316,6 @@ def audit(out: Outcome, spark, w: Workload, cfg: JobConfig, trace: Path, work: P
                 out.duplicated += sum(n - 1 for n in counts.values())
                 out.lost += len(set(want) - set(inc))
                 notes.append(f"increments {inc}, expected {want}")
-    out.garbage = sum(1 for o in job.store.list(job.log.layout.attempts())
-                      if o.key not in referenced and not o.key.endswith("/_PLAN.json"))
     out.detail = "; ".join([out.detail] + notes if out.detail else notes)
     return out
 
