@@ -171,6 +171,9 @@ class Stack:
             "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
             # the workers import the runtime's heavy modules before their pools fork (as compose)
             "AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS": "iterations.celery_preload.CELERY_CONFIG",
+            # a broker outage delays the tasks sent meanwhile instead of failing them (celery_preload)
+            "AIRFLOW__CELERY__OPERATION_TIMEOUT": "5",
+            "AIRFLOW__CELERY__TASK_PUBLISH_MAX_RETRIES": "60",
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(p["airflow"]),

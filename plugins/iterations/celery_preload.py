@@ -10,8 +10,19 @@ starts::
 
     AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS=iterations.celery_preload.CELERY_CONFIG
 
-``CELERY_CONFIG`` is Airflow's default Celery configuration, unchanged: only the signal is added.
-The scheduler imports this module too (to read the configuration); it never sends ``worker_init``.
+``CELERY_CONFIG`` is Airflow's default Celery configuration with one change, the publish retry
+policy (``PUBLISH_RETRY_POLICY``), beside the signal. The scheduler imports this module too (to
+read the configuration); it never sends ``worker_init``.
+
+The policy is for a broker that goes away (Redis restarted: found by the chaos run,
+tests.chaos). Airflow's Celery executor publishes a task under ``[celery] operation_timeout``
+and keeps the task queued for its next loop when that times out, up to ``[celery]
+task_publish_max_retries`` times; any other error fails the task's try at once. Celery's own
+policy gave up on a refused connection within a second, so a broker down for a few seconds
+spent every try of the tasks the scheduler sent meanwhile and failed their DAG runs. Retrying
+the connection longer than ``operation_timeout`` makes an outage a time-out, which the
+scheduler retries: the stack and the compose file set ``operation_timeout`` to 5 s and
+``task_publish_max_retries`` to 60, a broker outage of five minutes or so.
 """
 
 from __future__ import annotations
@@ -25,7 +36,9 @@ from celery.signals import worker_init
 from include.errors import ConfigError
 from include.process import parse_modules, preload
 
-CELERY_CONFIG = DEFAULT_CELERY_CONFIG
+#: retried for about 20 s, longer than ``[celery] operation_timeout`` (see the module's docstring)
+PUBLISH_RETRY_POLICY = {"max_retries": 25, "interval_start": 0.2, "interval_step": 0.2, "interval_max": 1.0}
+CELERY_CONFIG = {**DEFAULT_CELERY_CONFIG, "task_publish_retry_policy": PUBLISH_RETRY_POLICY}
 
 
 @worker_init.connect(weak=False)

@@ -73,7 +73,8 @@ def test_the_executor_and_the_celery_workers_preload_the_configured_modules(hook
     """``PreloadingLocalExecutor.start`` imports ``[iterations] preload_modules`` and then starts
     as LocalExecutor does (its queues made); a Celery worker configured with
     ``iterations.celery_preload.CELERY_CONFIG`` imports them when Celery sends ``worker_init``,
-    with Airflow's Celery configuration unchanged. A module that does not import stops either."""
+    with Airflow's Celery configuration otherwise unchanged. A module that does not import stops
+    either."""
     script = textwrap.dedent(f"""
         import sys
         hook = {hook!r}
@@ -89,7 +90,7 @@ def test_the_executor_and_the_celery_workers_preload_the_configured_modules(hook
             from airflow.providers.celery.executors.default_celery import DEFAULT_CELERY_CONFIG
             from celery.signals import worker_init
             from iterations.celery_preload import CELERY_CONFIG
-            assert CELERY_CONFIG is DEFAULT_CELERY_CONFIG
+            assert {{k: v for k, v in CELERY_CONFIG.items() if k != "task_publish_retry_policy"}} == DEFAULT_CELERY_CONFIG
             worker_init.send(sender=None)
         assert "csv" in sys.modules and "xml.dom.minidom" in sys.modules
     """)
@@ -104,3 +105,65 @@ def test_the_executor_and_the_celery_workers_preload_the_configured_modules(hook
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode != 0 and "cannot import 'no_such_module_xyz'" in done.stderr, done.stdout + done.stderr
+
+
+def test_a_broker_outage_makes_a_publish_time_out_which_the_executor_retries():
+    """Found by the chaos run (``redis``): with Celery's own publish retry policy a refused
+    connection to the broker raised within a second, which Airflow's Celery executor takes as
+    the task's try failed (three tries spent in the seconds Redis took to restart, the DAG run
+    failed). With ``CELERY_CONFIG``'s policy the publish retries until Airflow's
+    ``operation_timeout`` fires: an AirflowTaskTimeout, which the executor keeps queued and
+    sends again (``task_publish_max_retries``, set with the timeout by the stack and the
+    compose file)."""
+    script = textwrap.dedent("""
+        import time
+        from airflow.providers.celery.executors.default_celery import DEFAULT_CELERY_CONFIG
+        from airflow.sdk.exceptions import AirflowTaskTimeout
+        from airflow.utils.timeout import timeout
+        from celery import Celery
+        from iterations.celery_preload import CELERY_CONFIG
+        from stack.procs import free_port
+
+        dead = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+        for name, config in (("default", DEFAULT_CELERY_CONFIG), ("ours", CELERY_CONFIG)):
+            app = Celery(config_source={**config, "broker_url": dead})
+            started = time.monotonic()
+            try:
+                with timeout(seconds=2):
+                    app.send_task("execute_workload", args=["{}"], queue="default")
+                outcome = "sent"
+            except AirflowTaskTimeout:
+                outcome = "timed out"
+            except Exception as e:
+                outcome = type(e).__name__
+            print(name, outcome, round(time.monotonic() - started, 1))
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.path.join(ROOT, "plugins")]),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines() if line.startswith(("default ", "ours ")))
+    assert lines["default"].startswith("OperationalError"), done.stdout
+    assert lines["ours"].startswith("timed out"), done.stdout
+
+
+def test_the_deployments_publish_with_a_timeout_the_retry_policy_outlasts():
+    """The stack and the compose file set ``[celery] operation_timeout`` shorter than the
+    publish retry policy's span and ``task_publish_max_retries`` for minutes of outage."""
+    import yaml
+
+    from iterations.celery_preload import PUBLISH_RETRY_POLICY
+    from stack.services import Stack
+
+    p = PUBLISH_RETRY_POLICY
+    span = sum(min(p["interval_start"] + i * p["interval_step"], p["interval_max"]) for i in range(p["max_retries"]))
+    stack = Stack("/nonexistent", state={"secrets": dict.fromkeys(
+        ("postgres_password", "redis_password", "jwt_secret", "api_secret_key", "fernet_key", "s3_secret"), "x"),
+        "ports": dict.fromkeys(("postgres", "redis", "airflow", "moto", "spark_connect", "spark_master",
+                                "triggerer_logs"), 1)})
+    compose = yaml.safe_load(open(os.path.join(ROOT, "docker-compose.yaml")))
+    for env in (stack.airflow_env(), compose["x-airflow-env"]):
+        timeout = float(env["AIRFLOW__CELERY__OPERATION_TIMEOUT"])
+        assert 1 <= timeout < span, (timeout, span)
+        assert timeout * int(env["AIRFLOW__CELERY__TASK_PUBLISH_MAX_RETRIES"]) >= 240
