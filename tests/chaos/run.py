@@ -14,7 +14,6 @@ says whether that held."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import math
@@ -25,14 +24,23 @@ import time
 import urllib.error
 import urllib.parse
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 from include.checkpoints.head_state import HeadStatus
 from include.contract.config import JobConfig
 from include.epoch.job import IterationJob
 from stack.services import BUCKETS, S3_KEY_ID, Stack
 from tests.chaos.faults import Fault, Injector
-from tests.faults.sweep import Outcome, Workload, audit, audit_store, kmeans_workload, pagerank_workload, trace_events
+from tests.faults.sweep import (
+    Outcome,
+    Workload,
+    audit,
+    audit_store,
+    environment,
+    kmeans_workload,
+    pagerank_workload,
+    trace_events,
+)
 
 DAGS = {"pagerank": "iterate_pagerank", "kmeans": "iterate_kmeans", "sgd": "iterate_sgd_incremental"}
 SMALL_FS_MIB = 64  # the k-means lane's filesystem
@@ -88,21 +96,11 @@ class Chaos:
         if self.small_fs:
             subprocess.run(["umount", "-l", self.small_fs], capture_output=True)
 
-    @contextlib.contextmanager
-    def s3_env(self) -> Iterator[None]:
+    def s3_env(self):
         """This process reads the S3 stores (the audit) with the stack's credentials; put back after."""
-        values = {"AWS_ENDPOINT_URL": self.stack.s3_endpoint, "AWS_ACCESS_KEY_ID": S3_KEY_ID,
-                  "AWS_SECRET_ACCESS_KEY": self.stack.state["secrets"]["s3_secret"], "AWS_DEFAULT_REGION": "us-east-1"}
-        before = {k: os.environ.get(k) for k in values}
-        os.environ.update(values)
-        try:
-            yield
-        finally:
-            for k, v in before.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        return environment(AWS_ENDPOINT_URL=self.stack.s3_endpoint, AWS_ACCESS_KEY_ID=S3_KEY_ID,
+                           AWS_SECRET_ACCESS_KEY=self.stack.state["secrets"]["s3_secret"],
+                           AWS_DEFAULT_REGION="us-east-1")
 
     # --- the REST API through faults ------------------------------------------------------------
 
