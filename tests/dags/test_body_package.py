@@ -44,6 +44,36 @@ except Exception as e:
 """
 
 
+# A package shipped to one session is on that session's Python path only: the server's Python
+# workers are the session's own (Spark keys them by the session's artifacts), so another job's
+# session on the same server never imports it. The server's start command keeps that
+# (SparkConnectServer applies each session's class loader and artifacts to all its work; the
+# same server run as a plugin of a plain Spark application shares one set of Python workers
+# between sessions, and a package added to one session was then imported by another:
+# bench/RESULTS.md, "A fresh Spark Connect session").
+APART = """
+import sys, uuid
+from pyspark.sql import SparkSession, functions as F
+from halving_body.rules import halve
+from spark_jobs.session import ship_body
+
+def probe(spark):
+    try:
+        return spark.range(3).select(F.udf(halve, "long")("id")).collect() and "imported"
+    except Exception as e:
+        return "No module named 'halving_body'" in str(e) and "not importable" or repr(e)[:2000]
+
+shipped = SparkSession.builder.remote(f"{sys.argv[1]}/;session_id={uuid.uuid4()}").create()
+assert ship_body(shipped, "halving_body:Halving") is not None
+print("shipped:", probe(shipped))
+other = SparkSession.builder.remote(f"{sys.argv[1]}/;session_id={uuid.uuid4()}").create()
+print("other session:", probe(other))
+print("shipped again:", probe(shipped), flush=True)
+for spark in (other, shipped):  # a client left open blocks the interpreter's exit
+    spark.stop()
+"""
+
+
 def test_a_udf_body_runs_on_a_server_without_its_package(airflow_env, connect_url, site, tmp_path):
     # (Spark Connect clients in processes of their own: a process holding a classic session, as
     # this one does, cannot also hold a Connect one)
@@ -78,4 +108,12 @@ def test_a_udf_body_runs_on_a_server_without_its_package(airflow_env, connect_ur
     assert "the body's package halving_body (2 file(s)" in log, log[-3000:]
     published = read_published(tmp_path / "out" / "halving-dag", "values")
     assert dict(zip(published["key"], published["steps"])) == EXPECTED
+
+    # the package stays its sessions': another session on the same server, while the shipping
+    # one is open, cannot import it
+    apart = subprocess.run([sys.executable, "-c", APART, connect_url], env=env, cwd=ROOT, capture_output=True,
+                           text=True, timeout=300)
+    assert apart.stdout.strip().splitlines()[-3:] == [
+        "shipped: imported", "other session: not importable", "shipped again: imported"], \
+        (apart.stdout + apart.stderr)[-3000:]
 
