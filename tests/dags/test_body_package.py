@@ -31,27 +31,9 @@ def site(tmp_path):
     return site
 
 
+# A client's check of a session: whether the server's Python workers import the package
+# ("imported", "not importable", or the unexpected error)
 PROBE = """
-import sys
-from pyspark.sql import SparkSession, functions as F
-from halving_body.rules import halve
-spark = SparkSession.builder.remote(sys.argv[1]).create()
-try:
-    spark.range(3).select(F.udf(halve, "long")("id")).collect()
-    print("imported")
-except Exception as e:
-    print("No module named 'halving_body'" in str(e) and "not importable" or repr(e)[:2000])
-"""
-
-
-# A package shipped to one session is on that session's Python path only: the server's Python
-# workers are the session's own (Spark keys them by the session's artifacts), so another job's
-# session on the same server never imports it. The server's start command keeps that
-# (SparkConnectServer applies each session's class loader and artifacts to all its work; the
-# same server run as a plugin of a plain Spark application shares one set of Python workers
-# between sessions, and a package added to one session was then imported by another:
-# bench/RESULTS.md, "A fresh Spark Connect session").
-APART = """
 import sys, uuid
 from pyspark.sql import SparkSession, functions as F
 from halving_body.rules import halve
@@ -62,7 +44,18 @@ def probe(spark):
         return spark.range(3).select(F.udf(halve, "long")("id")).collect() and "imported"
     except Exception as e:
         return "No module named 'halving_body'" in str(e) and "not importable" or repr(e)[:2000]
-
+"""
+ALONE = PROBE + """
+print(probe(SparkSession.builder.remote(sys.argv[1]).create()))
+"""
+# A package shipped to one session is on that session's Python path only: the server's Python
+# workers are the session's own (Spark keys them by the session's artifacts), so another job's
+# session on the same server never imports it. The server's start command keeps that
+# (SparkConnectServer applies each session's class loader and artifacts to all its work; the
+# same server run as a plugin of a plain Spark application shares one set of Python workers
+# between sessions, and a package added to one session was then imported by another:
+# bench/RESULTS.md, "A fresh Spark Connect session").
+APART = PROBE + """
 shipped = SparkSession.builder.remote(f"{sys.argv[1]}/;session_id={uuid.uuid4()}").create()
 assert ship_body(shipped, "halving_body:Halving") is not None
 print("shipped:", probe(shipped))
@@ -80,7 +73,7 @@ def test_a_udf_body_runs_on_a_server_without_its_package(airflow_env, connect_ur
     env = {**airflow_env, "PYTHONPATH": os.pathsep.join([str(site), airflow_env["PYTHONPATH"]])}
 
     # the server's Python workers cannot import the package by themselves
-    probe = subprocess.run([sys.executable, "-c", PROBE, connect_url], env=env, cwd=ROOT, capture_output=True,
+    probe = subprocess.run([sys.executable, "-c", ALONE, connect_url], env=env, cwd=ROOT, capture_output=True,
                            text=True, timeout=300)
     assert probe.stdout.strip().splitlines()[-1:] == ["not importable"], (probe.stdout + probe.stderr)[-3000:]
 
