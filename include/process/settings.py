@@ -110,6 +110,8 @@ APPROVAL_TIMEOUT = _declare("ITERATIONS_APPROVAL_TIMEOUT", "float", None, "deplo
                             "Overrides the approval_timeout (seconds) of every reviewed iteration DAG.")
 COMMIT_IN_HEAD = _declare("ITERATIONS_COMMIT_IN_HEAD", "text", None, "deployer",
                           "1 or 0 (true, false): overrides iteration_dag(commit_in_head=...) of every iteration DAG.")
+OVERLAP_COMMITS = _declare("ITERATIONS_OVERLAP_COMMITS", "text", None, "deployer",
+                           "1 or 0 (true, false): overrides iteration_dag(overlap_commits=...) of every iteration DAG.")
 COLLECT_AT_EXIT = _declare("ITERATIONS_COLLECT_AT_EXIT", "flag", False, "caller",
                            "Keep Python's garbage collection at interpreter exit (debugging).")
 

@@ -23,6 +23,7 @@ from include.process import (  # noqa: F401 (LOCAL_DIR: for the DAG files)
     EPOCHS_PER_BATCH,
     INPUT_POLL_SECONDS,
     LOCAL_DIR,
+    OVERLAP_COMMITS,
     PROJECT_ROOT,
     RETRIES,
     RETRY_DELAY_SECONDS,
@@ -280,6 +281,7 @@ def iteration_dag(
     relax_checks: bool = False,
     lease_wait: float = 60.0,
     commit_in_head: bool = True,
+    overlap_commits: bool = False,
     attempt_retries: int = 0,
     approve_publication: bool = False,
     approvers: Sequence[Any] = (),
@@ -311,6 +313,13 @@ def iteration_dag(
     missing report (the sensor waits for it, deferred). Each later group starts once the head
     before it has succeeded and its commit succeeded or was skipped (trigger rule
     ``none_failed``). Off: three tasks every epoch. docs/airflow.md says what it changes.
+
+    ``overlap_commits`` (off by default; needs ``commit_in_head``): an epoch's checks and commit
+    run behind the next epoch's Spark job, in the next head's task (design rule 12). The head of
+    epoch k aligns it and leaves its commit to the head of k+1, which adopts k's complete
+    attempt, commits it in a thread while k+1's Spark job runs, and lands it before aligning
+    k+1; if k does not commit, k+1's attempt is aborted and that head fails naming epoch k. The
+    batch's last epoch, and one that decides termination, commit in their own task.
 
     ``attempt_retries``: how many times an epoch's head runs an attempt again in its own process
     when its Spark job failed in some partitions (their reports missing), before it fails the
@@ -413,6 +422,18 @@ def iteration_dag(
         if flag not in ("1", "0", "true", "false"):
             raise ValueError(f"{COMMIT_IN_HEAD.name} must be 1 or 0, got {flag!r}")
         commit_in_head = flag in ("1", "true")
+    flag = (OVERLAP_COMMITS.get() or "").lower()
+    if flag:
+        if flag not in ("1", "0", "true", "false"):
+            raise ValueError(f"{OVERLAP_COMMITS.name} must be 1 or 0, got {flag!r}")
+        overlap_commits = flag in ("1", "true")
+    if overlap_commits and not commit_in_head:
+        how = f" ({COMMIT_IN_HEAD.name}={COMMIT_IN_HEAD.get()})" if COMMIT_IN_HEAD.get() else ""
+        raise ValueError(f"overlap_commits needs commit_in_head, which is off{how}: with overlap_commits the head "
+                         "of each epoch commits the epoch before it")
+    if overlap_commits and wait_for_input:
+        raise ValueError("overlap_commits cannot be used with wait_for_input: an epoch that waits for input would hold "
+                         "the commit of the epoch before it")
     with DAG(
         dag_id=dag_id,
         schedule=schedule,
@@ -433,6 +454,7 @@ def iteration_dag(
             with TaskGroup(f"epoch_{i}", tooltip=f"epoch {i} of the batch") as group:
                 head = EpochHeadOperator(task_id="run", index=i, spark_mode=spark_mode, spark_conn_id=spark_conn_id,
                                          commit_in_head=commit_in_head, attempt_retries=attempt_retries,
+                                         overlap_commits=overlap_commits, last=i == epochs_per_batch - 1,
                                          **({} if wait_for_input else after_previous), **common)
                 align = AlignmentSensor(task_id="align", index=i, head_task_id=head.task_id, **common)
                 commit = EpochCommitOperator(task_id="commit", index=i, head_task_id=head.task_id,

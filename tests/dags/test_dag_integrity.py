@@ -330,6 +330,44 @@ def test_commit_in_head_shape(monkeypatch, wait_for_input):
         build()
 
 
+def test_overlap_commits_options(monkeypatch):
+    """``overlap_commits``: off by default; on, every head has it and only the batch's last is
+    ``last`` (it commits its own epoch); the deployment's override both ways and its bad value;
+    refused, naming why, without ``commit_in_head`` (the DAG's or the override's) and with
+    ``wait_for_input``. The same task dependencies as ``commit_in_head`` alone."""
+    from iterations.dag_factory import iteration_dag, job_params
+
+    monkeypatch.delenv("ITERATIONS_EPOCHS_PER_BATCH", raising=False)
+    monkeypatch.delenv("ITERATIONS_COMMIT_IN_HEAD", raising=False)
+    monkeypatch.delenv("ITERATIONS_OVERLAP_COMMITS", raising=False)
+
+    def build(**kw):
+        return iteration_dag(dag_id="shape", body="pagerank", epochs_per_batch=3,
+                             params=job_params(job_id="j", input_path="/tmp/in.csv", output_path=None), **kw)
+
+    heads = lambda dag: [dag.get_task(f"epoch_{i}.run") for i in range(3)]  # noqa: E731
+    assert [h.overlap_commits for h in heads(build())] == [False] * 3
+    on = build(overlap_commits=True)
+    assert [(h.overlap_commits, h.last) for h in heads(on)] == [(True, False), (True, False), (True, True)]
+    assert {t.task_id: t.upstream_task_ids for t in on.tasks} == {t.task_id: t.upstream_task_ids for t in build().tasks}
+    monkeypatch.setenv("ITERATIONS_OVERLAP_COMMITS", "1")
+    assert heads(build())[1].overlap_commits is True
+    monkeypatch.setenv("ITERATIONS_OVERLAP_COMMITS", "false")
+    assert heads(build(overlap_commits=True))[1].overlap_commits is False
+    monkeypatch.setenv("ITERATIONS_OVERLAP_COMMITS", "later")
+    with pytest.raises(ValueError, match="ITERATIONS_OVERLAP_COMMITS must be 1 or 0, got 'later'"):
+        build()
+    monkeypatch.delenv("ITERATIONS_OVERLAP_COMMITS")
+    with pytest.raises(ValueError, match=r"overlap_commits needs commit_in_head, which is off: "):
+        build(overlap_commits=True, commit_in_head=False)
+    monkeypatch.setenv("ITERATIONS_COMMIT_IN_HEAD", "0")
+    with pytest.raises(ValueError, match=r"needs commit_in_head, which is off \(ITERATIONS_COMMIT_IN_HEAD=0\)"):
+        build(overlap_commits=True)
+    monkeypatch.delenv("ITERATIONS_COMMIT_IN_HEAD")
+    with pytest.raises(ValueError, match="overlap_commits cannot be used with wait_for_input"):
+        build(overlap_commits=True, wait_for_input=True)
+
+
 def test_the_asset_scheduled_dag_of_the_docs(tmp_path, capsys):
     """docs/airflow.md's downstream DAG, as the page writes it: scheduled on the output's Asset;
     its task, given the asset event of a real publication (a local output), prints the version

@@ -29,16 +29,28 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
 
     ``attempt_retries``: an attempt whose Spark job failed in some partitions is run again in
     this process up to that many times (``EpochRun.plan_and_run``) before the task fails.
+
+    ``overlap_commits`` (with ``commit_in_head``): the head aligns its epoch and leaves the
+    commit to the next head (unless it is the batch's ``last`` or decided termination), which
+    commits it behind its own epoch's Spark job (``EpochRun.commit_behind``): the epoch before
+    is planned again (its complete attempt adopted), its checks and commit run in a thread, and
+    land before this epoch is aligned. If they fail, this epoch's attempt is aborted and the
+    task fails naming the epoch before (a check's refusal at once, anything else retried).
     """
 
     ui_color = "#d6e9f8"
     operator_extra_links = (DataChecksLink(),)
 
-    def __init__(self, *, index: int, commit_in_head: bool = True, attempt_retries: int = 0, **kwargs: Any):
+    def __init__(self, *, index: int, commit_in_head: bool = True, attempt_retries: int = 0,
+                 overlap_commits: bool = False, last: bool = False, **kwargs: Any):
         super().__init__(**kwargs)
+        if overlap_commits and not commit_in_head:
+            raise ValueError("overlap_commits needs commit_in_head")
         self.index = index
         self.commit_in_head = commit_in_head
         self.attempt_retries = attempt_retries
+        self.overlap_commits = overlap_commits
+        self.last = last
 
     def execute(self, context: Mapping[str, Any]) -> dict[str, Any]:
         with permanent_errors():
@@ -67,7 +79,12 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
                 context["ti"].xcom_push(key="return_value", value=restored)
                 self.skip_epoch_tasks(context, after=None, also=self.group_tasks())
             return restored
-        step = run.boundary()
+        if self.overlap_commits and self.index > 0 and state.next_epoch == epoch - 1:
+            # the head before left its epoch's commit to this task: behind this epoch's Spark job
+            marks.append((f"epoch {epoch - 1} planned to commit behind", time.perf_counter()))
+            self._commit_behind(context, run, epoch - 1)
+        step = self._landing(context, run, run.boundary)  # lands the commit behind before a finish
+        state = run.state
         if step in (Step.FINISH, Step.DONE):
             self.log.info("job %s is %s: epoch %d is not needed", job.config.job_id, state.status.value, epoch)
             self.skip_rest_of_batch(context)
@@ -96,15 +113,71 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
             again = any(name.endswith("Spark job") for name, _at in marks)  # after a failure in some partitions
             marks.append(("adopted" if plan.adopted else "Spark job again" if again else "Spark job", time.perf_counter()))
 
-        plan, reports = run.plan_and_run(self.attempt_retries, planned)
+        try:
+            plan, reports = run.plan_and_run(self.attempt_retries, planned)
+        except BaseException:
+            self._landing(context, run, run.land)  # the commit behind lands first (or its failure is raised)
+            raise
+        if run.committing is not None:
+            marks.append((f"epoch {epoch - 1}'s commit landing", time.perf_counter()))
+            self._landing(context, run, run.land)
         done = None
         if self.commit_in_head:
             marks.append(("align and commit", time.perf_counter()))  # with the checks
-            done = self.commit_if_aligned(context, run, plan, reports)
+            done = self.commit_if_aligned(context, run, plan, reports, leave=self.overlap_commits and not self.last)
         self._log_marks(epoch, marks)
+        if done == "left":
+            self.log.info("epoch %d: its checks and commit are left to the next epoch's head, behind its Spark job "
+                          "(overlap_commits)", epoch)
+            result = {"status": "run", "epoch": epoch, "attempt_id": plan.attempt_id, "started_at": started,
+                      "commit": "behind the next epoch"}
+            context["ti"].xcom_push(key="return_value", value=result)  # skipping ends the task
+            self.skip_epoch_tasks(context, after=None, also=self.group_tasks())
+            return result
         if done is not None:
             return self.report_committed(context, run, done, started, also_skip=self.group_tasks())
         return {"status": "run", "epoch": epoch, "attempt_id": plan.attempt_id, "started_at": started}
+
+    def _commit_behind(self, context: Mapping[str, Any], run, epoch: int) -> None:
+        """``overlap_commits``: the epoch the head before this one ran and aligned is planned
+        again (its complete attempt adopted; run again if it is not complete), aligned and
+        committed behind (``EpochRun.commit_behind``): its checks and commit run in a thread
+        while this task plans and runs its own epoch from the state it wrote."""
+        def behind():
+            plan, reports = run.plan_and_run(self.attempt_retries)
+            self.log.info("epoch %d: attempt %s%s; committing it behind epoch %d's Spark job", epoch, plan.attempt_id,
+                          " (adopted, complete)" if plan.adopted else "", epoch + 1)
+            return run.commit_behind(plan, run.align(plan, reports), reports)
+
+        done = self._landing(context, run, behind)
+        if done is not None:  # committed already (an earlier try's reply was lost): published what was left
+            self.report_committed(context, run, done, self._started(context, epoch))
+
+    def _landing(self, context: Mapping[str, Any], run, call):
+        """``call()``, which may land the commit running behind this epoch (``EpochRun.land``,
+        which ``boundary`` calls before a finish, drain or suspend): a refusal by its data checks
+        fails this task at once naming that epoch, as its own commit would; each commit that
+        landed is reported as a commit task reports it (progress line, lineage, metrics)."""
+        behind = run.committing
+        if behind is None:
+            return call()
+        hint = (f"Fix the input (or the checks), then clear the tasks of epoch_{self.index - 1} (run, align, commit) "
+                f"and the later ones to recompute epoch {behind.epoch}; the run goes on from there.")
+        try:
+            return self.checked(run.job, call, f"epoch {behind.epoch} (committed behind epoch {behind.epoch + 1})",
+                                hint)
+        finally:
+            for done in run.take_landed():  # a termination it decided ends this task (the later epochs skipped)
+                self.report_committed(context, run, done, self._started(context, done.decision.epoch),
+                                      also_skip=self.group_tasks() if done.decision.terminated else ())
+
+    def _started(self, context: Mapping[str, Any], epoch: int) -> float | None:
+        """When the head before this one started ``epoch`` (its result), for the epoch's duration
+        metric; None if it did not run it (or ``airflow tasks test`` kept no result)."""
+        if self.index == 0:
+            return None
+        head = context["ti"].xcom_pull(task_ids=f"epoch_{self.index - 1}.run") or {}
+        return head.get("started_at") if isinstance(head, dict) and head.get("epoch") == epoch else None
 
     def verify(self, context: Mapping[str, Any], epoch: Any) -> dict[str, Any]:
         """The run's ``verify_epoch`` param: the determinism audit of the job's epoch ``epoch``
@@ -153,10 +226,12 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
         self.log.info("epoch %d in this task: %.2f s (%s)", epoch, end - marks[0][1],
                       ", ".join(f"{name} {seconds:.2f} s" for name, seconds in spans))
 
-    def commit_if_aligned(self, context: Mapping[str, Any], run, plan, reports):
+    def commit_if_aligned(self, context: Mapping[str, Any], run, plan, reports, *, leave: bool = False):
         """``commit_in_head``: align and commit the attempt if every partition has reported
         (the committed epoch, ``EpochOutcome``); None, leaving both to the group's sensor and
-        commit task, if a report is missing."""
+        commit task, if a report is missing. ``leave`` (``overlap_commits``): an aligned epoch
+        that did not decide termination is not committed here but left to the next head
+        (``"left"``)."""
         from include.runs import aligned_line
 
         reports = run.job.attempts.reports(plan) if reports is None else reports  # read once: align, then commit
@@ -167,6 +242,8 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
                           ", ".join(f"{h}/{p}" for h, p in missing[:5]))
             return None
         self.log.info("%s", aligned_line(decision))
+        if leave and not decision.terminated:
+            return "left"
         return self.commit_aligned(context, run, plan, decision, reports)
 
     def group_tasks(self) -> tuple[str, str]:
