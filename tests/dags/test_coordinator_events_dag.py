@@ -16,24 +16,27 @@ each epoch's head in a task process of its own, with two failures
 At the moment of each failure a checkpoint has completed (the coordinators were restored from one)
 and the shut valve holds events: the precondition the seed's variant guarantees, asserted here
 from what each fault recorded. The receiving side ends with exactly 0..n-1, in order, from each
-coordinator, and every checkpoint is committed once. Both shapes of the DAG.
+coordinator, and every checkpoint is committed once. The three shapes of the DAG: with
+``overlap_commits`` the coordinators handle epoch e's reports as the head of e+1 commits e behind
+its own Spark job, so the coordinator's failure fails that task.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from tests.faults.airflow_sweep import EVENTS_FAST, EVENTS_SLOW, run_events_dag
+from tests.faults.airflow_sweep import EVENTS_FAST, EVENTS_SLOW, SHAPES, run_events_dag
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 # seeds whose failures fall in every epoch choice of events_faults: partition 1 in epoch 2 and
-# 4, the coordinator in epochs 3 and 1
-@pytest.mark.parametrize("commit_in_head, seed", [(True, 1), (False, 4)], ids=["default shape", "commit tasks"])
+# 4, the coordinator in epochs 3 and 1 (and 1 again, failing epoch 2's head, with overlap_commits)
+@pytest.mark.parametrize("shape, seed", [("default shape", 1), ("commit tasks", 4), ("overlapped commits", 6)])
 def test_events_exactly_once_through_a_dag_with_subtask_and_coordinator_failures(airflow_env, spark, tmp_path,
-                                                                                  commit_in_head, seed):
-    out = run_events_dag(airflow_env, tmp_path, seed, commit_in_head=commit_in_head)
+                                                                                  shape, seed):
+    commit_in_head, overlap = SHAPES[shape]
+    out = run_events_dag(airflow_env, tmp_path, seed, commit_in_head=commit_in_head, overlap_commits=overlap)
     facts = out.facts
     log, tries, records = facts["log"], facts["tries"], facts["records"]
     assert facts["succeeded"], out.detail
@@ -57,7 +60,8 @@ def test_events_exactly_once_through_a_dag_with_subtask_and_coordinator_failures
     assert len(failed) == 1 and failed[0]["epoch"] == coordinator_epoch, records
     assert failed[0]["restored_from"] is not None, "a checkpoint had completed"
     assert failed[0]["held"], "the shut valve held events sent while the epoch ran"
-    task = f"epoch_{coordinator_epoch}." + ("run" if commit_in_head else "commit")
+    task = (f"epoch_{coordinator_epoch + 1}.run" if overlap else  # committed behind the next epoch
+            f"epoch_{coordinator_epoch}." + ("run" if commit_in_head else "commit"))
     assert tries.get(task) == 2, f"{task} failed and Airflow retried it: {tries}"
 
     # exactly once, in order; every checkpoint committed once, in a chain without gaps

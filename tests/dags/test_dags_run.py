@@ -371,6 +371,23 @@ def test_data_checks_refuse_a_round_then_the_fixed_run_goes_on(airflow_env, spar
     assert any(link.startswith("file://") and link.endswith("/data_docs.html") and "/checks/0000000002/" in link
                for link in links), links
 
+    # the same refusal with overlap_commits: epoch 2's checks run behind epoch 3's Spark job, in
+    # epoch_1.run, which fails at once naming epoch 2; epoch 3's attempt, planned over it, is aborted
+    behind_env = {**env, "ITERATIONS_OVERLAP_COMMITS": "1"}
+    refused = airflow(behind_env, "dags", "test", "iterate_pagerank", "2026-03-02", "--conf",
+                      json.dumps({**conf, "checks": impossible}))
+    log = refused.stdout + refused.stderr
+    assert "state=failed" in log, log[-3000:]
+    assert "epoch 2: its checks and commit are left to the next epoch's head" in log
+    assert "committing it behind epoch 3's Spark job" in log
+    assert "epoch 2 (committed behind epoch 3): the data checks refused the attempt" in log, log[-3000:]
+    assert "FAILED  run.ranks_tiny [critical]" in log
+    assert "clear the tasks of epoch_0 (run, align, commit) and the later ones to recompute epoch 2" in log
+    assert re.search(r"checkpoint 3: attempt a3-\w+ aborted: epoch 2 it ran from did not commit", log), log[-3000:]
+    assert task_tries(log) == {"epoch_0.run": 1, "epoch_1.run": 1}, "refused at once, without retries"
+    assert job.log.latest_id() == 1
+    assert not job.attempts.live_attempts(3)[0], "nothing of epoch 3 is left to adopt"
+
     again = airflow(env, "dags", "test", "iterate_pagerank", "2026-03-02", "--conf", json.dumps(conf))
     log = again.stdout + again.stderr
     assert "state=success" in log, log[-3000:]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from include.process import failpoints
-from tests.faults.airflow_sweep import GROUPS, reached, run_dag, task_of, task_tries
+from tests.faults.airflow_sweep import GROUPS, SHAPES, reached, run_dag, task_of, task_tries
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -32,26 +32,37 @@ def test_every_failure_point_of_the_code_is_in_the_ci_subset_or_tested_elsewhere
     assert not covered & set(ELSEWHERE), "a point is either here or elsewhere"
 
 
-@pytest.mark.parametrize("commit_in_head", [True, False], ids=["default shape", "commit tasks"])
+@pytest.mark.parametrize("shape", list(SHAPES))
 @pytest.mark.parametrize("name", sorted(GROUPS))
-def test_failures_at_protocol_steps_end_like_the_failure_free_run(airflow_env, spark, tmp_path, name,
-                                                                  commit_in_head):
-    """Every group under both shapes of the DAG: ``commit_in_head`` on (``iteration_dag``'s
+def test_failures_at_protocol_steps_end_like_the_failure_free_run(airflow_env, spark, tmp_path, name, shape):
+    """Every group under the three shapes of the DAG: ``commit_in_head`` on (``iteration_dag``'s
     default), where the align, commit and epoch-publication points fail the run task, whose
-    retry adopts the complete attempt (or finds it committed) instead of running it again; and
-    off, where they fail the align and commit tasks. The default shape's input is small (Lloyd's
-    pass on the driver), the other one's takes the Spark pass (``kmeans_workload``)."""
+    retry adopts the complete attempt (or finds it committed) instead of running it again; off,
+    where they fail the align and commit tasks; and ``overlap_commits``, where epoch e's commit
+    and publication points fail epoch e+1's run task in the overlap, in the thread that commits
+    e while e+1's Spark job runs (and e+1's own points fire while e commits behind them): the
+    retry adopts e's complete attempt, or finds it committed, and runs e+1 again. The default
+    shape's input is small (Lloyd's pass on the driver), the others' take the Spark pass
+    (``kmeans_workload``)."""
+    commit_in_head, overlap = SHAPES[shape]
+    spark_pass = shape != "default shape"
     points = reached(GROUPS[name], commit_in_head)
     out = run_dag(airflow_env, tmp_path, seed=1, points=points, name=name, commit_in_head=commit_in_head,
-                  spark_pass=not commit_in_head)
+                  overlap_commits=overlap, spark_pass=spark_pass)
     assert out.facts["succeeded"], out.detail
-    assert out.facts["passes"] == {"on the driver" if commit_in_head else "in Spark"}, out.facts["passes"]
+    assert out.facts["passes"] == {"in Spark" if spark_pass else "on the driver"}, out.facts["passes"]
     assert sorted(out.facts["fired"]) == sorted(points), "each point fired once"
-    tries = task_tries(out.facts["log"])
+    log = out.facts["log"]
+    tries = task_tries(log)
     for point in points:
-        task = task_of(point, commit_in_head)
+        task = task_of(point, commit_in_head, overlap)
         assert tries.get(task, 0) >= 2, f"{task} was retried after {point}: {tries}"
     if commit_in_head:  # every report was there as each Spark job ended: no sensor, no commit task
         assert not [t for t in tries if t.endswith((".align", ".commit"))], tries
+    if overlap:  # epochs 0 and 1 committed behind the next epoch; epoch 2 (max_epochs) in its own task
+        for e in (0, 1):
+            assert f"epoch {e}: its checks and commit are left to the next epoch's head" in log
+            assert f"committing it behind epoch {e + 1}'s Spark job" in log
+        assert "epoch 2: its checks and commit are left" not in log
     assert (out.lost, out.duplicated, out.wrong) == (0, 0, 0), out.detail
     assert out.garbage == 0, f"files of failed attempts left behind: {out.detail}"

@@ -82,20 +82,31 @@ GROUPS: dict[str, list[str]] = {
 RETRIES = 8
 
 
+#: the DAG's shapes the sweep runs: (commit_in_head, overlap_commits)
+SHAPES: dict[str, tuple[bool, bool]] = {
+    "default shape": (True, False),
+    "commit tasks": (False, False),
+    "overlapped commits": (True, True),
+}
+
+
 def reached(points: list[str], commit_in_head: bool) -> list[str]:
     """The points of ``points`` a run of that DAG shape reaches (``SENSOR_POINTS``)."""
     return [p for p in points if not (commit_in_head and p.split("@")[0] in SENSOR_POINTS)]
 
 
-def task_of(point: str, commit_in_head: bool = False) -> str:
+def task_of(point: str, commit_in_head: bool = False, overlap_commits: bool = False) -> str:
     """The task of the DAG a failure point fails; with ``commit_in_head`` an epoch's run task
-    aligns and commits it (its reports are all there as its Spark job ends)."""
+    aligns and commits it (its reports are all there as its Spark job ends); with
+    ``overlap_commits`` too, epoch e's checks, commit and publication run in epoch e+1's run
+    task, behind that epoch's Spark job (but the last epoch's: it decides termination)."""
     for template, task in POINTS.items():
         for e in range(F + 1):
             for p in range(3):
                 if template.format(e=e, p=p) == point:
                     if commit_in_head and task.endswith((".align", ".commit")):
-                        task = "epoch_{e}.run"
+                        committing = task.endswith(".commit") and e < F - 1
+                        task = "epoch_{e}.run" if not (overlap_commits and committing) else f"epoch_{e + 1}.run"
                     return task.format(e=e)
     raise KeyError(f"no task for failure point {point!r}")
 
@@ -110,10 +121,12 @@ def point_for(template: str, rng: random.Random) -> str:
 
 
 def run_dag(env: dict[str, str], work: Path, seed: int, points: list[str], name: str,
-            timeout: float = 900, commit_in_head: bool = False, spark_pass: bool = False) -> Outcome:
+            timeout: float = 900, commit_in_head: bool = False, spark_pass: bool = False,
+            overlap_commits: bool = False) -> Outcome:
     """One ``airflow dags test iterate_kmeans`` run of a fresh job with ``points`` armed (each
     fires once); the outcome audited against the failure-free run (``sweep.audit``).
-    ``commit_in_head``: the DAG's option of that name on (ITERATIONS_COMMIT_IN_HEAD).
+    ``commit_in_head``, ``overlap_commits``: the DAG's options of those names on
+    (ITERATIONS_COMMIT_IN_HEAD, ITERATIONS_OVERLAP_COMMITS).
     ``spark_pass``: an input whose Lloyd's pass runs in Spark (``sweep.kmeans_workload``); the
     epochs' passes (from the k-means log lines) are in ``facts["passes"]``."""
     from spark_jobs.session import get_spark
@@ -130,7 +143,8 @@ def run_dag(env: dict[str, str], work: Path, seed: int, points: list[str], name:
             "output_path": cfg.output_path, "max_epochs": cfg.max_epochs, "tolerance": 0,
             "num_partitions": cfg.num_partitions, **cfg.body_params, "continuation": False}
     run_env = {**env, failpoints.TRACE_ENV: str(trace), "ITERATIONS_RETRY_DELAY_SECONDS": "1",
-               "ITERATIONS_RETRIES": str(RETRIES), "ITERATIONS_COMMIT_IN_HEAD": "1" if commit_in_head else "0"}
+               "ITERATIONS_RETRIES": str(RETRIES), "ITERATIONS_COMMIT_IN_HEAD": "1" if commit_in_head else "0",
+               "ITERATIONS_OVERLAP_COMMITS": "1" if overlap_commits else "0"}
     try:
         done = warm_airflow.run(run_env, "dags", "test", "iterate_kmeans", "--conf", json.dumps(conf),
                                 cwd=str(Path(__file__).resolve().parents[2]), timeout=timeout)
@@ -202,7 +216,8 @@ def events_faults(seed: int) -> tuple[int, int]:
 
 
 def run_events_dag(env: dict[str, str], work: Path, seed: int, commit_in_head: bool = True,
-                   name: str = "airflow: coordinator events", timeout: float = 900) -> Outcome:
+                   name: str = "airflow: coordinator events", timeout: float = 900,
+                   overlap_commits: bool = False) -> Outcome:
     """``airflow dags test`` of the coordinator-events DAG with a subtask-only failure (partition
     1's Spark task, once, in a seeded epoch: the head runs the attempt again in its process) and a
     coordinator-only failure (the fast coordinator raises handling a seeded epoch's report: the
@@ -229,7 +244,8 @@ def run_events_dag(env: dict[str, str], work: Path, seed: int, commit_in_head: b
             "fail_coordinator_epoch": coordinator_epoch, "fail_flag": str(flag), "record_file": str(records),
             "marker_dir": str(work / "markers"), "retain_last": 50, "continuation": False}
     run_env = {**env, "AIRFLOW__CORE__DAGS_FOLDER": str(work / "dags"), failpoints.TRACE_ENV: str(trace),
-               "ITERATIONS_COMMIT_IN_HEAD": "1" if commit_in_head else "0"}
+               "ITERATIONS_COMMIT_IN_HEAD": "1" if commit_in_head else "0",
+               "ITERATIONS_OVERLAP_COMMITS": "1" if overlap_commits else "0"}
     done = warm_airflow.run(run_env, "dags", "test", "coordinator_events", "--conf", json.dumps(conf),
                             cwd=str(Path(__file__).resolve().parents[2]), timeout=timeout)
     log = done.stdout + done.stderr

@@ -145,7 +145,7 @@ def airflow_rows(rows: dict[str, list[Outcome]], seeds: list[int], started: floa
     run lost, duplicated or got something wrong."""
     import random
 
-    from tests.faults.airflow_sweep import POINTS, airflow_env, point_for, reached, run_dag, run_events_dag
+    from tests.faults.airflow_sweep import POINTS, SHAPES, airflow_env, point_for, reached, run_dag, run_events_dag
 
     home = Path(tempfile.mkdtemp(prefix="fault-sweep-airflow-"))
     for sub in ("fired", "connect"):
@@ -159,15 +159,19 @@ def airflow_rows(rows: dict[str, list[Outcome]], seeds: list[int], started: floa
     warm_airflow.SERVERS.append(server)
     failed = False
     try:
-        # both shapes of the DAG: commit_in_head on (iteration_dag's default) and off
-        for template, commit_in_head in ((t, c) for t in POINTS for c in (True, False) if reached([t], c)):
-            name = ("airflow: " if commit_in_head else "airflow, commit tasks: ") + template.split("@")[0]
+        # the three shapes of the DAG: commit_in_head on (iteration_dag's default), off, and overlap_commits
+        prefix = {"default shape": "airflow: ", "commit tasks": "airflow, commit tasks: ",
+                  "overlapped commits": "airflow, overlapped commits: "}
+        for template, shape in ((t, s) for t in POINTS for s in SHAPES if reached([t], SHAPES[s][0])):
+            commit_in_head, overlap = SHAPES[shape]
+            name = prefix[shape] + template.split("@")[0]
             for seed in seeds:
                 point = point_for(template, random.Random(f"{template}:{seed}"))
                 work = Path(tempfile.mkdtemp(prefix="fault-sweep-", dir=home))
                 t0 = time.monotonic()
                 try:
-                    out = run_dag(env, work, seed, [point], name, commit_in_head=commit_in_head)
+                    out = run_dag(env, work, seed, [point], name, commit_in_head=commit_in_head,
+                                  overlap_commits=overlap)
                     if out.faults != 1:
                         out.wrong += 1
                         out.detail += f"; {point} fired {out.faults} times"
@@ -175,14 +179,14 @@ def airflow_rows(rows: dict[str, list[Outcome]], seeds: list[int], started: floa
                     traceback.print_exc()
                     out = Outcome(name, seed, wrong=1, detail=f"{type(e).__name__}: {e}"[:300])
                 failed |= add_row(rows, out, started, t0)
-        # the coordinator-events DAG (a subtask-only and a coordinator-only failure), both shapes
-        for commit_in_head in (True, False):
-            name = ("airflow: " if commit_in_head else "airflow, commit tasks: ") + "coordinator events"
+        # the coordinator-events DAG (a subtask-only and a coordinator-only failure), each shape
+        for shape, (commit_in_head, overlap) in SHAPES.items():
+            name = prefix[shape] + "coordinator events"
             for seed in seeds:
                 work = Path(tempfile.mkdtemp(prefix="fault-sweep-", dir=home))
                 t0 = time.monotonic()
                 try:
-                    out = run_events_dag(env, work, seed, commit_in_head, name)
+                    out = run_events_dag(env, work, seed, commit_in_head, name, overlap_commits=overlap)
                     if out.faults != 2:
                         out.wrong += 1
                         out.detail += f"; {out.faults} of the 2 failures fired"
