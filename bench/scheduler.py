@@ -38,6 +38,7 @@ import os
 import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -271,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the Airflow homes (task logs) and print where")
     p.add_argument("--commit-in-head", choices=("0", "1"), default=None,
                    help="the DAG's commit_in_head, through ITERATIONS_COMMIT_IN_HEAD (default: the DAG file's)")
+    p.add_argument("--overlap-commits", choices=("0", "1"), default=None,
+                   help="the DAG's overlap_commits, through ITERATIONS_OVERLAP_COMMITS (default: the DAG file's)")
     args = p.parse_args(argv)
     settings = dict(s.split("=", 1) for s in args.setting)
     bad = [k for k in settings if not k.startswith("AIRFLOW__")]
@@ -278,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--setting takes AIRFLOW__SECTION__KEY=VALUE, not {bad}")
     if args.commit_in_head is not None:
         settings["ITERATIONS_COMMIT_IN_HEAD"] = args.commit_in_head
+    if args.overlap_commits is not None:
+        settings["ITERATIONS_OVERLAP_COMMITS"] = args.overlap_commits
 
     from stack.services import Stack
     from tests.dags.airflow_server import AirflowServer, StackApi
@@ -330,12 +335,11 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  library runner on the stack's Spark Connect server, round {round_}: "
                           f"{stack_lib[0]:.1f} s ({stack_lib[1]:.2f} s per epoch from epoch 2)", flush=True)
                 elif lib_server in (None, name):  # the first local executor's server, every round
-                    from spark_jobs import connect_server
-
-                    os.environ.update({k: server.env[k] for k in ("ITERATIONS_SPARK_CONNECT_PORT",
-                                                                  "ITERATIONS_SPARK_CONNECT_DIR")})
-                    # the DAG runs' server (the warm-up started it): its port, not the module's default
-                    url = connect_server.ensure(int(server.env["ITERATIONS_SPARK_CONNECT_PORT"]))
+                    # the DAG runs' server (the warm-up started it), found as its tasks find it: by
+                    # the Airflow's environment (its port and state directory, which this process's
+                    # connect_server module read at import from its own)
+                    url = subprocess.run([sys.executable, "-m", "spark_jobs.connect_server", "start"], env=server.env,
+                                         check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
                     (lib_seconds, lib_steady), lib_groups = library_on(url, warm, path, args, lib_work)
                     lib_server = name
                     r = results[name]
