@@ -111,12 +111,17 @@ class IterationOperator(BaseOperator):
         self.scheduled = scheduled
 
     def record_lineage(self, job, **what: Any) -> None:
-        """What this task read and published, for OpenLineage (include.publication.openlineage.job_lineage);
-        the latest call wins. Never fails the task."""
+        """What this task read and published, for OpenLineage (include.publication.openlineage.job_lineage):
+        the latest call names the epoch and checkpoint; the outputs are those of every call (a
+        head with ``overlap_commits`` may commit the epoch before its own and its own). Never
+        fails the task."""
         from include.publication import job_lineage
 
         try:
-            self._lineage = job_lineage(job, **what)
+            lineage = job_lineage(job, **what)
+            earlier = (getattr(self, "_lineage", None) or {}).get("outputs", [])
+            lineage["outputs"] = earlier + [o for o in lineage["outputs"] if o not in earlier]
+            self._lineage = lineage
         except Exception as e:  # lineage is a report, not the job's work
             self.log.warning("lineage not recorded (%s: %s)", type(e).__name__, e)
 
@@ -149,6 +154,7 @@ class IterationOperator(BaseOperator):
         from include.process import skip_exit_collection
 
         skip_exit_collection()  # airflow dags test / tasks test: no seconds of collection at exit
+        self._lineage = None  # this execution's own (dags test may run one operator object again)
 
     def settings(self, context: Mapping[str, Any]) -> dict[str, Any]:
         """The DAG run's params overridden by ``job``; empty strings count as unset. A run conf
