@@ -41,11 +41,11 @@ def test_failures_at_protocol_steps_end_like_the_failure_free_run(airflow_env, s
     where they fail the align and commit tasks; and ``overlap_commits``, where epoch e's commit
     and publication points fail epoch e+1's run task in the overlap, in the thread that commits
     e while e+1's Spark job runs (and e+1's own points fire while e commits behind them): the
-    retry adopts e's complete attempt, or finds it committed, and runs e+1 again. The default
-    shape's input is small (Lloyd's pass on the driver), the others' take the Spark pass
-    (``kmeans_workload``)."""
+    retry adopts e's complete attempt, or finds it committed, and runs e+1 again. The three-task
+    shape's input takes the Spark pass (``kmeans_workload``), the others' are small (Lloyd's
+    pass on the driver)."""
     commit_in_head, overlap = SHAPES[shape]
-    spark_pass = shape != "default shape"
+    spark_pass = shape == "commit tasks"
     points = reached(GROUPS[name], commit_in_head)
     out = run_dag(airflow_env, tmp_path, seed=1, points=points, name=name, commit_in_head=commit_in_head,
                   overlap_commits=overlap, spark_pass=spark_pass)
