@@ -259,6 +259,16 @@ def own_locations(params: Mapping[str, Param], dag_id: str) -> dict[str, Param]:
     return out
 
 
+def _overridden(setting, value: bool) -> bool:
+    """``value``, or the deployment's override of it: ``setting`` set to 1 or 0 (true, false)."""
+    flag = (setting.get() or "").lower()
+    if not flag:
+        return value
+    if flag not in ("1", "0", "true", "false"):
+        raise ValueError(f"{setting.name} must be 1 or 0, got {flag!r}")
+    return flag in ("1", "true")
+
+
 def iteration_dag(
     *,
     dag_id: str,
@@ -416,17 +426,9 @@ def iteration_dag(
     # overrides for tests (the fault sweep): seconds between a failed task's tries, and how many
     retry_delay = RETRY_DELAY_SECONDS.get()
     retries = RETRIES.get() if RETRIES.is_set() else retries
-    # the deployment's override (benchmarks, tests): ITERATIONS_COMMIT_IN_HEAD=1 or 0
-    flag = (COMMIT_IN_HEAD.get() or "").lower()
-    if flag:
-        if flag not in ("1", "0", "true", "false"):
-            raise ValueError(f"{COMMIT_IN_HEAD.name} must be 1 or 0, got {flag!r}")
-        commit_in_head = flag in ("1", "true")
-    flag = (OVERLAP_COMMITS.get() or "").lower()
-    if flag:
-        if flag not in ("1", "0", "true", "false"):
-            raise ValueError(f"{OVERLAP_COMMITS.name} must be 1 or 0, got {flag!r}")
-        overlap_commits = flag in ("1", "true")
+    # the deployment's overrides (benchmarks, tests): ITERATIONS_COMMIT_IN_HEAD, _OVERLAP_COMMITS=1 or 0
+    commit_in_head = _overridden(COMMIT_IN_HEAD, commit_in_head)
+    overlap_commits = _overridden(OVERLAP_COMMITS, overlap_commits)
     if overlap_commits and not commit_in_head:
         how = f" ({COMMIT_IN_HEAD.name}={COMMIT_IN_HEAD.get()})" if COMMIT_IN_HEAD.get() else ""
         raise ValueError(f"overlap_commits needs commit_in_head, which is off{how}: with overlap_commits the head "

@@ -105,8 +105,8 @@ def task_of(point: str, commit_in_head: bool = False, overlap_commits: bool = Fa
             for p in range(3):
                 if template.format(e=e, p=p) == point:
                     if commit_in_head and task.endswith((".align", ".commit")):
-                        committing = task.endswith(".commit") and e < F - 1
-                        task = "epoch_{e}.run" if not (overlap_commits and committing) else f"epoch_{e + 1}.run"
+                        behind = overlap_commits and task.endswith(".commit") and e < F - 1  # in the next head
+                        return f"epoch_{e + 1 if behind else e}.run"
                     return task.format(e=e)
     raise KeyError(f"no task for failure point {point!r}")
 
