@@ -100,7 +100,11 @@ def test_an_unbounded_job_runs_hundreds_of_epochs_in_bounded_store_and_memory(sp
     assert seen[-1]["lease"] == 2, "the current lease record and the one before"
     job = IterationJob(cfg)
     assert len(job.log.checkpoint_ids()) <= 3 + 2
-    assert py_mb[-1] - py_mb[1] < 2.0, f"the driver's Python memory grew: {py_mb}: {grown()}"
+    # growth per epoch shows in both windows of one batch (50 epochs each: batches 2 and 3); a
+    # library's one-time cache, made in whichever batch first needs it, in one of them only (a CI
+    # run once saw 7.5 MB held from pathlib.py appear in batch 2 and stay, the test run alone not)
+    grew = [py_mb[i + 1] - py_mb[i] for i in (1, 2)]
+    assert min(grew) < 1.0, f"the driver's Python memory grew in every batch: {py_mb}: {grown()}"
     assert heap_mb[-1] - heap_mb[1] < 32.0, f"the JVM's heap grew: {heap_mb}"
 
     job.stopping.request_stop("drain")
