@@ -160,11 +160,12 @@ def airflow_rows(rows: dict[str, list[Outcome]], seeds: list[int], started: floa
     failed = False
     try:
         # the three shapes of the DAG: commit_in_head on (iteration_dag's default), off, and overlap_commits
-        prefix = {"default shape": "airflow: ", "commit tasks": "airflow, commit tasks: ",
-                  "overlapped commits": "airflow, overlapped commits: "}
+        def prefix(shape: str) -> str:  # the default shape's rows as before the others: "airflow: <point>"
+            return "airflow: " if shape == "default shape" else f"airflow, {shape}: "
+
         for template, shape in ((t, s) for t in POINTS for s in SHAPES if reached([t], SHAPES[s][0])):
             commit_in_head, overlap = SHAPES[shape]
-            name = prefix[shape] + template.split("@")[0]
+            name = prefix(shape) + template.split("@")[0]
             for seed in seeds:
                 point = point_for(template, random.Random(f"{template}:{seed}"))
                 work = Path(tempfile.mkdtemp(prefix="fault-sweep-", dir=home))
@@ -181,7 +182,7 @@ def airflow_rows(rows: dict[str, list[Outcome]], seeds: list[int], started: floa
                 failed |= add_row(rows, out, started, t0)
         # the coordinator-events DAG (a subtask-only and a coordinator-only failure), each shape
         for shape, (commit_in_head, overlap) in SHAPES.items():
-            name = prefix[shape] + "coordinator events"
+            name = prefix(shape) + "coordinator events"
             for seed in seeds:
                 work = Path(tempfile.mkdtemp(prefix="fault-sweep-", dir=home))
                 t0 = time.monotonic()
