@@ -336,8 +336,16 @@ def _exit(code: int) -> None:
 
     # as the interpreter does: threading's exit callbacks first (they shut down the executors
     # of concurrent.futures, whose manager threads would otherwise be waited for forever: the
-    # OpenLineage provider's process pool), then every non-daemon thread joined
-    threading._shutdown()
+    # OpenLineage provider's process pool), then every non-daemon thread joined. An exception
+    # there (Python 3.11's process pool can find its wake-up pipe closed under it) is reported
+    # and ignored, as the interpreter does at exit: it is not the command's exit status
+    try:
+        threading._shutdown()
+    except BaseException:  # noqa: BLE001 - the interpreter's own rule at exit
+        import traceback
+
+        print(f"Exception ignored in: {threading!r}", file=sys.stderr)
+        traceback.print_exc()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         try:
