@@ -319,14 +319,17 @@ class EpochRun:
         failpoint("epoch.before_align", job=self.job.config.job_id, epoch=plan.epoch)
         return self.commit(plan, self.align(plan, reports), reports)
 
-    def epoch_behind(self, retries: int = 0) -> list[EpochOutcome]:
+    def epoch_behind(self, retries: int = 0, planned: Callable[[EpochPlan], None] | None = None,
+                     ) -> list[EpochOutcome]:
         """``epoch`` with its commit behind the next one: plan and run it while the epoch
         before commits (``commit_behind``), land that commit (if it failed, this attempt is
         aborted and its error raised; if this attempt failed, that commit still lands first),
         then align it and commit it behind. The outcomes that landed (``take_landed``): the
-        epoch before's, and this one's when it was found committed already."""
+        epoch before's, and this one's when it was found committed already. ``planned`` as in
+        ``plan_and_run``. The library runner calls it for every epoch; a DAG's head with
+        ``overlap_commits`` for the epoch the head before it ran, with nothing committing yet."""
         try:
-            plan, reports = self.plan_and_run(retries)
+            plan, reports = self.plan_and_run(retries, planned)
         except BaseException:
             self.land()  # the commit behind lands (or its failure is raised) before this failure
             raise

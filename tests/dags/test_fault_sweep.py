@@ -14,7 +14,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 #: failure points of the code that the Airflow sweep leaves to other tests, and which
 ELSEWHERE = {
-    "epoch.before_align": "the library runner's, before it aligns: tests/faults/test_sweep.py (kill before alignment)",
+    "epoch.before_align": "the library runner's, before it aligns (also passed by an overlap_commits head, which "
+                          "commits the epoch before behind it through the same step): tests/faults/test_sweep.py "
+                          "(kill before alignment)",
     "coordinator.triggered": "a coordinator's snapshot: tests/integration/test_coordinator_events.py",
     "epoch.before_land": "the library runner's, before it waits for a commit behind the next epoch: "
                          "tests/faults/test_sweep.py (kill in the overlap)",

@@ -141,16 +141,16 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
     def _commit_behind(self, context: Mapping[str, Any], run, epoch: int) -> None:
         """``overlap_commits``: the epoch the head before this one ran and aligned is planned
         again (its complete attempt adopted; run again if it is not complete), aligned and
-        committed behind (``EpochRun.commit_behind``): its checks and commit run in a thread
-        while this task plans and runs its own epoch from the state it wrote."""
-        def behind():
-            plan, reports = run.plan_and_run(self.attempt_retries)
+        committed behind (``EpochRun.epoch_behind``, as the library runner does): its checks
+        and commit run in a thread while this task plans and runs its own epoch from the state
+        it wrote."""
+        def planned(plan) -> None:
             self.log.info("epoch %d: attempt %s%s; committing it behind epoch %d's Spark job", epoch, plan.attempt_id,
                           " (adopted, complete)" if plan.adopted else "", epoch + 1)
-            return run.commit_behind(plan, run.align(plan, reports), reports)
 
-        done = self._landing(context, run, behind)
-        if done is not None:  # committed already (an earlier try's reply was lost): published what was left
+        # nothing commits behind yet in this task: what epoch_behind returns is this epoch, found
+        # committed already (an earlier try's reply was lost), and published what was left
+        for done in self._landing(context, run, lambda: run.epoch_behind(self.attempt_retries, planned)):
             self.report_committed(context, run, done, self._started(context, epoch))
 
     def _landing(self, context: Mapping[str, Any], run, call):
