@@ -19,11 +19,15 @@ class EpochCommitting(IterationOperator):
                        reports: Sequence[Any] | None = None):
         """Check and commit ``plan``'s attempt (``decision``: its alignment, None: aligned again
         here); a refusal fails the task with the checks' report."""
-        group = self.task_id.rsplit(".", 1)[0]
-        return self.checked(
-            run.job, lambda: run.commit(plan, decision, reports), f"epoch {plan.epoch}",
-            f"Fix the input (or the checks), then clear the tasks of {group} (run, align, commit) "
-            f"to recompute epoch {plan.epoch}; the run goes on from there.")
+        return self.checked(run.job, lambda: run.commit(plan, decision, reports), f"epoch {plan.epoch}",
+                            self.recompute_hint(self.task_id.rsplit(".", 1)[0], plan.epoch))
+
+    @staticmethod
+    def recompute_hint(group: str, epoch: int, *, later: bool = False) -> str:
+        """What to do when the data checks refused ``epoch``, whose tasks are in ``group``
+        (``later``: and the epochs after it ran from it, their groups to clear too)."""
+        return (f"Fix the input (or the checks), then clear the tasks of {group} (run, align, commit)"
+                f"{' and the later ones' if later else ''} to recompute epoch {epoch}; the run goes on from there.")
 
     def report_committed(self, context: Mapping[str, Any], run, done, started_at: Any, *,
                          also_skip: Sequence[str] = ()) -> dict[str, Any]:

@@ -161,8 +161,7 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
         behind = run.committing
         if behind is None:
             return call()
-        hint = (f"Fix the input (or the checks), then clear the tasks of epoch_{self.index - 1} (run, align, commit) "
-                f"and the later ones to recompute epoch {behind.epoch}; the run goes on from there.")
+        hint = self.recompute_hint(f"epoch_{self.index - 1}", behind.epoch, later=True)
         try:
             return self.checked(run.job, call, f"epoch {behind.epoch} (committed behind epoch {behind.epoch + 1})",
                                 hint)
