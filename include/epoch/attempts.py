@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from include.checkpoints.head_state import EpochReport, HeadStatus, JobHeadState
 from include.checkpoints.lifecycle import StopMode
@@ -124,14 +124,16 @@ class Attempts:
                 for cid, outputs in sorted(pending.items())} or None
 
     def plan_epoch(self, batch_id: str | None = None, state: JobState | None = None, *,
-                   run: Mapping[str, Any] | None = None, settle: bool = True) -> EpochPlan:
+                   run: Mapping[str, Any] | None = None,
+                   settle: bool | Callable[[JobState], Any] = True) -> EpochPlan:
         """Plan the next epoch from the latest committed checkpoint and record its attempt.
 
         A complete earlier attempt with the same plan (every partition reported; for example
         its process died after the Spark job, before the commit) is adopted, not recomputed.
         ``settle`` False: ``state`` is a checkpoint still being committed (the next epoch runs
         while it commits, include.runs.epoch_run): its outputs are published by that commit,
-        not here.
+        not here. A callable: it settles ``state`` instead of the publisher (include.runs.epoch_run
+        keeps what it published).
         """
         state = state or self.restorer.state()
         if state.status is not HeadStatus.RUNNING:
@@ -140,7 +142,7 @@ class Attempts:
                 f"{state.latest.checkpoint_id if state.latest else None}: no epoch left to plan"
             )
         if settle:
-            self.publisher.settle(state)
+            (settle if callable(settle) else self.publisher.settle)(state)
         epoch = state.next_epoch
         failpoint("head.before_plan", job=self.config.job_id, epoch=epoch)
         base = self._base_plan("epoch", epoch, state.latest, batch_id)
@@ -151,9 +153,12 @@ class Attempts:
         return plan
 
     def plan_finish(self, batch_id: str | None = None, state: JobState | None = None, *,
-                    drain: bool = False, run: Mapping[str, Any] | None = None) -> EpochPlan:
+                    drain: bool = False, run: Mapping[str, Any] | None = None,
+                    settle: Callable[[JobState], Any] | None = None) -> EpochPlan:
         """Plan the finish step: once an epoch decided termination, or, with ``drain``, now
-        (the input ends at the latest checkpoint: a drain request)."""
+        (the input ends at the latest checkpoint: a drain request). What a crash left of the
+        latest checkpoint's outputs is published first (``settle(state)``, by default the
+        publisher's)."""
         state = state or self.restorer.state()
         drainable = drain and state.status is HeadStatus.RUNNING and state.latest is not None
         if not drainable and (state.status is not HeadStatus.TERMINATING or state.latest is None):
@@ -162,7 +167,7 @@ class Attempts:
                 f"{'' if state.latest else ' with no checkpoint'}: finish runs once termination is "
                 "decided (or a drain is requested after at least one epoch) and before the job is terminated"
             )
-        self.publisher.settle(state)
+        (settle or self.publisher.settle)(state)
         failpoint("finish.before_plan", job=self.config.job_id)
         base = self._base_plan("final", state.latest.checkpoint_id + 1, state.latest, batch_id)
         # the coordinators stay as the latest checkpoint left them

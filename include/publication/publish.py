@@ -73,8 +73,11 @@ class Publisher:
 
     def settle(self, state: JobState) -> dict[str, str]:
         """Nothing is planned on a checkpoint whose outputs are not published: publish what a
-        crash between its commit and its publication left (a no-op when all are published)."""
-        return self.notify_checkpoint_complete(state.latest) if state.latest is not None else {}
+        crash between its commit and its publication left (a no-op when all are published).
+        Returns what this call published (output -> where), of the latest checkpoint's own
+        outputs: nothing when its commit had published them all, so that a caller announces
+        each publication once."""
+        return self._complete(state.latest)[1] if state.latest is not None else {}
 
     def lifecycle(self, manifest: Manifest) -> Lifecycle:
         """The operators' states at ``manifest``: what it recorded, with the fully finished sinks
@@ -100,21 +103,26 @@ class Publisher:
         (it is fully finished); the others are published, each idempotently, then recorded. Once
         every sink of an epoch checkpoint is published its staged files are deleted, so no later
         checkpoint leaves staged data behind. Returns output name -> where it was published."""
+        return self._complete(manifest)[0]
+
+    def _complete(self, manifest: Manifest) -> tuple[dict[str, str], dict[str, str]]:
+        """``notify_checkpoint_complete``: where each of ``manifest``'s own outputs is published,
+        and which of them this call published."""
         if not (manifest.outputs or manifest.pending_outputs) or not self.config.output_path:
-            return {}
+            return {}, {}
         items = self._items(manifest)
         done = {cid: self.log.publications.of(cid) for cid in {cid for _, cid, _, _ in items}}
         if all(name in done[cid] for _, cid, name, _ in items):
-            return {name: done[manifest.checkpoint_id][name]["location"] for name in sorted(manifest.outputs)}
+            return {name: done[manifest.checkpoint_id][name]["location"] for name in sorted(manifest.outputs)}, {}
         if self.job.reviewed and self.log.reviews.approval(manifest.checkpoint_id) is None:
-            return {}  # staged, reviewed and approved first (stage, approve)
+            return {}, {}  # staged, reviewed and approved first (stage, approve)
         job = self.job
         if job.lease is not None:
             job.lease.check()  # a run that lost the job publishes nothing
         out = self._output()
         staged = self.log.reviews.staged(manifest.checkpoint_id) if self.job.reviewed else None
         records = (staged or {}).get("records") or {}
-        published = {}
+        published, new = {}, {}
         for kind, cid, name, ds in items:
             if name in done[cid]:
                 if cid == manifest.checkpoint_id:
@@ -147,7 +155,7 @@ class Publisher:
                 "location": where, "format": self.config.output_format, "rows": ds.rows,
                 "attempt_id": stamp["attempt_id"]})
             if cid == manifest.checkpoint_id:
-                published[name] = where
+                published[name] = new[name] = where
             log.info("job %s checkpoint %d: sink %s PUBLISHED to %s", manifest.job_id, cid, name, where)
         if manifest.kind == "epoch":
             self._release_staged(manifest)
@@ -156,7 +164,7 @@ class Publisher:
                                for ds in outputs.values() for f in ds.files])
         if staged is not None:
             self.log.reviews.forget_staged(manifest.checkpoint_id)
-        return published
+        return published, new
 
     @staticmethod
     def _staged(out: ObjectStore, record: Mapping[str, Any] | None, ds: DatasetRef,

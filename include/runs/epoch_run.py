@@ -90,8 +90,12 @@ class EpochRun:
     """
 
     def __init__(self, job: IterationJob, execute: Execute | None = None, batch_id: str | None = None, *,
-                 interrupt: Callable[[EpochPlan], None] | None = None, run: Mapping[str, Any] | None = None):
+                 interrupt: Callable[[EpochPlan], None] | None = None, run: Mapping[str, Any] | None = None,
+                 on_settled: Callable[[Manifest, dict[str, str]], None] | None = None):
         self.job = job
+        # told each time this run publishes what a crash left of a committed checkpoint's outputs
+        # (``settle``): the checkpoint and output -> where (a task puts them in its lineage)
+        self.on_settled = on_settled
         self.batch_id = batch_id
         self.run_info = dict(run) if run else None  # who runs: recorded in its attempts' plans
         self._execute = execute
@@ -151,9 +155,17 @@ class EpochRun:
         return state.latest.checkpoint_id if state.latest else None
 
     def settle(self) -> dict[str, str]:
-        """Publish what a crash between the latest commit and its publication left."""
-        published = self.job.publisher.settle(self._state())
-        self.published.update(published)
+        """Publish what a crash between the latest commit and its publication left; what this
+        call published (``Publisher.settle``), also in ``published`` and told to ``on_settled``.
+        Planning an epoch or the finish settles first, the same way."""
+        return self._settle(self._state())
+
+    def _settle(self, state: JobState) -> dict[str, str]:
+        published = self.job.publisher.settle(state)
+        if published:
+            self.published.update(published)
+            if self.on_settled is not None:
+                self.on_settled(state.latest, published)
         return published
 
     # -- an epoch -----------------------------------------------------------------------------
@@ -162,7 +174,8 @@ class EpochRun:
         adopted) after fencing what an earlier run left unfinished of it."""
         state = self._state()
         self._fence(state.next_epoch)
-        plan = self.job.attempts.plan_epoch(self.batch_id, state, run=self.run_info, settle=self._behind is None)
+        plan = self.job.attempts.plan_epoch(self.batch_id, state, run=self.run_info,
+                                            settle=self._settle if self._behind is None else False)
         if self._behind is not None:
             self._over = plan
         return plan
@@ -355,7 +368,8 @@ class EpochRun:
         report)."""
         state = self._state()
         self._fence(state.latest.checkpoint_id + 1 if state.latest is not None else 0)
-        plan = self.job.attempts.plan_finish(self.batch_id, state, drain=drain, run=self.run_info)
+        plan = self.job.attempts.plan_finish(self.batch_id, state, drain=drain, run=self.run_info,
+                                             settle=self._settle)
         self.run(plan)
         final = commit(plan)
         self.state = state_of(final)

@@ -1,7 +1,8 @@
 """The fault sweep through the Airflow path (tests/faults/airflow_sweep.py): ``airflow dags
 test`` of the k-means DAG with failure points at every step of the epoch protocol, each failing
 its task once; Airflow retries the task and the run ends equal to the failure-free run, every
-checkpoint committed once, nothing lost, duplicated or left behind."""
+checkpoint committed once, nothing lost, duplicated or left behind, each publication in the
+OpenLineage events of the task that made it."""
 
 from __future__ import annotations
 
@@ -66,5 +67,6 @@ def test_failures_at_protocol_steps_end_like_the_failure_free_run(airflow_env, s
             assert f"epoch {e}: its checks and commit are left to the next epoch's head" in log
             assert f"committing it behind epoch {e + 1}'s Spark job" in log
         assert "epoch 2: its checks and commit are left" not in log
+    assert out.facts["unannounced"] == [], "each publication in the lineage of the task that made it"
     assert (out.lost, out.duplicated, out.wrong) == (0, 0, 0), out.detail
     assert out.garbage == 0, f"files of failed attempts left behind: {out.detail}"

@@ -4,7 +4,10 @@ task retries, with failure points at every step of the epoch protocol - head (pl
 tail (the Spark job's partitions), align, commit (before and after the manifest write, after the
 release), publish (an epoch's outputs, the final outputs) and finish (plan, Spark job, final
 checkpoint) - each firing once (``raise-once``): the task fails, Airflow retries it, and the run
-must end equal to the failure-free run with every checkpoint committed once (``sweep.audit``).
+must end equal to the failure-free run with every checkpoint committed once (``sweep.audit``),
+and every publication the job's store records named, at its version, by an OpenLineage event
+of the task that published it (``unannounced``): by its retry when the failure came between a
+commit and its publication.
 
 The failure points are written to the file ``ITERATIONS_FAILPOINTS_FILE`` names, which every
 process of the run reads, the Spark Connect server's Python workers included (for the tail's
@@ -142,7 +145,11 @@ def run_dag(env: dict[str, str], work: Path, seed: int, points: list[str], name:
     conf = {"job_id": cfg.job_id, "input_path": cfg.input.path, "checkpoint_root": cfg.checkpoint_root,
             "output_path": cfg.output_path, "max_epochs": cfg.max_epochs, "tolerance": 0,
             "num_partitions": cfg.num_partitions, **cfg.body_params, "continuation": False}
+    lineage = work / "openlineage.jsonl"
     run_env = {**env, failpoints.TRACE_ENV: str(trace), "ITERATIONS_RETRY_DELAY_SECONDS": "1",
+               "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps({"type": "file", "log_file_path": str(lineage),
+                                                              "append": True}),
+               "AIRFLOW__OPENLINEAGE__NAMESPACE": "iterations-sweep",
                "ITERATIONS_RETRIES": str(RETRIES), "ITERATIONS_COMMIT_IN_HEAD": "1" if commit_in_head else "0",
                "ITERATIONS_OVERLAP_COMMITS": "1" if overlap_commits else "0"}
     try:
@@ -161,7 +168,30 @@ def run_dag(env: dict[str, str], work: Path, seed: int, points: list[str], name:
         out.lost += 1
         out.detail += f"; the run failed (exit {done.returncode}): {log[-3000:]}"
         return out
+    out.facts["unannounced"] = unannounced(cfg, lineage)
+    if out.facts["unannounced"]:
+        out.detail += f"; published, in no task's lineage: {out.facts['unannounced']}"
     return audit(out, get_spark("iterations-sweep"), w, cfg, trace, work)
+
+
+def unannounced(cfg, lineage: Path) -> list[str]:
+    """The publications the job's store records (output, checkpoint) that no OpenLineage event
+    of the run's tasks names as an output at that publication's version (COMPLETE, or FAIL for
+    a try that published before it failed)."""
+    from include.epoch.job import IterationJob
+    from include.publication.outputs import version_of
+    from tests.helpers import lineage_events
+
+    named = {(o["name"].rsplit("/", 1)[-1], o["facets"]["version"]["datasetVersion"])
+             for e in lineage_events(lineage) if e["eventType"] in ("COMPLETE", "FAIL")
+             for o in e.get("outputs") or []}
+    job = IterationJob(cfg)
+    missing = []
+    for cid in range(job.log.latest_id() + 1):
+        for name in sorted(job.log.publications.of(cid)):
+            if (name, version_of({"job_id": cfg.job_id, "checkpoint_id": cid})) not in named:
+                missing.append(f"{name}@{cid}")
+    return missing
 
 
 def task_tries(log: str) -> dict[str, int]:

@@ -125,6 +125,17 @@ class IterationOperator(BaseOperator):
         except Exception as e:  # lineage is a report, not the job's work
             self.log.warning("lineage not recorded (%s: %s)", type(e).__name__, e)
 
+    def report_settled(self, job, manifest, published: Mapping[str, str]) -> None:
+        """Outputs of an earlier commit that a failure after it had left unpublished, published
+        by this task (include.runs.epoch_run.EpochRun.settle): logged, and in this task's lineage
+        (each with its version: the one its commit would have announced)."""
+        for name, where in sorted(published.items()):
+            self.log.info("checkpoint %d output %s published to %s (left unpublished by a failure after "
+                          "its commit)", manifest.checkpoint_id, name, where)
+        self.record_lineage(job, epoch=manifest.decision.epoch if manifest.decision else None,
+                            checkpoint_id=manifest.checkpoint_id,
+                            published=job.publisher.publications(manifest, names=list(published)))
+
     def announce(self, context: Mapping[str, Any], job, manifest, published: Mapping[str, str]) -> list[str]:
         """The asset events of what this task published (iterations.assets), once each, through
         its outlets' alias; its lineage names the outputs with their versions."""

@@ -74,8 +74,7 @@ class EpochHeadOperator(SparkAttemptOperator, EpochCommitting):
             restored = {"status": "restored", "epoch": epoch}
             if self.commit_in_head:  # nothing for the group's align and commit to do
                 if epoch == state.latest.epoch:  # what a crash left of its outputs, as a commit task's retry
-                    for name, where in run.settle().items():
-                        self.log.info("epoch %d output %s published at %s", epoch, name, where)
+                    run.settle()  # logged and in this task's lineage (report_settled)
                 context["ti"].xcom_push(key="return_value", value=restored)
                 self.skip_epoch_tasks(context, after=None, also=self.group_tasks())
             return restored

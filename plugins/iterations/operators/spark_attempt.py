@@ -40,7 +40,8 @@ class SparkAttemptOperator(IterationOperator):
                         raise ours from failure
                 raise
 
-        self._epoch_run = EpochRun(job, execute, batch_id_of(context), interrupt=hook.interrupt, run=run_of(context))
+        self._epoch_run = EpochRun(job, execute, batch_id_of(context), interrupt=hook.interrupt, run=run_of(context),
+                                   on_settled=lambda manifest, published: self.report_settled(job, manifest, published))
         return self._epoch_run
 
     def on_kill(self) -> None:

@@ -272,3 +272,46 @@ def test_finish_completes_the_pending_publication_of_the_checkpoint_before_it(tm
     job.publisher.publish(job.committer.commit_finish(plan))
     increments = published_increments(cfg.output_path, "history")
     assert increments.checkpoints == tuple(("core", e) for e in range(EPOCHS)), "each epoch's once, none dropped"
+
+
+def test_what_a_crash_left_unpublished_is_published_and_told_once(tmp_path):
+    """A commit whose publication a crash cut off: the next run publishes it as it plans its
+    next epoch (or the finish), and tells ``on_settled`` (a DAG task puts it in its lineage)
+    once: the checkpoint and where each output went. A publication its commit made is not told
+    again: ``Publisher.settle`` returns only what it published itself."""
+    cfg = config(tmp_path)
+    told = []
+
+    def crashed_at(point: str) -> EpochRun:
+        """A run from the store's state that goes on until ``point`` raises; then a new job."""
+        run = EpochRun(IterationJob(cfg), execute=lambda plan: fake_tail(run.job, plan),
+                       on_settled=lambda manifest, published: told.append((manifest.checkpoint_id, published)))
+        run.state = run.job.restorer.state()
+        failpoints.configure(f"{point}=raise")
+        try:
+            with pytest.raises(FailpointError):
+                while True:
+                    run.epoch() if run.state.status is HeadStatus.RUNNING else run.finish()
+        finally:
+            failpoints.configure("")
+        again = EpochRun(IterationJob(cfg), execute=lambda plan: fake_tail(again.job, plan),
+                         on_settled=lambda manifest, published: told.append((manifest.checkpoint_id, published)))
+        again.state = again.job.restorer.state()
+        return again
+
+    run = crashed_at("publish.before_output@checkpoint=2")
+    assert run.state.latest.checkpoint_id == 2 and run.job.log.publications.of(2) == {}
+    assert told == []
+    run.epoch()  # plans epoch 3: checkpoint 2's output published first
+    where = os.path.join(cfg.output_path, "history")
+    assert told == [(2, {"history": where})] and run.published == {"history": where}
+    assert set(run.job.log.publications.of(2)) == {"history"}
+    assert run.job.publisher.settle(run.job.restorer.state()) == {}, "published by its commit: nothing to tell"
+
+    run = crashed_at(f"publish.before_output@checkpoint={EPOCHS - 1}")  # the epoch that decided termination
+    assert run.state.status is HeadStatus.TERMINATING and told == [(2, {"history": where})]
+    run.finish()  # planning the finish publishes it first
+    assert told == [(2, {"history": where}), (EPOCHS - 1, {"history": where})]
+    assert set(run.conclude()) == {"result"} and len(told) == 2, "the final outputs are the finish's own"
+    increments = published_increments(cfg.output_path, "history")
+    assert increments.checkpoints == tuple(("core", e) for e in range(EPOCHS)), "each epoch's once"
