@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -22,6 +23,24 @@ log = logging.getLogger(__name__)
 PART_SIZE = 8 << 20
 #: the largest object one CopyObject copies (S3's limit); larger ones are copied part by part
 COPY_LIMIT = 5 << 30
+
+_loader_lock = threading.Lock()
+_loader: Any = None
+
+
+def service_descriptions() -> Any:
+    """botocore's loader of the service descriptions, one per process. A client made from a new
+    session reads and parses S3's description and the endpoint rules again (tens of ms, in every
+    Spark task that opens a store); made from a session given this loader, it finds them parsed.
+    The loader holds only that data (no connection, no credential): sharing it changes nothing
+    of what a client does."""
+    global _loader
+    with _loader_lock:
+        if _loader is None:
+            import botocore.session
+
+            _loader = botocore.session.Session().get_component("data_loader")
+        return _loader
 
 
 @dataclass
@@ -73,15 +92,15 @@ class S3Store(ObjectStore):
     @property
     def client(self):
         if self._client is None:
-            import boto3
+            import botocore.session
             from botocore.config import Config
 
-            session = boto3.session.Session(
-                aws_access_key_id=self.access_key_id,
-                aws_secret_access_key=self.secret_access_key,
-                aws_session_token=self.session_token,
-                region_name=self.region,
-            )
+            # a session of its own (credentials resolved for this store, as a new boto3 session
+            # would), with the process's parsed service descriptions
+            session = botocore.session.Session()
+            session.register_component("data_loader", service_descriptions())
+            if self.region:
+                session.set_config_variable("region", self.region)
             config = Config(
                 # Retries are ours (see _call), so that every transient error is counted,
                 # logged and bounded in one place.
@@ -89,9 +108,11 @@ class S3Store(ObjectStore):
                 connect_timeout=self.connect_timeout,
                 read_timeout=self.read_timeout,
                 s3={"addressing_style": "path"} if self.endpoint_url else None,
-                region_name=self.region or session.region_name or "us-east-1",
+                region_name=self.region or session.get_config_variable("region") or "us-east-1",
             )
-            client = session.client("s3", endpoint_url=self.endpoint_url, config=config)
+            client = session.create_client(
+                "s3", endpoint_url=self.endpoint_url, config=config, aws_access_key_id=self.access_key_id,
+                aws_secret_access_key=self.secret_access_key, aws_session_token=self.session_token)
 
             install_s3_faults(client, self.endpoint_url)  # tests only: nothing unless configured
             self._client = client
