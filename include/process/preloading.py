@@ -26,8 +26,10 @@ from include.errors import ConfigError
 log = logging.getLogger("iterations")
 
 #: What an epoch's tasks import beyond Airflow: Great Expectations (commit and finish tasks'
-#: data checks), the Spark Connect client (run and finish tasks) and the runtime itself.
-DEFAULT_MODULES: tuple[str, ...] = ("great_expectations", "pyspark.sql.connect.session", "include.epoch.job")
+#: data checks), the Spark Connect client (run and finish tasks), the runtime itself and the S3
+#: store (with S3's service description parsed, which each task's first S3 client would do).
+DEFAULT_MODULES: tuple[str, ...] = ("great_expectations", "pyspark.sql.connect.session", "include.epoch.job",
+                                    "include.store.s3")
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -50,6 +52,10 @@ def _import(name: str) -> None:
         from include.checks import import_gx
 
         import_gx()  # quietly: no analytics, none of its INFO logging
+    elif name == "include.store.s3":
+        from include.store.s3 import parse_service_descriptions
+
+        parse_service_descriptions()
     else:
         importlib.import_module(name)
 

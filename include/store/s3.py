@@ -43,6 +43,14 @@ def service_descriptions() -> Any:
         return _loader
 
 
+def parse_service_descriptions() -> None:
+    """Parse what an S3 client is made of into ``service_descriptions()`` now: a process that
+    forks task processes does (include.process.preloading), so that none of them reads it. Makes
+    a client and drops it: no request, no connection, no credential looked up."""
+    S3Store("preloaded", endpoint_url="http://127.0.0.1:9", region="us-east-1", access_key_id="-",
+            secret_access_key="-").client
+
+
 @dataclass
 class S3Store(ObjectStore):
     """A bucket and key prefix on S3 or an S3-compatible endpoint (MinIO, moto_server).

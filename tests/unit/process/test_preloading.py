@@ -39,7 +39,8 @@ def test_preload_reports_seconds_and_names_a_missing_module():
 def test_a_forked_process_finds_great_expectations_preloaded():
     """What the executor relies on: modules preloaded before a fork are there in the child, and
     the child's first data-check validation makes its context without importing them again
-    (its log line says so); preloading is quiet (none of Great Expectations' INFO logging)."""
+    (its log line says so), and its first S3 client without reading S3's service description;
+    preloading is quiet (none of Great Expectations' INFO logging)."""
     script = textwrap.dedent("""
         import logging, os, sys
         logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s %(message)s")
@@ -50,6 +51,13 @@ def test_a_forked_process_finds_great_expectations_preloaded():
         if pid == 0:
             from include.checks.gx import _gx
             _gx()
+            import botocore.loaders
+            from include.store.s3 import S3Store
+            def no_read(*args, **kwargs):
+                raise AssertionError(f"read from disk after the preload: {args}")
+            botocore.loaders.JSONFileLoader.load_file = no_read  # S3's description parsed already
+            store = S3Store("a-bucket", endpoint_url="http://127.0.0.1:9", access_key_id="k", secret_access_key="s")
+            assert store.client.meta.region_name == "us-east-1"
             sys.stdout.flush()
             os._exit(0)
         _, status = os.waitpid(pid, 0)
