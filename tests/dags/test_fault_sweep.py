@@ -19,8 +19,6 @@ ELSEWHERE = {
                           "commits the epoch before behind it through the same step): tests/faults/test_sweep.py "
                           "(kill before alignment)",
     "coordinator.triggered": "a coordinator's snapshot: tests/integration/test_coordinator_events.py",
-    "epoch.before_land": "the library runner's, before it waits for a commit behind the next epoch: "
-                         "tests/faults/test_sweep.py (kill in the overlap)",
     "publish.after_stage": "a reviewed job's finish, its outputs staged: tests/dags/test_stack.py (a publication "
                            "approved on the staged data exactly once)",
 }
@@ -43,13 +41,13 @@ def test_failures_at_protocol_steps_end_like_the_failure_free_run(airflow_env, s
     retry adopts the complete attempt (or finds it committed) instead of running it again; off,
     where they fail the align and commit tasks; and ``overlap_commits``, where epoch e's commit
     and publication points fail epoch e+1's run task in the overlap, in the thread that commits
-    e while e+1's Spark job runs (and e+1's own points fire while e commits behind them): the
-    retry adopts e's complete attempt, or finds it committed, and runs e+1 again. The three-task
-    shape's input takes the Spark pass (``kmeans_workload``), the others' are small (Lloyd's
-    pass on the driver)."""
+    e while e+1's Spark job runs, or as e+1 lands e's commit (and e+1's own points fire while e
+    commits behind them): the retry adopts e's complete attempt, or finds it committed, and runs
+    e+1 again. The three-task shape's input takes the Spark pass (``kmeans_workload``), the
+    others' are small (Lloyd's pass on the driver)."""
     commit_in_head, overlap = SHAPES[shape]
     spark_pass = shape == "commit tasks"
-    points = reached(GROUPS[name], commit_in_head)
+    points = reached(GROUPS[name], commit_in_head, overlap)
     out = run_dag(airflow_env, tmp_path, seed=1, points=points, name=name, commit_in_head=commit_in_head,
                   overlap_commits=overlap, spark_pass=spark_pass)
     assert out.facts["succeeded"], out.detail

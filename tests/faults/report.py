@@ -163,7 +163,7 @@ def airflow_rows(rows: dict[str, list[Outcome]], seeds: list[int], started: floa
         def prefix(shape: str) -> str:  # the default shape's rows as before the others: "airflow: <point>"
             return "airflow: " if shape == "default shape" else f"airflow, {shape}: "
 
-        for template, shape in ((t, s) for t in POINTS for s in SHAPES if reached([t], SHAPES[s][0])):
+        for template, shape in ((t, s) for t in POINTS for s in SHAPES if reached([t], *SHAPES[s])):
             commit_in_head, overlap = SHAPES[shape]
             name = prefix(shape) + template.split("@")[0]
             for seed in seeds:
