@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
@@ -24,7 +23,6 @@ PART_SIZE = 8 << 20
 #: the largest object one CopyObject copies (S3's limit); larger ones are copied part by part
 COPY_LIMIT = 5 << 30
 
-_loader_lock = threading.Lock()
 _loader: Any = None
 
 
@@ -33,14 +31,14 @@ def service_descriptions() -> Any:
     session reads and parses S3's description and the endpoint rules again (tens of ms, in every
     Spark task that opens a store); made from a session given this loader, it finds them parsed.
     The loader holds only that data (no connection, no credential): sharing it changes nothing
-    of what a client does."""
+    of what a client does. No lock (a lock held by another thread when a process forks stays
+    held in the child): two threads that ask at once may each make one, and either serves."""
     global _loader
-    with _loader_lock:
-        if _loader is None:
-            import botocore.session
+    if _loader is None:
+        import botocore.session
 
-            _loader = botocore.session.Session().get_component("data_loader")
-        return _loader
+        _loader = botocore.session.Session().get_component("data_loader")
+    return _loader
 
 
 def parse_service_descriptions() -> None:
