@@ -5,7 +5,7 @@ recorded attempt as a Spark job: iterations.operators.spark_attempt."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from airflow.sdk import BaseOperator, BaseOperatorLink
 from airflow.sdk.definitions.param import ParamsDict
@@ -132,9 +132,15 @@ class IterationOperator(BaseOperator):
         for name, where in sorted(published.items()):
             self.log.info("checkpoint %d output %s published to %s (left unpublished by a failure after "
                           "its commit)", manifest.checkpoint_id, name, where)
+        self.record_published(job, manifest, published)
+
+    def record_published(self, job, manifest, names: Iterable[str]) -> list[dict[str, Any]]:
+        """The outputs ``names`` that checkpoint ``manifest`` published, as the job's publisher
+        announces them (``Publisher.publications``), put in this task's lineage; the records."""
+        publications = job.publisher.publications(manifest, names=list(names))
         self.record_lineage(job, epoch=manifest.decision.epoch if manifest.decision else None,
-                            checkpoint_id=manifest.checkpoint_id,
-                            published=job.publisher.publications(manifest, names=list(published)))
+                            checkpoint_id=manifest.checkpoint_id, published=publications)
+        return publications
 
     def announce(self, context: Mapping[str, Any], job, manifest, published: Mapping[str, str]) -> list[str]:
         """The asset events of what this task published (iterations.assets), once each, through
@@ -145,9 +151,7 @@ class IterationOperator(BaseOperator):
 
         if not published:
             return []
-        publications = job.publisher.publications(manifest, names=list(published))
-        self.record_lineage(job, epoch=manifest.decision.epoch if manifest.decision else None,
-                            checkpoint_id=manifest.checkpoint_id, published=publications)
+        publications = self.record_published(job, manifest, published)
         alias = next((o for o in self.outlets if isinstance(o, AssetAlias)), None)
         return announce(context, alias, publications, self.log) if alias is not None else []
 

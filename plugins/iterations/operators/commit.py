@@ -38,8 +38,7 @@ class EpochCommitting(IterationOperator):
         d, manifest = done.decision, done.manifest
         self.log.info("%s", epoch_line(d))
         # the epoch's appended outputs, each at its version (the same on a retry)
-        self.record_lineage(run.job, epoch=d.epoch, checkpoint_id=manifest.checkpoint_id,
-                            published=run.job.publisher.publications(manifest, names=list(done.published)))
+        self.record_published(run.job, manifest, done.published)
         for name, where in done.published.items():
             self.log.info("epoch %d output %s appended to %s", d.epoch, name, where)
         self._emit_metrics(run.job.config.job_id, d, manifest, started_at)

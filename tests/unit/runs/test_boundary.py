@@ -282,11 +282,16 @@ def test_what_a_crash_left_unpublished_is_published_and_told_once(tmp_path):
     cfg = config(tmp_path)
     told = []
 
-    def crashed_at(point: str) -> EpochRun:
-        """A run from the store's state that goes on until ``point`` raises; then a new job."""
+    def new_run() -> EpochRun:
+        """A run of a new job object from the store's state, telling ``told``."""
         run = EpochRun(IterationJob(cfg), execute=lambda plan: fake_tail(run.job, plan),
                        on_settled=lambda manifest, published: told.append((manifest.checkpoint_id, published)))
         run.state = run.job.restorer.state()
+        return run
+
+    def crashed_at(point: str) -> EpochRun:
+        """A run that goes on until ``point`` raises; then a new one."""
+        run = new_run()
         failpoints.configure(f"{point}=raise")
         try:
             with pytest.raises(FailpointError):
@@ -294,10 +299,7 @@ def test_what_a_crash_left_unpublished_is_published_and_told_once(tmp_path):
                     run.epoch() if run.state.status is HeadStatus.RUNNING else run.finish()
         finally:
             failpoints.configure("")
-        again = EpochRun(IterationJob(cfg), execute=lambda plan: fake_tail(again.job, plan),
-                         on_settled=lambda manifest, published: told.append((manifest.checkpoint_id, published)))
-        again.state = again.job.restorer.state()
-        return again
+        return new_run()
 
     run = crashed_at("publish.before_output@checkpoint=2")
     assert run.state.latest.checkpoint_id == 2 and run.job.log.publications.of(2) == {}
